@@ -1,0 +1,68 @@
+#!/usr/bin/env bun
+/**
+ * `bun apps/cli <command>` — TensorPencil's command line. Commands arrive with their issues
+ * (generate, inspect, quantize, models, bench); this file only parses the command and prints every
+ * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors).
+ */
+import { parseArgs } from "node:util";
+import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
+
+const USAGE = `usage: bun apps/cli <command> [options]
+
+commands:
+  backends [--threads N] [--json]   list the compute backends and whether each can start here
+  help                              this text`;
+
+/** `backends`: try to start every registered backend and report its device or the reason it cannot. */
+async function backends(args: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args,
+    options: { threads: { type: "string" }, json: { type: "boolean", default: false } },
+    strict: true,
+  });
+  const options: BackendOptions = {};
+  if (values.threads !== undefined) {
+    const n = Number(values.threads);
+    if (!Number.isInteger(n) || n < 1)
+      throw new TpError("E_ARG", `--threads must be a positive integer, got '${values.threads}'`);
+    options.threads = n;
+  }
+  const rows: { backend: string; available: boolean; device: string }[] = [];
+  for (const name of backendNames()) {
+    try {
+      const b = await loadBackend(name, options);
+      rows.push({ backend: name, available: true, device: b.device });
+      b.dispose();
+    } catch (e) {
+      rows.push({ backend: name, available: false, device: e instanceof Error ? e.message : String(e) });
+    }
+  }
+  if (values.json) console.log(JSON.stringify(rows, null, 2));
+  else
+    for (const r of rows) console.log(`${r.backend.padEnd(8)} ${r.available ? "yes" : "no "}  ${r.device}`);
+  return 0;
+}
+
+await runCli(async () => {
+  const [command, ...rest] = Bun.argv.slice(2);
+  try {
+    switch (command) {
+      case "backends":
+        return await backends(rest);
+      case undefined:
+      case "help":
+      case "--help":
+      case "-h":
+        console.log(USAGE);
+        return 0;
+      default:
+        throw new TpError("E_ARG", `unknown command '${command}'; expected one of: backends, help`);
+    }
+  } catch (e) {
+    // node:util parseArgs reports unknown flags as TypeError with code ERR_PARSE_ARGS_*.
+    if (e instanceof TypeError && String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
+      throw new TpError("E_ARG", e.message);
+    }
+    throw e;
+  }
+});

@@ -1,0 +1,4 @@
+/**
+ * @tp/diffusion — skeleton; see README.md. Nothing is exported yet.
+ */
+export {};

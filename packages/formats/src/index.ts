@@ -1,0 +1,4 @@
+/**
+ * @tp/formats — skeleton; see README.md. Nothing is exported yet.
+ */
+export {};

@@ -1,0 +1,4 @@
+/**
+ * @tp/llm — skeleton; see README.md. Nothing is exported yet.
+ */
+export {};

@@ -1,0 +1,4 @@
+/**
+ * @tp/quant — skeleton; see README.md. Nothing is exported yet.
+ */
+export {};

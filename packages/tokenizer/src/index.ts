@@ -1,0 +1,4 @@
+/**
+ * @tp/tokenizer — skeleton; see README.md. Nothing is exported yet.
+ */
+export {};
