@@ -1,0 +1,305 @@
+/**
+ * The `Backend` interface: memory (alloc / free / upload / read), capabilities (`supports`), and the op
+ * set every model is written against. Model files call these ops only, so the same file runs on CPU,
+ * Vulkan, PTX and the CUDA libraries (../shared/ARCHITECTURE.md, "One model definition, every
+ * backend"). Op names follow ggml's `enum ggml_op` and candle's `op.rs` (../shared/STYLE.md §3).
+ *
+ * Conventions for every op:
+ * - Inputs are tensors of this backend (else E_STATE); outputs are new contiguous tensors.
+ * - Activations are f32 unless an op says otherwise; `supports(op, dtypes)` tells what else works.
+ * - A backend may queue ops and run them later; `read` and `synchronize` wait.
+ * - Missing capability: TpError E_UNSUPPORTED naming backend, op and format — never a silent fallback.
+ */
+
+import type { DTypeName, WeightFormat } from "./dtype.ts";
+import { TpError } from "./errors.ts";
+import type { MemoryAccount } from "./memory.ts";
+import type { Shape } from "./shape.ts";
+import type { Tensor } from "./tensor.ts";
+import type { Weight } from "./weight.ts";
+
+/** Op names, one per kernel family (one op name gives one kernel name on every backend). */
+export const OP_NAMES = [
+  "matmul",
+  "attention",
+  "rms_norm",
+  "layer_norm",
+  "group_norm",
+  "rope",
+  "silu",
+  "gelu",
+  "sigmoid",
+  "swiglu",
+  "softmax",
+  "add",
+  "sub",
+  "mul",
+  "scale",
+  "modulate",
+  "embedding",
+  "conv2d",
+  "upsample_nearest2d",
+  "concat",
+  "slice",
+  "copy",
+  "cast",
+  "argmax",
+  "top_k",
+] as const;
+
+/** One of {@link OP_NAMES}. */
+export type OpName = (typeof OP_NAMES)[number];
+
+/** Host arrays that `upload` takes and `read` returns, by dtype. */
+export type HostArray =
+  | Float64Array
+  | Float32Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | Int16Array
+  | Int8Array
+  | Uint8Array
+  | BigInt64Array
+  | BigUint64Array;
+
+/** Options of {@link Backend.attention}. */
+export interface AttentionOptions {
+  /** Multiplier of q·k before softmax; default 1/sqrt(head_dim). */
+  scale?: number;
+  /** Causal: query i (absolute position `qOffset + i`) sees key j only when j ≤ qOffset + i. */
+  causal?: boolean;
+  /** Position of the first query among the keys (tokens already in the KV cache); default Skv − Sq. */
+  qOffset?: number;
+  /** Sliding window: with causal, query at position p sees keys j with p − window < j ≤ p. */
+  window?: number;
+  /**
+   * Keys [0, fullPrefix) are visible to every query, and queries inside the prefix see the whole prefix
+   * (bidirectional prefix + causal rest, e.g. an image block attended fully after causal text).
+   */
+  fullPrefix?: number;
+  /** Logit soft-capping: scores ← softcap · tanh(scores / softcap) (Gemma 2/3). */
+  softcap?: number;
+}
+
+/** Options of {@link Backend.rope}. */
+export interface RopeOptions {
+  /** "neox": rotate halves (x[i], x[i + d/2]) — HF Llama/Qwen; "interleaved": pairs (x[2i], x[2i+1]). */
+  mode: "neox" | "interleaved";
+  /** Base of the frequencies, rope_theta: freq_i = theta^(−2i/d). */
+  theta: number;
+  /** Rotated dimensions per head (partial rotary); default head_dim. */
+  ropeDims?: number;
+  /**
+   * Multi-axis RoPE: the rotated pairs are split into consecutive sections, section a uses positions
+   * row a of `positions` ([axes, seq_len]). Sizes in pairs (head_dim/2 total), e.g. Krea 2's 3 axes.
+   */
+  sections?: readonly number[];
+  /** Linear position scaling (positions × freqScale); default 1. */
+  freqScale?: number;
+}
+
+/** Options of {@link Backend.conv2d}. */
+export interface Conv2dOptions {
+  /** Stride [sh, sw] or one number; default 1. */
+  stride?: number | readonly [number, number];
+  /** Zero padding [ph, pw] or one number; default 0. */
+  padding?: number | readonly [number, number];
+}
+
+/** What a backend can do: ops, weight formats for matmul/embedding, and tensor dtypes. */
+export interface BackendCapabilities {
+  readonly ops: readonly OpName[];
+  readonly weightFormats: readonly WeightFormat[];
+  readonly dtypes: readonly DTypeName[];
+}
+
+/**
+ * A compute backend. Memory methods are synchronous except `read`, which waits for queued work.
+ *
+ * Shapes below use the names of the field: `[batch, seq_len, hidden]`, `[batch, num_heads, seq_len,
+ * head_dim]`, `[batch, channels, height, width]`; `...` stands for any leading dimensions.
+ */
+export interface Backend {
+  /** Registry name: "cpu", "vulkan", "ptx", "cuda". */
+  readonly name: string;
+  /** Human description of the device (CPU model and ISA level, GPU name). */
+  readonly device: string;
+  /** Current and peak bytes held by this backend, and its budget. */
+  readonly memory: MemoryAccount;
+
+  /** What this backend implements. */
+  capabilities(): BackendCapabilities;
+  /**
+   * True when `op` runs here with all of `formats` (weight formats and/or tensor dtypes); with no
+   * formats, whether the op exists at all.
+   */
+  supports(op: OpName, formats?: readonly (WeightFormat | DTypeName)[]): boolean;
+
+  // ------------------------------------------------------------------ memory
+  /** Uninitialised contiguous tensor. @throws E_OOM over budget, E_SHAPE for a bad shape. */
+  alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
+  /** Free a tensor's storage (all views of it die). @throws E_STATE on a double free or foreign tensor. */
+  free(t: Tensor): void;
+  /**
+   * Copy host data into a new tensor. `data` is the dtype's host array (f16/bf16 as Uint16Array bits,
+   * fp8 as Uint8Array) or raw little-endian bytes as Uint8Array, exactly numel × element size bytes.
+   * @throws E_SHAPE when the length does not match, E_OOM over budget.
+   */
+  upload(data: HostArray, shape: Shape, dtype: DTypeName, name?: string): Tensor;
+  /**
+   * Wait for queued work and copy a tensor (any layout) to the host in row-major order, as the dtype's
+   * host array (f32 → Float32Array, f16/bf16 → Uint16Array of bits, fp8/u8/bool → Uint8Array, ...).
+   */
+  read(t: Tensor): Promise<HostArray>;
+  /** Wait for all queued work. */
+  synchronize(): Promise<void>;
+  /** Free everything this backend holds; the backend is unusable afterwards. */
+  dispose(): void;
+
+  // ------------------------------------------------------------------ linear algebra
+  /**
+   * y = x · Wᵀ (+ bias). x: [..., K] f32; w: [N, K] in any supported {@link WeightFormat} (quantized
+   * formats consumed directly, not expanded); bias: [N] f32. → [..., N] f32.
+   * @throws E_SHAPE when K differs, E_UNSUPPORTED for a weight format this backend lacks.
+   */
+  matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor;
+  /**
+   * Scaled dot-product attention with grouped-query heads, memory O(seq_len) per head.
+   * q: [batch, num_heads, Sq, head_dim]; k: [batch, num_kv_heads, Skv, head_dim];
+   * v: [batch, num_kv_heads, Skv, head_dim_v]; num_heads % num_kv_heads == 0 (query head h uses KV
+   * head floor(h / (num_heads / num_kv_heads))). → [batch, num_heads, Sq, head_dim_v].
+   * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023.
+   */
+  attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Tensor;
+
+  // ------------------------------------------------------------------ normalisation
+  /**
+   * RMSNorm over the last dimension: y = x / sqrt(mean(x²) + eps) · g, with g = weight, or
+   * g = 1 + weight when `unitOffset` (Gemma, Krea 2's zero-centred scales), or 1 when weight is null.
+   * x: [..., D]; weight: [D]. Source: Zhang & Sennrich 2019.
+   */
+  rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor;
+  /**
+   * LayerNorm over the last dimension: y = (x − mean) / sqrt(var + eps) · weight + bias (biased
+   * variance; affine parts optional). x: [..., D]. Source: Ba et al. 2016.
+   */
+  layerNorm(x: Tensor, weight: Tensor | null, bias: Tensor | null, options: { eps: number }): Tensor;
+  /**
+   * GroupNorm: channels split into `groups`, normalised over (channels of the group × spatial).
+   * x: [batch, channels, ...spatial]; weight, bias: [channels] or null. Source: Wu & He 2018.
+   */
+  groupNorm(
+    x: Tensor,
+    groups: number,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor;
+
+  // ------------------------------------------------------------------ position
+  /**
+   * Rotary position embedding. x: [batch, seq_len, num_heads, head_dim]; positions: i32 [seq_len], or
+   * [axes, seq_len] with `sections`. Source: RoFormer (arXiv:2104.09864) §3.4.
+   */
+  rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor;
+
+  // ------------------------------------------------------------------ elementwise
+  /** x · sigmoid(x). Source: Elfwing et al. 2018 (SiLU). */
+  silu(x: Tensor): Tensor;
+  /** GELU; "none": x·Φ(x) with erf, "tanh": the tanh approximation. Source: Hendrycks & Gimpel 2016. */
+  gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor;
+  /** 1 / (1 + e^(−x)). */
+  sigmoid(x: Tensor): Tensor;
+  /** silu(gate) · up, same shapes. Source: Shazeer 2020 (GLU variants). */
+  swiglu(gate: Tensor, up: Tensor): Tensor;
+  /** Softmax along `dim` (default −1), max-subtracted. */
+  softmax(x: Tensor, options?: { dim?: number }): Tensor;
+  /** a + b with broadcasting. */
+  add(a: Tensor, b: Tensor): Tensor;
+  /** a − b with broadcasting. */
+  sub(a: Tensor, b: Tensor): Tensor;
+  /** a · b with broadcasting. */
+  mul(a: Tensor, b: Tensor): Tensor;
+  /** x · s for a host scalar s (f32). */
+  scale(x: Tensor, s: number): Tensor;
+  /** x · (1 + scale) + shift, scale and shift broadcast to x (adaLN modulation; DiT, Peebles & Xie 2023). */
+  modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor;
+
+  // ------------------------------------------------------------------ gather, layout
+  /** Rows of `table` ([vocab, D], any supported weight format) at `ids` (i32 [...]) → [..., D] f32 (ggml get_rows). */
+  embedding(table: Weight, ids: Tensor): Tensor;
+  /**
+   * 2-D convolution (cross-correlation, as torch.nn.functional.conv2d). x: [batch, C_in, H, W];
+   * weight: [C_out, C_in, kh, kw] f32 tensor; bias: [C_out] or null → [batch, C_out, H', W'].
+   */
+  conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions): Tensor;
+  /** Nearest-neighbour upsampling by an integer factor on the last two dimensions. */
+  upsampleNearest2d(x: Tensor, factor: number): Tensor;
+  /** Join tensors along `dim`; other dimensions equal. */
+  concat(tensors: readonly Tensor[], dim: number): Tensor;
+  /** A contiguous copy of elements [start, end) along `dim` (see Tensor.slice for a view). */
+  slice(x: Tensor, dim: number, start: number, end: number): Tensor;
+  /** A contiguous copy of any view (materialises permute / transpose / broadcast views). */
+  copy(x: Tensor): Tensor;
+  /** Elementwise dtype conversion with the rounding rules of @tp/tensor convert.ts. */
+  cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean }): Tensor;
+
+  // ------------------------------------------------------------------ sampling helpers
+  /** Index of the largest value along the last dimension (first one on ties) → i32 [...]. */
+  argmax(x: Tensor): Tensor;
+  /** The k largest values along the last dimension, descending, and their i32 indices. */
+  topK(x: Tensor, k: number): { values: Tensor; indices: Tensor };
+}
+
+/** The names of the op methods of {@link Backend}, by op name. */
+export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
+  matmul: "matmul",
+  attention: "attention",
+  rms_norm: "rmsNorm",
+  layer_norm: "layerNorm",
+  group_norm: "groupNorm",
+  rope: "rope",
+  silu: "silu",
+  gelu: "gelu",
+  sigmoid: "sigmoid",
+  swiglu: "swiglu",
+  softmax: "softmax",
+  add: "add",
+  sub: "sub",
+  mul: "mul",
+  scale: "scale",
+  modulate: "modulate",
+  embedding: "embedding",
+  conv2d: "conv2d",
+  upsample_nearest2d: "upsampleNearest2d",
+  concat: "concat",
+  slice: "slice",
+  copy: "copy",
+  cast: "cast",
+  argmax: "argmax",
+  top_k: "topK",
+};
+
+/**
+ * Check a capability before using it.
+ * @throws TpError E_UNSUPPORTED naming backend, op and the formats it lacks (and what it has).
+ */
+export function requireSupport(
+  backend: Backend,
+  op: OpName,
+  formats: readonly (WeightFormat | DTypeName)[] = [],
+): void {
+  if (backend.supports(op, formats)) return;
+  const caps = backend.capabilities();
+  if (!caps.ops.includes(op)) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `backend ${backend.name} has no op ${op}; it has: ${caps.ops.join(", ") || "none"}`,
+    );
+  }
+  throw new TpError(
+    "E_UNSUPPORTED",
+    `backend ${backend.name} cannot run ${op} with ${formats.join(" × ")}; formats it has: ${caps.weightFormats.join(", ")}`,
+  );
+}

@@ -1,0 +1,298 @@
+/**
+ * `BackendBase`: the parts every backend shares — memory accounting, storage ids, argument checks for
+ * alloc / upload / free, `read` of any view, `supports` from a capability list, and an E_UNSUPPORTED
+ * error for every op a backend has not implemented (so a missing kernel is a clear error naming
+ * backend and op, never a silent fallback). A backend subclasses it, implements four storage
+ * primitives, and overrides the ops it has, listing them in `capabilities()`.
+ *
+ * Source: ggml `ggml-backend-impl.h` (buffer interface: alloc / free / set_tensor / get_tensor).
+ */
+
+import type {
+  AttentionOptions,
+  Backend,
+  BackendCapabilities,
+  Conv2dOptions,
+  HostArray,
+  OpName,
+  RopeOptions,
+} from "./backend.ts";
+import { type DTypeName, dtypeBytes, dtypeInfo } from "./dtype.ts";
+import { TpError } from "./errors.ts";
+import { MemoryAccount } from "./memory.ts";
+import { contiguousLayout, elementOffsets, formatShape, numel, type Shape, storageSpan } from "./shape.ts";
+import { type Storage, Tensor } from "./tensor.ts";
+import type { Weight } from "./weight.ts";
+
+/**
+ * A host array of `dtype` over `bytes` (which must be aligned to the element size; a copy is made when
+ * it is not). f16 and bf16 come back as Uint16Array bit patterns, fp8 and bool as Uint8Array.
+ */
+export function hostArrayFor(dtype: DTypeName, bytes: Uint8Array): HostArray {
+  const size = dtypeBytes(dtype);
+  const b = bytes.byteOffset % size === 0 ? bytes : bytes.slice();
+  const n = b.byteLength / size;
+  switch (dtype) {
+    case "f64":
+      return new Float64Array(b.buffer, b.byteOffset, n);
+    case "f32":
+      return new Float32Array(b.buffer, b.byteOffset, n);
+    case "f16":
+    case "bf16":
+    case "u16":
+      return new Uint16Array(b.buffer, b.byteOffset, n);
+    case "i16":
+      return new Int16Array(b.buffer, b.byteOffset, n);
+    case "i32":
+      return new Int32Array(b.buffer, b.byteOffset, n);
+    case "u32":
+      return new Uint32Array(b.buffer, b.byteOffset, n);
+    case "i64":
+      return new BigInt64Array(b.buffer, b.byteOffset, n);
+    case "u64":
+      return new BigUint64Array(b.buffer, b.byteOffset, n);
+    case "i8":
+      return new Int8Array(b.buffer, b.byteOffset, n);
+    default:
+      return new Uint8Array(b.buffer, b.byteOffset, n);
+  }
+}
+
+/** The bytes of a host array (a view, no copy). */
+export function bytesOf(a: HostArray): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+/** Options every backend factory accepts. */
+export interface BackendOptions {
+  /** Worker threads (CPU backends); default: all cores, or TP_THREADS. */
+  threads?: number;
+  /** Memory budget in bytes, or null for none. */
+  memoryBudget?: number | null;
+  /** Device selector (GPU index or name), backend-specific. */
+  device?: string;
+  /** Print device details on creation. */
+  verbose?: boolean;
+}
+
+/**
+ * Base class of backends. Subclasses implement the storage primitives and override ops; every op left
+ * alone throws E_UNSUPPORTED.
+ */
+export abstract class BackendBase implements Backend {
+  abstract readonly name: string;
+  abstract readonly device: string;
+  readonly memory: MemoryAccount;
+  #nextId = 1;
+  #live = new Set<Storage>();
+  #disposed = false;
+
+  /** @param owner the backend name, for the memory account. */
+  constructor(owner: string, options: BackendOptions = {}) {
+    this.memory = new MemoryAccount(owner, options.memoryBudget ?? null);
+  }
+
+  /** Allocate `bytes` of device memory; return the backend's handle. */
+  protected abstract allocStorage(bytes: number): unknown;
+  /** Release a handle from allocStorage. */
+  protected abstract freeStorage(handle: unknown, bytes: number): void;
+  /** Copy `data` into storage at byte `offset` (bounds already checked). */
+  protected abstract writeStorage(handle: unknown, offset: number, data: Uint8Array): void;
+  /** Copy `length` bytes from storage at byte `offset` to a new host array (bounds already checked). */
+  protected abstract readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array>;
+
+  /** What this backend implements; subclasses list their ops and formats. */
+  abstract capabilities(): BackendCapabilities;
+
+  supports(op: OpName, formats: readonly string[] = []): boolean {
+    const caps = this.capabilities();
+    if (!caps.ops.includes(op)) return false;
+    return formats.every(
+      (f) =>
+        (caps.weightFormats as readonly string[]).includes(f) ||
+        (caps.dtypes as readonly string[]).includes(f),
+    );
+  }
+
+  /** @throws TpError E_STATE when the backend was disposed. */
+  protected assertUsable(): void {
+    if (this.#disposed) throw new TpError("E_STATE", `backend ${this.name} was disposed`);
+  }
+
+  /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
+  protected own(t: Tensor): void {
+    this.assertUsable();
+    if (t.backend !== this) {
+      throw new TpError(
+        "E_STATE",
+        `${t.describe()} belongs to backend ${t.backend.name}, not this ${this.name} backend`,
+      );
+    }
+    t.assertLive();
+  }
+
+  /** A new storage of `bytes` with memory accounting. @throws TpError E_OOM */
+  protected newStorage(bytes: number, what: string): Storage {
+    this.assertUsable();
+    this.memory.reserve(bytes, what);
+    let handle: unknown;
+    try {
+      handle = this.allocStorage(bytes);
+    } catch (e) {
+      this.memory.release(bytes);
+      throw e;
+    }
+    const storage: Storage = { id: this.#nextId++, byteLength: bytes, handle, freed: false };
+    this.#live.add(storage);
+    return storage;
+  }
+
+  alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor {
+    dtypeInfo(dtype);
+    const bytes = numel(shape) * dtypeBytes(dtype);
+    const storage = this.newStorage(bytes, `${name ?? "tensor"} ${dtype} ${formatShape(shape)}`);
+    return new Tensor(this, storage, dtype, contiguousLayout(shape), name);
+  }
+
+  free(t: Tensor): void {
+    this.own(t);
+    const s = t.storage;
+    if (!this.#live.has(s)) throw new TpError("E_STATE", `${t.describe()}: storage ${s.id} is not live here`);
+    this.freeStorage(s.handle, s.byteLength);
+    s.freed = true;
+    this.#live.delete(s);
+    this.memory.release(s.byteLength);
+  }
+
+  upload(data: HostArray, shape: Shape, dtype: DTypeName, name?: string): Tensor {
+    const bytes = bytesOf(data);
+    const want = numel(shape) * dtypeBytes(dtype);
+    if (bytes.byteLength !== want) {
+      throw new TpError(
+        "E_SHAPE",
+        `upload of ${name ?? "tensor"} ${dtype} ${formatShape(shape)} needs ${want} bytes, got ${bytes.byteLength}`,
+      );
+    }
+    const t = this.alloc(shape, dtype, name);
+    if (want > 0) this.writeStorage(t.storage.handle, 0, bytes);
+    return t;
+  }
+
+  async read(t: Tensor): Promise<HostArray> {
+    this.own(t);
+    await this.synchronize();
+    const size = dtypeBytes(t.dtype);
+    const n = t.numel;
+    if (n === 0) return hostArrayFor(t.dtype, new Uint8Array(0));
+    if (t.isContiguous) {
+      return hostArrayFor(
+        t.dtype,
+        await this.readStorage(t.storage.handle, t.layout.offset * size, n * size),
+      );
+    }
+    // Strided view: fetch the span it touches once, then gather on the host.
+    const { lo, hi } = storageSpan(t.layout);
+    const span = await this.readStorage(t.storage.handle, lo * size, (hi - lo) * size);
+    const out = new Uint8Array(n * size);
+    const offsets = elementOffsets(t.layout);
+    for (let i = 0; i < n; i++) {
+      const src = ((offsets[i] as number) - lo) * size;
+      out.set(span.subarray(src, src + size), i * size);
+    }
+    return hostArrayFor(t.dtype, out);
+  }
+
+  async synchronize(): Promise<void> {}
+
+  dispose(): void {
+    if (this.#disposed) return;
+    for (const s of this.#live) {
+      this.freeStorage(s.handle, s.byteLength);
+      s.freed = true;
+      this.memory.release(s.byteLength);
+    }
+    this.#live.clear();
+    this.#disposed = true;
+  }
+
+  /** The error for an op this backend does not implement. */
+  protected unsupported(op: OpName): never {
+    throw new TpError("E_UNSUPPORTED", `op ${op} is not implemented on backend ${this.name}`);
+  }
+
+  matmul(_x: Tensor, _w: Weight, _o?: { bias?: Tensor }): Tensor {
+    return this.unsupported("matmul");
+  }
+  attention(_q: Tensor, _k: Tensor, _v: Tensor, _o?: AttentionOptions): Tensor {
+    return this.unsupported("attention");
+  }
+  rmsNorm(_x: Tensor, _w: Tensor | null, _o: { eps: number; unitOffset?: boolean }): Tensor {
+    return this.unsupported("rms_norm");
+  }
+  layerNorm(_x: Tensor, _w: Tensor | null, _b: Tensor | null, _o: { eps: number }): Tensor {
+    return this.unsupported("layer_norm");
+  }
+  groupNorm(_x: Tensor, _g: number, _w: Tensor | null, _b: Tensor | null, _o: { eps: number }): Tensor {
+    return this.unsupported("group_norm");
+  }
+  rope(_x: Tensor, _p: Tensor, _o: RopeOptions): Tensor {
+    return this.unsupported("rope");
+  }
+  silu(_x: Tensor): Tensor {
+    return this.unsupported("silu");
+  }
+  gelu(_x: Tensor, _o?: { approximate?: "none" | "tanh" }): Tensor {
+    return this.unsupported("gelu");
+  }
+  sigmoid(_x: Tensor): Tensor {
+    return this.unsupported("sigmoid");
+  }
+  swiglu(_g: Tensor, _u: Tensor): Tensor {
+    return this.unsupported("swiglu");
+  }
+  softmax(_x: Tensor, _o?: { dim?: number }): Tensor {
+    return this.unsupported("softmax");
+  }
+  add(_a: Tensor, _b: Tensor): Tensor {
+    return this.unsupported("add");
+  }
+  sub(_a: Tensor, _b: Tensor): Tensor {
+    return this.unsupported("sub");
+  }
+  mul(_a: Tensor, _b: Tensor): Tensor {
+    return this.unsupported("mul");
+  }
+  scale(_x: Tensor, _s: number): Tensor {
+    return this.unsupported("scale");
+  }
+  modulate(_x: Tensor, _s: Tensor, _sh: Tensor): Tensor {
+    return this.unsupported("modulate");
+  }
+  embedding(_t: Weight, _ids: Tensor): Tensor {
+    return this.unsupported("embedding");
+  }
+  conv2d(_x: Tensor, _w: Tensor, _b: Tensor | null, _o?: Conv2dOptions): Tensor {
+    return this.unsupported("conv2d");
+  }
+  upsampleNearest2d(_x: Tensor, _f: number): Tensor {
+    return this.unsupported("upsample_nearest2d");
+  }
+  concat(_ts: readonly Tensor[], _d: number): Tensor {
+    return this.unsupported("concat");
+  }
+  slice(_x: Tensor, _d: number, _s: number, _e: number): Tensor {
+    return this.unsupported("slice");
+  }
+  copy(_x: Tensor): Tensor {
+    return this.unsupported("copy");
+  }
+  cast(_x: Tensor, _d: DTypeName, _o?: { saturate?: boolean }): Tensor {
+    return this.unsupported("cast");
+  }
+  argmax(_x: Tensor): Tensor {
+    return this.unsupported("argmax");
+  }
+  topK(_x: Tensor, _k: number): { values: Tensor; indices: Tensor } {
+    return this.unsupported("top_k");
+  }
+}

@@ -1,0 +1,147 @@
+// The workspace's promises, checked from the outside: every package is importable on its own (a
+// throwaway project outside the repository adds @tp/tensor by path, imports it and type-checks against
+// it), exports point at files with types, dependencies only point down, and no package reaches into a
+// sibling's internals.
+import { describe, expect, test } from "bun:test";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const root = resolve(import.meta.dir, "..");
+const packageDirs = readdirSync(join(root, "packages")).map((d) => join(root, "packages", d));
+const appDirs = readdirSync(join(root, "apps")).map((d) => join(root, "apps", d));
+const manifest = (dir: string) => JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+
+/** Layer of each package: a package may depend only on lower layers (ARCHITECTURE.md, "Layout"). */
+function layer(name: string): number {
+  if (name === "@tp/tensor") return 0;
+  if (["@tp/formats", "@tp/quant", "@tp/tokenizer"].includes(name)) return 1;
+  if (name.startsWith("@tp/backend-")) return 1;
+  if (["@tp/llm", "@tp/diffusion"].includes(name)) return 2;
+  if (name.startsWith("@tp/app-")) return 3;
+  throw new Error(`no layer for ${name}`);
+}
+
+function sourceFiles(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile() && e.name.endsWith(".ts") && !e.parentPath.includes("node_modules"))
+      out.push(join(e.parentPath, e.name));
+  }
+  return out;
+}
+
+describe("packages", () => {
+  test("every package named in ARCHITECTURE.md exists with a README and typed exports", () => {
+    const names = packageDirs.map((d) => manifest(d).name).sort();
+    expect(names).toEqual(
+      [
+        "@tp/backend-cpu",
+        "@tp/backend-cudalibs",
+        "@tp/backend-ptx",
+        "@tp/backend-vulkan",
+        "@tp/diffusion",
+        "@tp/formats",
+        "@tp/llm",
+        "@tp/quant",
+        "@tp/tensor",
+        "@tp/tokenizer",
+      ].sort(),
+    );
+    for (const dir of packageDirs) {
+      const m = manifest(dir);
+      expect(existsSync(join(dir, "README.md")) ? "ok" : `${dir} has no README.md`).toBe("ok");
+      expect(m.type).toBe("module");
+      const exp = m.exports["."];
+      expect(existsSync(join(dir, exp.types))).toBe(true);
+      expect(existsSync(join(dir, exp.default))).toBe(true);
+    }
+    for (const dir of appDirs) expect(manifest(dir).private).toBe(true);
+  });
+
+  test("dependencies point down and imports use package names, never a sibling's files", () => {
+    for (const dir of [...packageDirs, ...appDirs]) {
+      const m = manifest(dir);
+      const deps = Object.keys(m.dependencies ?? {});
+      for (const d of deps.filter((x) => x.startsWith("@tp/"))) {
+        if (!m.name.startsWith("@tp/app-"))
+          expect(`${m.name} → ${d}: ${layer(d) < layer(m.name)}`).toBe(`${m.name} → ${d}: true`);
+      }
+      if (m.name === "@tp/llm" || m.name === "@tp/diffusion") {
+        expect(deps.filter((d) => d.startsWith("@tp/backend-"))).toEqual([]);
+      }
+      for (const file of sourceFiles(dir)) {
+        const text = readFileSync(file, "utf8");
+        for (const [, spec] of text.matchAll(/(?:from|import\()\s*["']([^"']+)["']/g)) {
+          const s = spec as string;
+          const where = `${file}: ${s}`;
+          expect(
+            s.startsWith("../../") || /^@tp\/[^/]+\/.+/.test(s) ? `sibling internals: ${where}` : "ok",
+          ).toBe("ok");
+          const pkg = s.match(/^@tp\/[^/]+/)?.[0];
+          if (pkg && pkg !== m.name)
+            expect(deps.includes(pkg) ? "declared" : `undeclared: ${where}`).toBe("declared");
+        }
+      }
+    }
+  });
+
+  test("a throwaway project outside the repo adds @tp/tensor by path, imports it and type-checks", () => {
+    const dir = mkdtempSync(join(tmpdir(), "tp-consumer-"));
+    try {
+      writeFileSync(
+        join(dir, "package.json"),
+        JSON.stringify({
+          name: "consumer",
+          private: true,
+          type: "module",
+          dependencies: { "@tp/tensor": `file:${join(root, "packages/tensor")}` },
+        }),
+      );
+      writeFileSync(
+        join(dir, "main.ts"),
+        `import { numel, f32ToF16, TpError, weightBytes } from "@tp/tensor";
+const n: number = numel([2, 3, 4]);
+let code = "";
+try { numel([-1]); } catch (e) { if (e instanceof TpError) code = e.code; }
+console.log(JSON.stringify({ n, half: f32ToF16(1.5).toString(16), code, q4k: weightBytes("q4_k", [2, 256]) }));
+`,
+      );
+      writeFileSync(
+        join(dir, "tsconfig.json"),
+        JSON.stringify({
+          compilerOptions: {
+            strict: true,
+            module: "Preserve",
+            moduleResolution: "bundler",
+            target: "ESNext",
+            noEmit: true,
+            allowImportingTsExtensions: true,
+            typeRoots: [join(root, "node_modules/@types")],
+            types: ["bun"],
+          },
+          files: ["main.ts"],
+        }),
+      );
+      const install = Bun.spawnSync(["bun", "install", "--no-progress"], {
+        cwd: dir,
+        stderr: "pipe",
+        stdout: "pipe",
+      });
+      expect(install.stderr.toString()).not.toContain("error");
+      expect(install.exitCode).toBe(0);
+      const run = Bun.spawnSync(["bun", "main.ts"], { cwd: dir, stderr: "pipe", stdout: "pipe" });
+      expect(run.stderr.toString()).toBe("");
+      expect(JSON.parse(run.stdout.toString())).toEqual({ n: 24, half: "3e00", code: "E_SHAPE", q4k: 288 });
+      const tsc = Bun.spawnSync([join(root, "node_modules/.bin/tsc"), "-p", "tsconfig.json"], {
+        cwd: dir,
+        stderr: "pipe",
+        stdout: "pipe",
+      });
+      expect(tsc.stdout.toString() + tsc.stderr.toString()).toBe("");
+      expect(tsc.exitCode).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
