@@ -92,8 +92,8 @@ TP_API void tp_free(void *p);
  *   bf16 -> f32: bits << 16, exactly
  *   f32 -> bf16: sign | upper payload | quiet bit 0x0040
  *   f32 -> fp8: S.1111.111 (e4m3fn) / S.11111.11 (e5m2)
- *   fp8 -> f32: payload kept, quiet bit set, like f16 -> f32 (e4m3fn S.1111.111 -> sign | 0x7FF00000;
- *               e5m2 S.11111.mm -> sign | 0x7FC00000 | mm << 21), as torch c10 Float8_e4m3fn/_e5m2
+ *   e5m2 -> f32: payload kept, quiet bit set (S.11111.mm -> sign | 0x7FC00000 | mm << 21)
+ *   e4m3fn -> f32: S.1111.111 -> sign | 0x7FC00000 (torch c10 gives sign | 0x7FF00000)
  * fp8 -> f32 and f16/bf16 -> f32 are exact (every value, subnormals included, is an f32).
  * Overflow to fp8 without TP_CAST_SATURATE: e4m3fn -> NaN (torch float8_e4m3fn), e5m2 -> +-inf;
  * with TP_CAST_SATURATE: +-max finite (also for +-inf), as CUDA's __NV_SATFINITE.

@@ -134,7 +134,9 @@ export type GgmlBlockFormat =
   | "tq1_0"
   | "tq2_0"
   | "mxfp4"
-  | "nvfp4";
+  | "nvfp4"
+  | "q1_0"
+  | "q2_0";
 
 /** ComfyUI ConvRot formats: Hadamard-rotated rows quantized with one f32 scale per row. */
 export type ConvRotFormat = "int8_convrot" | "int4_convrot";
@@ -191,6 +193,10 @@ const GGML_BLOCK_TYPES: readonly (readonly [GgmlBlockFormat, number, number, num
   ["tq2_0", 35, 256, 66],
   ["mxfp4", 39, 32, 17],
   ["nvfp4", 40, 64, 36],
+  // Newer ggml trees (ggml.h GGML_TYPE_Q1_0 = 41, GGML_TYPE_Q2_0 = 42; ggml-common.h block_q1_0 / block_q2_0):
+  // an f16 scale plus 1 or 2 bits per element.
+  ["q1_0", 41, 128, 18],
+  ["q2_0", 42, 64, 18],
 ];
 
 /** ggml type ids that were removed from ggml (Q4_2, Q4_3, the Q4_0_x_y / IQ4_NL_x_y repacks). */

@@ -1,0 +1,112 @@
+/*
+ * Internal declarations shared by the files of native/cpu. Nothing here is exported from the
+ * library (it is built with -fvisibility=hidden; only TP_API symbols of tp.h are visible).
+ *
+ *   pool.c          the thread pool a tp_ctx owns (tp_pool_*, tp_parallel_for)
+ *   cpu.c           the public entry points of tp.h, CPU feature detection, cast dispatch
+ *   cast_scalar.c   reference conversions (every ISA level falls back to them)
+ *   cast_avx2.c     f16/bf16 <-> f32 with AVX2 + F16C
+ *   cast_avx512.c   f16/bf16 <-> f32 with AVX-512 F/BW/VL + F16C
+ */
+#ifndef TP_CPU_INTERNAL_H
+#define TP_CPU_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tp.h"
+
+/* ---- thread pool (pool.c) ---------------------------------------------------------------- */
+
+/*
+ * One unit of a parallel_for: run task `task` of `n_tasks`. `arg` is the pointer given to
+ * tp_parallel_for. Tasks must be independent: they may run on any thread, in any order.
+ */
+typedef void (*tp_task_fn)(void *arg, int64_t task, int64_t n_tasks);
+
+/* One worker thread and its index k in [1, n_workers] (the caller is k = 0). */
+typedef struct tp_worker {
+  pthread_t thread;
+  struct tp_pool *pool;
+  int32_t index;
+} tp_worker;
+
+/*
+ * A persistent pool: n_workers threads that sleep on `wake` between jobs. A job is published
+ * under `lock` by bumping `generation`; each worker runs its fixed share of the tasks, then
+ * decrements `pending`; the last one signals `done`. The calling thread runs share 0 itself.
+ */
+typedef struct tp_pool {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;   /* workers wait here for a new generation or shutdown */
+  pthread_cond_t done;   /* the caller waits here for pending == 0 */
+  pthread_mutex_t run;   /* serializes tp_parallel_for calls on one pool */
+  tp_worker *workers;    /* [n_workers] */
+  int32_t n_workers;     /* threads started (the caller is not counted) */
+  int32_t pending;       /* workers still busy with the current generation */
+  uint64_t generation;   /* bumped once per job */
+  int shutdown;          /* set by tp_pool_destroy */
+  /* the current job, valid while pending > 0 */
+  tp_task_fn fn;
+  void *arg;
+  int64_t n_tasks;
+} tp_pool;
+
+/* Start n_workers threads (0 is allowed: everything then runs on the caller). 0 on success. */
+int tp_pool_init(tp_pool *pool, int32_t n_workers);
+
+/* Wake, stop and join every worker; free the pool's memory. Only after a successful init. */
+void tp_pool_destroy(tp_pool *pool);
+
+/*
+ * Run fn(arg, t, n_tasks) for t in [0, n_tasks) over the caller plus the pool's workers and
+ * return when all are done. The split is deterministic: of the n = n_workers + 1 threads,
+ * thread k (the caller is k = 0) runs the contiguous tasks [k * n_tasks / n, (k+1) * n_tasks / n).
+ * Calls on one pool are serialized; fn must not call tp_parallel_for on the same pool (deadlock).
+ */
+void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg);
+
+/* ---- context (cpu.c) ---------------------------------------------------------------------- */
+
+#define TP_ERROR_BYTES 512
+
+struct tp_ctx {
+  int32_t n_threads;          /* workers + the caller, in [1, 256] */
+  int32_t isa;                /* a tp_isa value, chosen at create */
+  char error[TP_ERROR_BYTES]; /* message of the last failure, "" if none */
+  tp_pool pool;
+};
+
+/* ---- conversion kernels ------------------------------------------------------------------- */
+
+/*
+ * Convert n elements from src to dst. Pointers are aligned to their element size (cpu.c checks),
+ * n may be any count (tails are the kernel's business). `flags` are the TP_CAST_* bits; only the
+ * f32 -> fp8 kernels read them.
+ */
+typedef void (*tp_cast_fn)(const void *src, void *dst, size_t n, uint32_t flags);
+
+/* cast_scalar.c: the reference, bit-exact as documented in tp.h */
+void tp_cast_f16_to_f32_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_f16_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_bf16_to_f32_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_bf16_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f8_e4m3fn_to_f32_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_f8_e4m3fn_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f8_e5m2_to_f32_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_f8_e5m2_scalar(const void *src, void *dst, size_t n, uint32_t flags);
+
+/* cast_avx2.c (AVX2 + FMA + F16C) */
+void tp_cast_f16_to_f32_avx2(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_f16_avx2(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_bf16_to_f32_avx2(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_bf16_avx2(const void *src, void *dst, size_t n, uint32_t flags);
+
+/* cast_avx512.c (AVX-512 F + BW + VL, F16C) */
+void tp_cast_f16_to_f32_avx512(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_f16_avx512(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_bf16_to_f32_avx512(const void *src, void *dst, size_t n, uint32_t flags);
+void tp_cast_f32_to_bf16_avx512(const void *src, void *dst, size_t n, uint32_t flags);
+
+#endif /* TP_CPU_INTERNAL_H */

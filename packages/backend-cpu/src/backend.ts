@@ -1,0 +1,177 @@
+/**
+ * The `cpu` backend: tensors live in 64-byte-aligned host memory from libtp_cpu.so (`tp_alloc`), and
+ * ops run as C kernels on a native context (a thread pool and an ISA level chosen at run time).
+ * `loadBackend("cpu")` in @tp/tensor imports this package and calls {@link createBackend}.
+ *
+ * This build implements memory (alloc / free / upload / read of any view, with accounting and
+ * budgets) and the `cast` op. Every other op of the Backend interface throws E_UNSUPPORTED naming the
+ * op until its kernel lands (the CPU-backend issue).
+ *
+ * Source: native/include/tp.h; @tp/tensor backend.ts for the op semantics.
+ */
+
+import { type Pointer, toArrayBuffer } from "bun:ffi";
+import { readFileSync } from "node:fs";
+import {
+  BackendBase,
+  type BackendCapabilities,
+  type BackendOptions,
+  DTYPE_NAMES,
+  type DTypeName,
+  dtypeBytes,
+  type Tensor,
+  TpError,
+} from "@tp/tensor";
+import {
+  CAST_DTYPES,
+  CAST_SATURATE,
+  type CastDtype,
+  type CpuLibrary,
+  loadCpuLibrary,
+  type NativeContext,
+} from "./ffi.ts";
+
+/** A block of native memory and a JS view over it (empty for 0 bytes). */
+interface HostBlock {
+  readonly ptr: Pointer | null;
+  readonly bytes: Uint8Array;
+}
+
+/**
+ * Threads for a CPU backend: the option, else `TP_THREADS`, else 0 (all CPUs).
+ * @throws TpError E_ARG for a value that is not an integer in [0, 256], naming where it came from
+ */
+export function resolveThreads(option: number | undefined, env = process.env.TP_THREADS): number {
+  const [value, source] =
+    option !== undefined ? [option, "--threads"] : [env === undefined ? 0 : Number(env), "TP_THREADS"];
+  if (!Number.isInteger(value) || value < 0 || value > 256) {
+    throw new TpError(
+      "E_ARG",
+      `${source} must be an integer from 1 to 256 (0: all CPUs), got '${option ?? env}'`,
+    );
+  }
+  return value;
+}
+
+function cpuModelName(): string {
+  try {
+    const line = readFileSync("/proc/cpuinfo", "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("model name"));
+    return line?.split(":")[1]?.trim() || process.arch;
+  } catch {
+    return process.arch;
+  }
+}
+
+const isCastDtype = (d: DTypeName): d is CastDtype => Object.hasOwn(CAST_DTYPES, d);
+
+/**
+ * The CPU backend. Create it with {@link createBackend} or `loadBackend("cpu", options)`.
+ * @see BackendBase for memory semantics; Backend (in @tp/tensor) for the op contracts.
+ */
+export class CpuBackend extends BackendBase {
+  readonly name = "cpu";
+  readonly device: string;
+  /** The native library. */
+  readonly lib: CpuLibrary;
+  /** The native context (thread pool, ISA level) every op runs on. */
+  readonly ctx: NativeContext;
+
+  /**
+   * @throws TpError E_IO when the native library is not built; E_ARG for bad threads or budget
+   */
+  constructor(options: BackendOptions = {}) {
+    super("cpu", options);
+    this.lib = loadCpuLibrary();
+    this.ctx = this.lib.createContext(resolveThreads(options.threads));
+    this.device = `${cpuModelName()} (${this.ctx.isa}, ${this.ctx.threads} threads)`;
+    if (options.verbose) console.error(`cpu backend: ${this.device}`);
+  }
+
+  capabilities(): BackendCapabilities {
+    return { ops: ["cast"], weightFormats: [], dtypes: DTYPE_NAMES };
+  }
+
+  protected allocStorage(bytes: number): HostBlock {
+    const ptr = this.lib.alloc(bytes);
+    return { ptr, bytes: ptr === null ? new Uint8Array(0) : new Uint8Array(toArrayBuffer(ptr, 0, bytes)) };
+  }
+
+  protected freeStorage(handle: unknown): void {
+    this.lib.free((handle as HostBlock).ptr);
+  }
+
+  protected writeStorage(handle: unknown, offset: number, data: Uint8Array): void {
+    (handle as HostBlock).bytes.set(data, offset);
+  }
+
+  protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
+    return (handle as HostBlock).bytes.slice(offset, offset + length);
+  }
+
+  /** The bytes of a contiguous tensor's elements (a view on native memory, valid until freed). */
+  #elements(t: Tensor): Uint8Array {
+    const size = dtypeBytes(t.dtype);
+    return (t.storage.handle as HostBlock).bytes.subarray(
+      t.layout.offset * size,
+      (t.layout.offset + t.numel) * size,
+    );
+  }
+
+  /**
+   * Elementwise dtype conversion (tp_cpu_cast): f32 ⇄ f16 / bf16 / f8_e4m3fn / f8_e5m2, or a copy to
+   * the same dtype. Rounding and NaN rules are those of @tp/tensor convert.ts, bit for bit.
+   * @param options.saturate f32 → fp8: clamp overflow to ±max finite instead of NaN / inf
+   * @throws TpError E_UNSUPPORTED for another dtype pair or a non-contiguous view; E_STATE for a freed
+   *   or foreign tensor
+   */
+  override cast(x: Tensor, dtype: DTypeName, options: { saturate?: boolean } = {}): Tensor {
+    this.own(x);
+    const from = x.dtype;
+    const pairOk =
+      from === dtype || (isCastDtype(from) && isCastDtype(dtype) && (from === "f32" || dtype === "f32"));
+    if (!pairOk) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op cast on backend cpu: no conversion ${from} → ${dtype} (f32 ⇄ f16, bf16, f8_e4m3fn, f8_e5m2)`,
+      );
+    }
+    if (!x.isContiguous) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op cast on backend cpu: ${x.describe()} is a strided view; the copy op is not implemented yet`,
+      );
+    }
+    const out = this.alloc(x.shape, dtype, x.name);
+    if (x.numel === 0) return out;
+    if (from === dtype) {
+      this.#elements(out).set(this.#elements(x));
+    } else {
+      this.ctx.cast(
+        this.#elements(x),
+        from as CastDtype,
+        this.#elements(out),
+        dtype as CastDtype,
+        x.numel,
+        options.saturate ? CAST_SATURATE : 0,
+      );
+    }
+    return out;
+  }
+
+  override dispose(): void {
+    super.dispose();
+    if (!this.ctx.destroyed) this.ctx.destroy();
+  }
+}
+
+/**
+ * Create the `cpu` backend.
+ * @param options.threads worker threads incl. the caller (default: TP_THREADS, else all CPUs)
+ * @param options.memoryBudget bytes the backend may hold at once (E_OOM past it)
+ * @throws TpError E_IO when libtp_cpu.so is not built ("run 'bun run build'"); E_ARG for bad options
+ */
+export function createBackend(options: BackendOptions = {}): CpuBackend {
+  return new CpuBackend(options);
+}

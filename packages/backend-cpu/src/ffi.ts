@@ -1,0 +1,419 @@
+/**
+ * The one bun:ffi file of @tp/backend-cpu: the symbol table of libtp_cpu.so (native/include/tp.h),
+ * grouped by subsystem, and thin typed wrappers that check arguments before any pointer crosses
+ * into C and turn native status codes into {@link TpError}s. No other logic lives here.
+ *
+ * The library is loaded lazily by {@link loadCpuLibrary}, so importing this package never fails,
+ * even where the library is not built.
+ *
+ * Ownership (tp.h): JavaScript owns every buffer it passes; native code keeps no pointer after a
+ * call returns. Memory from {@link CpuLibrary.alloc} is owned by the caller until {@link CpuLibrary.free}.
+ *
+ * Source: native/include/tp.h; ../shared/STYLE.md §4.
+ */
+import { dlopen, type FFIFunction, type Library, type Pointer, ptr } from "bun:ffi";
+import { existsSync } from "node:fs";
+import { resolve } from "node:path";
+import { TpError, type TpErrorCode } from "@tp/tensor";
+
+export type { Pointer } from "bun:ffi";
+
+/** The ABI version this file was written for (tp.h `TP_ABI_VERSION`); other libraries are refused. */
+export const TP_ABI_VERSION = 1;
+
+/** Status codes of tp.h (`tp_status`). */
+export const TP_STATUS = { OK: 0, ERR_ARG: 1, ERR_OOM: 2, ERR_UNSUPPORTED: 3, ERR_INTERNAL: 4 } as const;
+
+/** The {@link TpError} code of each non-OK native status; an unknown status maps to E_INTERNAL. */
+const STATUS_ERROR: Record<number, TpErrorCode> = {
+  [TP_STATUS.ERR_ARG]: "E_ARG",
+  [TP_STATUS.ERR_OOM]: "E_OOM",
+  [TP_STATUS.ERR_UNSUPPORTED]: "E_UNSUPPORTED",
+  [TP_STATUS.ERR_INTERNAL]: "E_INTERNAL",
+};
+
+/** Element types of {@link NativeContext.cast} and their tp.h `tp_dtype` codes (part of the ABI). */
+export const CAST_DTYPES = { f32: 0, f16: 1, bf16: 2, f8_e4m3fn: 3, f8_e5m2: 4 } as const;
+
+/** A dtype name of {@link CAST_DTYPES}. */
+export type CastDtype = keyof typeof CAST_DTYPES;
+
+/** Bytes per element of each {@link CastDtype}. */
+export const CAST_DTYPE_BYTES: Readonly<Record<CastDtype, number>> = {
+  f32: 4,
+  f16: 2,
+  bf16: 2,
+  f8_e4m3fn: 1,
+  f8_e5m2: 1,
+};
+
+/** Flag of {@link NativeContext.cast}: f32 -> fp8 clamps overflow and ±inf to ±max finite (tp.h `TP_CAST_SATURATE`). */
+export const CAST_SATURATE = 1;
+
+/** Instruction-set levels of the kernels and their tp.h `tp_isa` codes, lowest first. */
+export const CPU_ISA = { scalar: 0, avx2: 1, avx512: 2 } as const;
+
+/** An ISA level name of {@link CPU_ISA}. */
+export type CpuIsa = keyof typeof CPU_ISA;
+
+/** CPU feature bits of `tp_cpu_features()` (tp.h `TP_CPU_*`), by name. */
+export const CPU_FEATURES = {
+  avx2: 1 << 0,
+  fma: 1 << 1,
+  f16c: 1 << 2,
+  avx512f: 1 << 3,
+  avx512bw: 1 << 4,
+  avx512vl: 1 << 5,
+  avx512vnni: 1 << 6,
+  avx512bf16: 1 << 7,
+  avxvnni: 1 << 8,
+} as const;
+
+/** A feature name of {@link CPU_FEATURES}. */
+export type CpuFeature = keyof typeof CPU_FEATURES;
+
+/**
+ * Names of the feature bits set in `bits`, in {@link CPU_FEATURES} order (unknown bits are ignored).
+ * @param bits a `tp_cpu_features()` value, e.g. from {@link CpuLibrary.features}
+ * @example cpuFeatureNames(0b111) // ["avx2", "fma", "f16c"]
+ */
+export function cpuFeatureNames(bits: number): CpuFeature[] {
+  return (Object.keys(CPU_FEATURES) as CpuFeature[]).filter((name) => (bits & CPU_FEATURES[name]) !== 0);
+}
+
+/** The symbol table of libtp_cpu.so, one group per area of tp.h. */
+const SYMBOLS = {
+  // version and CPU
+  tp_abi_version: { args: [], returns: "i32" },
+  tp_cpu_features: { args: [], returns: "u32" },
+  tp_cpu_count: { args: [], returns: "i32" },
+  // contexts
+  tp_ctx_create: { args: ["i32", "i32"], returns: "ptr" },
+  tp_ctx_destroy: { args: ["ptr"], returns: "void" },
+  tp_ctx_threads: { args: ["ptr"], returns: "i32" },
+  tp_ctx_isa: { args: ["ptr"], returns: "i32" },
+  tp_ctx_error: { args: ["ptr"], returns: "cstring" },
+  // host memory
+  tp_alloc: { args: ["u64"], returns: "ptr" },
+  tp_free: { args: ["ptr"], returns: "void" },
+  // kernels
+  tp_cpu_cast: { args: ["ptr", "ptr", "i32", "ptr", "i32", "u64", "u32"], returns: "i32" },
+} as const;
+
+/** The raw, unchecked bun:ffi functions of libtp_cpu.so (tp.h signatures). */
+export type CpuSymbols = Library<typeof SYMBOLS>["symbols"];
+
+/**
+ * Where the library is looked for: `$TP_CPU_LIB` when set, else `../build/libtp_cpu.so` relative
+ * to this file (what `bun run build` in packages/backend-cpu writes).
+ */
+export function defaultCpuLibraryPath(): string {
+  const fromEnv = process.env.TP_CPU_LIB;
+  return fromEnv ? resolve(fromEnv) : resolve(import.meta.dir, "../build/libtp_cpu.so");
+}
+
+const loaded = new Map<string, CpuLibrary>();
+
+/**
+ * dlopen `path` with a symbol table.
+ * @throws TpError E_IO naming the platform when the file cannot be loaded or lacks a symbol
+ */
+function openLibrary<S extends Record<string, FFIFunction>>(path: string, symbols: S): Library<S> {
+  try {
+    return dlopen(path, symbols);
+  } catch (cause) {
+    const why = cause instanceof Error ? cause.message : String(cause);
+    throw new TpError(
+      "E_IO",
+      `cannot load the CPU library on ${process.platform}-${process.arch}: ${why}; rebuild it with 'bun run build'`,
+      { file: path, cause },
+    );
+  }
+}
+
+/**
+ * Load libtp_cpu.so (once per path; later calls return the same object).
+ * @param path the library file; default {@link defaultCpuLibraryPath}
+ * @throws TpError E_IO if the file is missing ("run 'bun run build'") or cannot be loaded on this
+ *   platform; E_UNSUPPORTED if its ABI version is not {@link TP_ABI_VERSION}
+ */
+export function loadCpuLibrary(path: string = defaultCpuLibraryPath()): CpuLibrary {
+  const cached = loaded.get(path);
+  if (cached) return cached;
+  if (!existsSync(path)) {
+    throw new TpError(
+      "E_IO",
+      `CPU library not built: ${path} is missing; run 'bun run build' in packages/backend-cpu ` +
+        "(or point TP_CPU_LIB at a built libtp_cpu.so)",
+      { file: path },
+    );
+  }
+  // First the version alone, so that a library of another ABI (whose symbols may differ) is
+  // reported as such rather than as a missing symbol.
+  const probe = openLibrary(path, { tp_abi_version: SYMBOLS.tp_abi_version });
+  const version = probe.symbols.tp_abi_version();
+  probe.close();
+  if (version !== TP_ABI_VERSION) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `CPU library has ABI version ${version}, this package expects ${TP_ABI_VERSION}; rebuild it with 'bun run build'`,
+      { file: path },
+    );
+  }
+  const library = openLibrary(path, SYMBOLS);
+  const lib = new CpuLibrary(path, library.symbols);
+  loaded.set(path, lib);
+  return lib;
+}
+
+/** A non-negative safe integer, or an E_ARG TpError naming `name`. */
+function checkCount(what: string, name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new TpError("E_ARG", `${what}: ${name} must be a non-negative safe integer, got ${value}`);
+  }
+}
+
+/** A loaded libtp_cpu.so: CPU queries, contexts and aligned host memory. Get one from {@link loadCpuLibrary}. */
+export class CpuLibrary {
+  /** Absolute path of the loaded file. */
+  readonly path: string;
+  /**
+   * The raw bun:ffi functions (tp.h signatures). Unchecked: a wrong pointer crashes the process.
+   * For tests and for wrappers in this package; prefer the methods.
+   */
+  readonly raw: CpuSymbols;
+
+  /** @internal use {@link loadCpuLibrary} */
+  constructor(path: string, raw: CpuSymbols) {
+    this.path = path;
+    this.raw = raw;
+  }
+
+  /** ABI version of the library (equals {@link TP_ABI_VERSION} once loaded). */
+  abiVersion(): number {
+    return this.raw.tp_abi_version();
+  }
+
+  /** Feature bits of this CPU ({@link CPU_FEATURES}); only features the OS saves registers for. */
+  features(): number {
+    return this.raw.tp_cpu_features();
+  }
+
+  /** Number of online logical CPUs, at least 1. */
+  cpuCount(): number {
+    return this.raw.tp_cpu_count();
+  }
+
+  /**
+   * Create a context: a pool of `nThreads - 1` worker threads (the calling thread is the n-th) and
+   * the ISA level min(maxIsa, best this CPU supports); read the chosen level from `.isa`.
+   * Destroy it with {@link NativeContext.destroy} (a forgotten context is destroyed on GC).
+   * @param nThreads threads in [1, 256], or 0 for {@link cpuCount}
+   * @param maxIsa highest ISA level to use; default "avx512" (the best available)
+   * @throws TpError E_ARG for a bad nThreads or maxIsa; E_INTERNAL if threads cannot be started
+   */
+  createContext(nThreads = 0, maxIsa: CpuIsa = "avx512"): NativeContext {
+    if (!Number.isInteger(nThreads) || nThreads < 0 || nThreads > 256) {
+      throw new TpError(
+        "E_ARG",
+        `createContext: nThreads must be an integer in [0, 256] (0: all CPUs), got ${nThreads}`,
+      );
+    }
+    if (!Object.hasOwn(CPU_ISA, maxIsa)) {
+      throw new TpError(
+        "E_ARG",
+        `createContext: unknown maxIsa ${JSON.stringify(maxIsa)}; expected one of: ${Object.keys(CPU_ISA).join(", ")}`,
+      );
+    }
+    const handle = this.raw.tp_ctx_create(nThreads, CPU_ISA[maxIsa]);
+    if (handle === null) {
+      throw new TpError(
+        "E_INTERNAL",
+        `createContext: could not start ${nThreads || this.cpuCount()} threads`,
+      );
+    }
+    return new NativeContext(this, handle as Pointer);
+  }
+
+  /**
+   * Allocate 64-byte-aligned host memory (tp_alloc). The caller owns it until {@link free}.
+   * @param bytes size in bytes; 0 returns null (nothing to free)
+   * @returns the address, a multiple of 64; null for 0 bytes
+   * @throws TpError E_ARG if bytes is not a non-negative safe integer; E_OOM if the allocation fails
+   */
+  alloc(bytes: number): Pointer | null {
+    checkCount("alloc", "bytes", bytes);
+    if (bytes === 0) return null;
+    const p = this.raw.tp_alloc(bytes);
+    if (p === null) throw new TpError("E_OOM", `alloc: could not allocate ${bytes} bytes of host memory`);
+    return p as Pointer;
+  }
+
+  /** Release memory from {@link alloc}; null is a no-op. Freeing twice is undefined behaviour (as C's free). */
+  free(p: Pointer | null): void {
+    if (p !== null) this.raw.tp_free(p);
+  }
+}
+
+/** Destroys contexts that were garbage-collected without destroy(). */
+const contextFinalizer = new FinalizationRegistry<{ raw: CpuSymbols; handle: Pointer }>(({ raw, handle }) =>
+  raw.tp_ctx_destroy(handle),
+);
+
+/**
+ * A native context (tp_ctx): a persistent thread pool, the chosen ISA level, and the error buffer of
+ * its calls. One call at a time per context. Create with {@link CpuLibrary.createContext}.
+ */
+export class NativeContext {
+  /** The library this context belongs to. */
+  readonly lib: CpuLibrary;
+  /** Threads used by each call, the caller's included. */
+  readonly threads: number;
+  /** The ISA level its kernels run at. */
+  readonly isa: CpuIsa;
+  #handle: Pointer | null;
+
+  /** @internal use {@link CpuLibrary.createContext} */
+  constructor(lib: CpuLibrary, handle: Pointer) {
+    this.lib = lib;
+    this.#handle = handle;
+    this.threads = lib.raw.tp_ctx_threads(handle);
+    const isaCode = lib.raw.tp_ctx_isa(handle);
+    this.isa = (Object.keys(CPU_ISA) as CpuIsa[]).find((k) => CPU_ISA[k] === isaCode) ?? "scalar";
+    contextFinalizer.register(this, { raw: lib.raw, handle }, this);
+  }
+
+  /** True after {@link destroy}. */
+  get destroyed(): boolean {
+    return this.#handle === null;
+  }
+
+  /**
+   * The native tp_ctx pointer, for raw calls.
+   * @throws TpError E_STATE after {@link destroy}
+   */
+  get handle(): Pointer {
+    if (this.#handle === null) throw new TpError("E_STATE", "native CPU context used after destroy()");
+    return this.#handle;
+  }
+
+  /** Message of the last failed call on this context ("" if none). @throws TpError E_STATE after destroy */
+  lastError(): string {
+    return String(this.lib.raw.tp_ctx_error(this.handle) ?? "");
+  }
+
+  /**
+   * Convert `n` elements from `src` (srcDtype) to `dst` (dstDtype), element i to element i,
+   * bit-exact with the rules of tp.h `tp_cpu_cast` (round to nearest even; NaN and fp8 overflow rules).
+   * Pairs: f32 <-> f16, bf16, f8_e4m3fn, f8_e5m2, and any dtype to itself. Large n is split over
+   * the context's threads. Bytes of dst past n elements are not touched.
+   * @param src       any typed array or DataView, at least n * bytes(srcDtype) bytes, aligned to its element size
+   * @param srcDtype  element type of src
+   * @param dst       as src, for dstDtype; must not overlap src
+   * @param dstDtype  element type of dst
+   * @param n         element count; 0 does nothing (empty views are allowed then)
+   * @param flags     {@link CAST_SATURATE} or 0
+   * @throws TpError E_STATE after destroy; E_ARG for a bad argument (named in the message: empty or
+   *   short views, unknown dtype, bad n or flags, misaligned or overlapping views); E_UNSUPPORTED for
+   *   a pair that is not listed above (e.g. f16 -> bf16)
+   */
+  cast(
+    src: ArrayBufferView,
+    srcDtype: CastDtype,
+    dst: ArrayBufferView,
+    dstDtype: CastDtype,
+    n: number,
+    flags = 0,
+  ): void {
+    const handle = this.handle;
+    const srcCode = dtypeCode("srcDtype", srcDtype);
+    const dstCode = dtypeCode("dstDtype", dstDtype);
+    checkCount("cast", "n", n);
+    if (!Number.isInteger(flags) || flags < 0 || flags > 0xffffffff) {
+      throw new TpError("E_ARG", `cast: flags must be a 32-bit unsigned integer, got ${flags}`);
+    }
+    const srcPtr = viewPointer("src", src, srcDtype, n);
+    const dstPtr = viewPointer("dst", dst, dstDtype, n);
+    check(this, this.lib.raw.tp_cpu_cast(handle, srcPtr, srcCode, dstPtr, dstCode, n, flags));
+  }
+
+  /**
+   * Stop the worker threads and free the context.
+   * @throws TpError E_STATE if it was already destroyed
+   */
+  destroy(): void {
+    const handle = this.handle;
+    this.#handle = null;
+    contextFinalizer.unregister(this);
+    this.lib.raw.tp_ctx_destroy(handle);
+  }
+
+  /** `using ctx = lib.createContext()` support: destroys the context unless already destroyed. */
+  [Symbol.dispose](): void {
+    if (!this.destroyed) this.destroy();
+  }
+}
+
+/** The tp_dtype code of a dtype name, or an E_ARG TpError naming the argument. */
+function dtypeCode(name: string, dtype: CastDtype): number {
+  if (typeof dtype !== "string" || !Object.hasOwn(CAST_DTYPES, dtype)) {
+    throw new TpError(
+      "E_ARG",
+      `cast: unknown ${name} ${JSON.stringify(dtype)}; expected one of: ${Object.keys(CAST_DTYPES).join(", ")}`,
+    );
+  }
+  return CAST_DTYPES[dtype];
+}
+
+/**
+ * The pointer to pass for a view holding n elements of dtype; null when n is 0 (nothing is read or
+ * written, and bun:ffi cannot take the pointer of an empty view).
+ */
+function viewPointer(name: string, view: ArrayBufferView, dtype: CastDtype, n: number): Pointer | null {
+  if (!ArrayBuffer.isView(view)) {
+    throw new TpError("E_ARG", `cast: ${name} must be a typed array or DataView, got ${describe(view)}`);
+  }
+  if (n === 0) return null;
+  const size = CAST_DTYPE_BYTES[dtype];
+  if (view.byteLength === 0) {
+    throw new TpError("E_ARG", `cast: ${name} is an empty ${describe(view)} but n = ${n} ${dtype} elements`);
+  }
+  if (n * size > view.byteLength) {
+    throw new TpError(
+      "E_ARG",
+      `cast: ${name} holds ${view.byteLength} bytes, but n = ${n} ${dtype} elements need ${n * size}`,
+    );
+  }
+  const p = ptr(view as NodeJS.TypedArray | DataView); // ArrayBuffer.isView: one of the two
+  if (p % size !== 0) {
+    throw new TpError(
+      "E_ARG",
+      `cast: ${name} is not aligned to ${size} bytes, the size of a ${dtype} element`,
+    );
+  }
+  return p;
+}
+
+/** A short description of a value for messages: "Float32Array(3)", "number". */
+function describe(value: unknown): string {
+  if (ArrayBuffer.isView(value)) {
+    const length = "length" in value ? (value as { length: number }).length : value.byteLength;
+    return `${value.constructor.name}(${length})`;
+  }
+  return value === null ? "null" : typeof value;
+}
+
+/**
+ * Turn a native status into an error: returns for TP_OK, else throws a TpError with the native
+ * message of `ctx` (tp_ctx_error).
+ * @param ctx the context the call ran on
+ * @param status a tp_status returned by a call on ctx
+ * @throws TpError E_ARG (TP_ERR_ARG), E_OOM (TP_ERR_OOM), E_UNSUPPORTED (TP_ERR_UNSUPPORTED),
+ *   E_INTERNAL (TP_ERR_INTERNAL or an unknown status)
+ */
+export function check(ctx: NativeContext, status: number): void {
+  if (status === TP_STATUS.OK) return;
+  const code = STATUS_ERROR[status] ?? "E_INTERNAL";
+  const message = ctx.lastError() || `native CPU call failed with status ${status}`;
+  throw new TpError(code, message);
+}
