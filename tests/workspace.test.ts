@@ -31,6 +31,19 @@ function sourceFiles(dir: string): string[] {
   return out;
 }
 
+function install(dir: string): void {
+  const r = Bun.spawnSync(["bun", "install", "--no-progress"], { cwd: dir, stderr: "pipe", stdout: "pipe" });
+  expect(r.stderr.toString()).not.toContain("error");
+  expect(r.exitCode).toBe(0);
+}
+
+function runIn(dir: string, file: string): string {
+  const r = Bun.spawnSync(["bun", file], { cwd: dir, stderr: "pipe", stdout: "pipe" });
+  expect(r.stderr.toString()).toBe("");
+  expect(r.exitCode).toBe(0);
+  return r.stdout.toString();
+}
+
 describe("packages", () => {
   test("every package named in ARCHITECTURE.md exists with a README and typed exports", () => {
     const names = packageDirs.map((d) => manifest(d).name).sort();
@@ -123,16 +136,8 @@ console.log(JSON.stringify({ n, half: f32ToF16(1.5).toString(16), code, q4k: wei
           files: ["main.ts"],
         }),
       );
-      const install = Bun.spawnSync(["bun", "install", "--no-progress"], {
-        cwd: dir,
-        stderr: "pipe",
-        stdout: "pipe",
-      });
-      expect(install.stderr.toString()).not.toContain("error");
-      expect(install.exitCode).toBe(0);
-      const run = Bun.spawnSync(["bun", "main.ts"], { cwd: dir, stderr: "pipe", stdout: "pipe" });
-      expect(run.stderr.toString()).toBe("");
-      expect(JSON.parse(run.stdout.toString())).toEqual({ n: 24, half: "3e00", code: "E_SHAPE", q4k: 288 });
+      install(dir);
+      expect(JSON.parse(runIn(dir, "main.ts"))).toEqual({ n: 24, half: "3e00", code: "E_SHAPE", q4k: 288 });
       const tsc = Bun.spawnSync([join(root, "node_modules/.bin/tsc"), "-p", "tsconfig.json"], {
         cwd: dir,
         stderr: "pipe",
@@ -140,6 +145,43 @@ console.log(JSON.stringify({ n, half: f32ToF16(1.5).toString(16), code, q4k: wei
       });
       expect(tsc.stdout.toString() + tsc.stderr.toString()).toBe("");
       expect(tsc.exitCode).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("a throwaway project adds @tp/tensor and @tp/backend-cpu by path and runs the README example", () => {
+    // The recipe of packages/tensor/README.md: both packages by path, and an override so that
+    // backend-cpu's "workspace:*" dependency on @tp/tensor resolves to the same copy.
+    const dir = mkdtempSync(join(tmpdir(), "tp-consumer-"));
+    const tensor = `file:${join(root, "packages/tensor")}`;
+    try {
+      writeFileSync(
+        join(dir, "package.json"),
+        JSON.stringify({
+          name: "consumer",
+          private: true,
+          type: "module",
+          dependencies: {
+            "@tp/tensor": tensor,
+            "@tp/backend-cpu": `file:${join(root, "packages/backend-cpu")}`,
+          },
+          overrides: { "@tp/tensor": tensor },
+        }),
+      );
+      writeFileSync(
+        join(dir, "main.ts"),
+        `import { loadBackend } from "@tp/tensor";
+const cpu = await loadBackend("cpu", { threads: 2, memoryBudget: 2 ** 20 });
+const x = cpu.upload(new Float32Array([1, 2, 3, 4, 5, 6]), [2, 3], "f32", "x");
+const t = await cpu.read(x.transpose(0, 1));
+console.log(JSON.stringify({ t: Array.from(t as Float32Array), stats: cpu.memory.stats() }));
+`,
+      );
+      install(dir);
+      const out = JSON.parse(runIn(dir, "main.ts"));
+      expect(out.t).toEqual([1, 4, 2, 5, 3, 6]);
+      expect(out.stats).toEqual({ owner: "cpu", current: 24, peak: 24, budget: 2 ** 20, allocations: 1 });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -11,6 +11,7 @@ const USAGE = `usage: bun apps/cli <command> [options]
 
 commands:
   backends [--threads N] [--json]   list the compute backends and whether each can start here
+                                    (--threads 0: all CPUs, the default)
   help                              this text`;
 
 /** `backends`: try to start every registered backend and report its device or the reason it cannot. */
@@ -23,23 +24,29 @@ async function backends(args: string[]): Promise<number> {
   const options: BackendOptions = {};
   if (values.threads !== undefined) {
     const n = Number(values.threads);
-    if (!Number.isInteger(n) || n < 1)
-      throw new TpError("E_ARG", `--threads must be a positive integer, got '${values.threads}'`);
+    if (values.threads.trim() === "" || !Number.isInteger(n) || n < 0 || n > 256) {
+      throw new TpError(
+        "E_ARG",
+        `--threads must be an integer from 1 to 256 (0: all CPUs), got '${values.threads}'`,
+      );
+    }
     options.threads = n;
   }
-  const rows: { backend: string; available: boolean; device: string }[] = [];
+  const rows: { backend: string; available: boolean; device: string | null; error: string | null }[] = [];
   for (const name of backendNames()) {
     try {
       const b = await loadBackend(name, options);
-      rows.push({ backend: name, available: true, device: b.device });
+      rows.push({ backend: name, available: true, device: b.device, error: null });
       b.dispose();
     } catch (e) {
-      rows.push({ backend: name, available: false, device: e instanceof Error ? e.message : String(e) });
+      const error = e instanceof TpError ? `${e.code}: ${e.message}` : String(e);
+      rows.push({ backend: name, available: false, device: null, error });
     }
   }
   if (values.json) console.log(JSON.stringify(rows, null, 2));
   else
-    for (const r of rows) console.log(`${r.backend.padEnd(8)} ${r.available ? "yes" : "no "}  ${r.device}`);
+    for (const r of rows)
+      console.log(`${r.backend.padEnd(8)} ${r.available ? "yes" : "no "}  ${r.device ?? r.error}`);
   return 0;
 }
 

@@ -2,7 +2,8 @@
  * Build packages/backend-cpu/build/libtp_cpu.so from native/cpu/*.c (run by `bun run build` in
  * this package; turbo caches the result, keyed on native/**).
  *
- * - Compiler: $CC if it names a program that exists, else the first of cc, gcc, clang on PATH.
+ * - Compiler: $CC when set (an error if it names no program: an explicit choice is never silently
+ *   replaced), else the first of cc, gcc, clang on PATH.
  * - Flags: see native/cpu/README.md. Every file gets BASE_FLAGS; `*_avx2.c` and `*_avx512.c`
  *   also get their ISA flags, and only they do, so the library loads on any x86-64 and picks
  *   its kernels at run time. On other architectures the ISA files are skipped.
@@ -61,10 +62,12 @@ function findCompiler(): string[] {
     const [program = "", ...args] = cc.split(/\s+/);
     const found = program.includes("/") ? (existsSync(program) ? program : null) : Bun.which(program);
     if (found) return [found, ...args];
-    tried.push(`CC=${cc}`);
-  } else {
-    tried.push("$CC (unset)");
+    throw new TpError(
+      "E_IO",
+      `CC=${cc} names no program: install it, or unset CC to use cc, gcc or clang ('apt-get install gcc')`,
+    );
   }
+  tried.push("$CC (unset)");
   for (const name of ["cc", "gcc", "clang"]) {
     const found = Bun.which(name);
     if (found) return [found];

@@ -38,6 +38,9 @@ describe("cpu backend", () => {
     expect(b).toBeInstanceOf(CpuBackend);
     expect(b.device).toMatch(/\((scalar|avx2|avx512), 2 threads\)$/);
     b.dispose();
+    const one = createBackend({ threads: 1 });
+    expect(one.device).toEndWith(", 1 thread)");
+    one.dispose();
   });
 
   test("upload and read back, including strided views", async () => {

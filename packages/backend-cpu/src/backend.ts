@@ -85,7 +85,7 @@ export class CpuBackend extends BackendBase {
     super("cpu", options);
     this.lib = loadCpuLibrary();
     this.ctx = this.lib.createContext(resolveThreads(options.threads));
-    this.device = `${cpuModelName()} (${this.ctx.isa}, ${this.ctx.threads} threads)`;
+    this.device = `${cpuModelName()} (${this.ctx.isa}, ${this.ctx.threads} thread${this.ctx.threads === 1 ? "" : "s"})`;
     if (options.verbose) console.error(`cpu backend: ${this.device}`);
   }
 

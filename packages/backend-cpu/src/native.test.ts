@@ -840,7 +840,7 @@ describe("scripts/build-native.ts", () => {
     const emptyBin = mkdtempSync(join(tmpdir(), "tp-no-cc-"));
     try {
       const r = Bun.spawnSync([process.execPath, script, "--force"], {
-        env: { PATH: emptyBin, CC: "/nonexistent", HOME: process.env.HOME ?? "/tmp" },
+        env: { PATH: emptyBin, HOME: process.env.HOME ?? "/tmp" },
         stdout: "pipe",
         stderr: "pipe",
       });
@@ -849,7 +849,7 @@ describe("scripts/build-native.ts", () => {
         .split("\n")
         .filter((l) => l.length > 0);
       expect(lines).toHaveLength(1);
-      expect(lines[0]).toStartWith("error E_IO: no C compiler found (tried CC=/nonexistent, cc, gcc, clang)");
+      expect(lines[0]).toStartWith("error E_IO: no C compiler found (tried $CC (unset), cc, gcc, clang)");
       expect(r.exitCode).toBe(1);
     } finally {
       rmSync(emptyBin, { recursive: true, force: true });
@@ -858,5 +858,17 @@ describe("scripts/build-native.ts", () => {
     expect(statSync(lib.path).mtimeMs).toBe(before.mtime);
     expect(readFileSync(lib.path).equals(before.bytes)).toBe(true);
     expect(readdirSync(buildDir).filter((f) => f.endsWith(".tmp") || f.startsWith("obj-"))).toEqual([]);
+  });
+
+  test("an explicit CC that names no program is an error, not a silent fallback", () => {
+    const r = Bun.spawnSync([process.execPath, script, "--force"], {
+      env: { PATH: process.env.PATH ?? "", CC: "/nonexistent/gcc", HOME: process.env.HOME ?? "/tmp" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    expect(r.stderr.toString()).toBe(
+      "error E_IO: CC=/nonexistent/gcc names no program: install it, or unset CC to use cc, gcc or clang ('apt-get install gcc')\n",
+    );
+    expect(r.exitCode).toBe(1);
   });
 });
