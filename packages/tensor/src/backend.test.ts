@@ -116,6 +116,27 @@ describe("Weight", () => {
       scale: { kind: "row", values: new Float32Array(2) },
     });
     expect(ok.k).toBe(256);
+    expect(ok.rotationGroup).toBe(256);
+    const g64 = new Weight({
+      name: "l",
+      format: "int8_convrot",
+      shape: [1, 64],
+      data: new Uint8Array(64),
+      scale: { kind: "row", values: new Float32Array(1) },
+      rotationGroup: 64,
+    });
+    expect(g64.rotationGroup).toBe(64);
+    expect(
+      () =>
+        new Weight({
+          name: "l",
+          format: "int8_convrot",
+          shape: [1, 96],
+          data: new Uint8Array(96),
+          scale: { kind: "row", values: new Float32Array(1) },
+          rotationGroup: 32,
+        }),
+    ).toThrow("int8_convrot rotation group 32 is not a power of 4 (tensor l)");
     const bad = (init: Partial<ConstructorParameters<typeof Weight>[0]>) => () =>
       new Weight({ name: "w", format: "q8_0", shape: [2, 64], data: new Uint8Array(136), ...init });
     expect(bad({})).not.toThrow();

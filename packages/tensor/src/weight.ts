@@ -45,6 +45,19 @@ export interface WeightInit {
   readonly source?: WeightSource;
   /** Scales required by fp8-scaled and ConvRot formats. */
   readonly scale?: WeightScale;
+  /**
+   * ConvRot only: columns per Hadamard rotation group (`convrot_groupsize` of the `.comfy_quant`
+   * marker), a power of 4; default 256 (krea2.md §1.6). Ignored for other formats.
+   */
+  readonly rotationGroup?: number;
+}
+
+/** True for 4, 16, 64, 256, … (the Hadamard block is 4 × 4, krea2.md §1.6). */
+function isPowerOf4(g: number): boolean {
+  if (!Number.isSafeInteger(g) || g < 4) return false;
+  let x = g;
+  while (x % 4 === 0) x /= 4;
+  return x === 1;
 }
 
 /**
@@ -59,6 +72,8 @@ export class Weight {
   readonly data: Uint8Array;
   readonly source: WeightSource | undefined;
   readonly scale: WeightScale | undefined;
+  /** ConvRot rotation group (columns), or undefined for other formats. */
+  readonly rotationGroup: number | undefined;
 
   constructor(init: WeightInit) {
     const where = {
@@ -95,7 +110,9 @@ export class Weight {
       );
     }
     const scale = init.scale;
+    let rotationGroup: number | undefined;
     if (info.family === "convrot") {
+      rotationGroup = init.rotationGroup ?? (info.rotationGroup as number);
       if (scale?.kind !== "row" || scale.values.length !== n) {
         throw new TpError(
           "E_FORMAT",
@@ -103,10 +120,17 @@ export class Weight {
           where,
         );
       }
-      if (k % (info.rotationGroup as number) !== 0) {
+      if (!isPowerOf4(rotationGroup)) {
         throw new TpError(
           "E_FORMAT",
-          `${init.format} K = ${k} is not a multiple of the rotation group ${info.rotationGroup}`,
+          `${init.format} rotation group ${rotationGroup} is not a power of 4`,
+          where,
+        );
+      }
+      if (k % rotationGroup !== 0) {
+        throw new TpError(
+          "E_FORMAT",
+          `${init.format} K = ${k} is not a multiple of the rotation group ${rotationGroup}`,
           where,
         );
       }
@@ -125,6 +149,7 @@ export class Weight {
     this.data = init.data;
     this.source = init.source;
     this.scale = scale;
+    this.rotationGroup = rotationGroup;
   }
 
   /** Output features (rows). */
