@@ -5,6 +5,7 @@
  * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors).
  */
 import { parseArgs } from "node:util";
+import { inspectCheckpoint, renderInspect } from "@tp/formats";
 import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
 
 const USAGE = `usage: bun apps/cli <command> [options]
@@ -12,6 +13,10 @@ const USAGE = `usage: bun apps/cli <command> [options]
 commands:
   backends [--threads N] [--json]   list the compute backends and whether each can start here
                                     (--threads 0: all CPUs, the default)
+  inspect PATH [--json] [--array-limit N]
+                                    what a checkpoint file or directory is: the detected layout,
+                                    metadata (long arrays abridged to N elements, default 8) and the
+                                    tensor table (name, dtype, shape, bytes, offset); --json for machines
   help                              this text`;
 
 /** `backends`: try to start every registered backend and report its device or the reason it cannot. */
@@ -50,12 +55,40 @@ async function backends(args: string[]): Promise<number> {
   return 0;
 }
 
+/** `inspect PATH`: layout, metadata and tensor table of a safetensors/GGUF file or a model directory. */
+function inspect(args: string[]): number {
+  const { values, positionals } = parseArgs({
+    args,
+    options: { json: { type: "boolean", default: false }, "array-limit": { type: "string" } },
+    allowPositionals: true,
+    strict: true,
+  });
+  if (positionals.length !== 1) {
+    throw new TpError(
+      "E_ARG",
+      `inspect takes one PATH (a .safetensors, .gguf or .index.json file, or a directory), got ${positionals.length}`,
+    );
+  }
+  const limit = values["array-limit"] === undefined ? 8 : Number(values["array-limit"]);
+  if (!Number.isInteger(limit) || limit < 0) {
+    throw new TpError(
+      "E_ARG",
+      `--array-limit must be a non-negative integer, got '${values["array-limit"]}'`,
+    );
+  }
+  const report = inspectCheckpoint(positionals[0] as string, { arrayLimit: limit });
+  console.log(values.json ? JSON.stringify(report, null, 2) : renderInspect(report));
+  return 0;
+}
+
 await runCli(async () => {
   const [command, ...rest] = Bun.argv.slice(2);
   try {
     switch (command) {
       case "backends":
         return await backends(rest);
+      case "inspect":
+        return inspect(rest);
       case undefined:
       case "help":
       case "--help":
@@ -63,7 +96,7 @@ await runCli(async () => {
         console.log(USAGE);
         return 0;
       default:
-        throw new TpError("E_ARG", `unknown command '${command}'; expected one of: backends, help`);
+        throw new TpError("E_ARG", `unknown command '${command}'; expected one of: backends, inspect, help`);
     }
   } catch (e) {
     // node:util parseArgs reports unknown flags as TypeError with code ERR_PARSE_ARGS_*.

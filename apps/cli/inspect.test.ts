@@ -1,0 +1,76 @@
+// `bun apps/cli inspect`: text and --json reports, exit 0; one-line errors with exit 1 (bad file) or 2 (usage).
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { GgufArray, ggufKv, writeGguf, writeSafetensors } from "@tp/formats";
+
+const dir = mkdtempSync(join(tmpdir(), "tp-cli-inspect-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const cli = resolve(import.meta.dir, "index.ts");
+const run = (...args: string[]) => {
+  const p = Bun.spawnSync([process.execPath, cli, "inspect", ...args], { stdout: "pipe", stderr: "pipe" });
+  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+};
+
+const gguf = join(dir, "tiny.gguf");
+writeGguf(
+  gguf,
+  [
+    ggufKv("general.architecture", "str", "qwen3"),
+    ggufKv("qwen3.block_count", "u32", 1),
+    ggufKv(
+      "tokenizer.ggml.tokens",
+      "arr",
+      GgufArray.of(
+        "str",
+        Array.from({ length: 100 }, (_, i) => `t${i}`),
+      ),
+    ),
+  ],
+  [{ name: "token_embd.weight", type: "q8_0", shape: [2, 32], data: new Uint8Array(68) }],
+);
+
+test("inspect a GGUF: layout, abridged arrays, tensor table; --json parses", () => {
+  const text = run(gguf);
+  expect(text.code).toBe(0);
+  expect(text.out).toContain("layout: gguf-llm");
+  expect(text.out).toContain('arr[str,100]  ["t0", "t1"');
+  expect(text.out).toContain("… 92 more");
+  expect(text.out).toMatch(/0\s+token_embd\.weight\s+Q8_0\s+\[2, 32\]\s+68\s+\d+/);
+  const j = run("--json", "--array-limit", "2", gguf);
+  expect(j.code).toBe(0);
+  const r = JSON.parse(j.out);
+  expect(r.layout.kind).toBe("gguf-llm");
+  expect(r.metadata["tokenizer.ggml.tokens"]).toEqual({
+    type: "arr",
+    elementType: "str",
+    length: 100,
+    value: ["t0", "t1"],
+    abridged: true,
+  });
+  expect(r.tensors[0]).toMatchObject({ name: "token_embd.weight", dtype: "Q8_0", shape: [2, 32], bytes: 68 });
+});
+
+test("an unrecognised but valid safetensors file is still inspected (layout unknown)", () => {
+  const p = join(dir, "x.safetensors");
+  writeSafetensors(p, [{ name: "foo", dtype: "F32", shape: [1], data: new Uint8Array(4) }], {
+    metadata: { a: "b" },
+  });
+  const r = run("--json", p);
+  expect(r.code).toBe(0);
+  expect(JSON.parse(r.out).layout.kind).toBe("unknown");
+});
+
+test("errors: a broken file exits 1 with one line; usage errors exit 2", () => {
+  const bad = join(dir, "bad.gguf");
+  writeFileSync(bad, "GGUF\x04\x00\x00\x00");
+  const r = run(bad);
+  expect(r.code).toBe(1);
+  expect(r.err.trim().split("\n")).toEqual([
+    expect.stringMatching(/^error E_FORMAT: GGUF version 4 is not supported.*file .*bad\.gguf, offset 4\)$/),
+  ]);
+  expect(run().code).toBe(2);
+  expect(run("--array-limit", "x", gguf).code).toBe(2);
+  expect(run("--bogus", gguf).code).toBe(2);
+});

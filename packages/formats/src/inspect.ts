@@ -1,0 +1,259 @@
+/**
+ * The data behind `bun apps/cli inspect PATH`: the detected layout, the metadata (GGUF keys with long
+ * arrays abridged, or safetensors `__metadata__`), and a table of tensors (name, dtype, shape, bytes,
+ * offset), like llama.cpp's `gguf-dump` and the Hugging Face safetensors viewer.
+ */
+import { statSync } from "node:fs";
+import { isTpError } from "@tp/tensor";
+import { formatBytes, ioError } from "./errors.ts";
+import { GgufArray, jsonValue } from "./gguf/array.ts";
+import type { GgufFile } from "./gguf/file.ts";
+import { GGUF_TYPE_NAMES } from "./gguf/types.ts";
+import { detectLayout, identifyCheckpoint, openCheckpoint } from "./layouts/detect.ts";
+import type { SafetensorsFile } from "./safetensors/file.ts";
+import type { ShardedSafetensors } from "./safetensors/sharded.ts";
+import type { TensorSource } from "./tensors.ts";
+
+/** One metadata entry as reported: its type and value (arrays abridged to their first elements). */
+export interface InspectValue {
+  /** GGUF type name (`"u32"`, `"str"`, `"arr"`) or `"str"` for safetensors metadata. */
+  readonly type: string;
+  /** Element type of an array. */
+  readonly elementType?: string;
+  /** Element count of an array. */
+  readonly length?: number;
+  /** The value; for arrays the first `arrayLimit` elements. */
+  readonly value: unknown;
+  /** True when an array was cut short. */
+  readonly abridged?: boolean;
+}
+
+/** The layout part of a report. */
+export interface InspectLayout {
+  readonly kind: string;
+  readonly description: string;
+  readonly variant?: string;
+  readonly prefix?: string;
+  readonly details?: Readonly<Record<string, unknown>>;
+  readonly names?: string;
+}
+
+/** One row of the tensor table. */
+export interface InspectTensor {
+  readonly name: string;
+  readonly dtype: string;
+  readonly shape: readonly number[];
+  /** Bytes of tensor data. */
+  readonly bytes: number;
+  /** Absolute byte offset in `file`. */
+  readonly offset: number;
+  readonly file: string;
+}
+
+/** What `inspect` prints (and `--json` emits). */
+export interface InspectReport {
+  readonly path: string;
+  /** `"safetensors"`, `"gguf"` or `"directory"`. */
+  readonly container: string;
+  readonly files: readonly { path: string; bytes: number }[];
+  readonly layout: InspectLayout;
+  /** GGUF only: version, alignment, data offset of the first shard. */
+  readonly gguf?: { version: number; alignment: number; dataStart: number };
+  readonly metadata: Readonly<Record<string, InspectValue>>;
+  readonly tensors: readonly InspectTensor[];
+  /** Directories: one report per component file. */
+  readonly components?: Readonly<Record<string, InspectReport>>;
+}
+
+/** Options of {@link inspectCheckpoint}. */
+export interface InspectOptions {
+  /** Array elements to show (default 8). */
+  arrayLimit?: number;
+}
+
+function value(v: unknown, type: number, limit: number): InspectValue {
+  if (v instanceof GgufArray) {
+    const head = v.slice(0, limit).map((x) => (x instanceof GgufArray ? value(x, 9, limit) : jsonValue(x)));
+    return {
+      type: "arr",
+      elementType: v.typeName,
+      length: v.length,
+      value: head,
+      ...(v.length > limit ? { abridged: true } : {}),
+    };
+  }
+  return { type: GGUF_TYPE_NAMES[type] ?? "?", value: typeof v === "bigint" ? v.toString() : v };
+}
+
+function layoutOf(src: TensorSource): InspectLayout {
+  try {
+    const l = identifyCheckpoint(src);
+    return {
+      kind: l.kind,
+      description: l.description,
+      ...(l.variant ? { variant: l.variant } : {}),
+      prefix: l.prefix ?? "",
+      details: l.details,
+      ...(l.names ? { names: l.names.source } : {}),
+    };
+  } catch (e) {
+    if (isTpError(e, "E_FORMAT") || isTpError(e, "E_UNSUPPORTED"))
+      return { kind: "unknown", description: e.message };
+    throw e;
+  }
+}
+
+function fileSize(p: string): number {
+  try {
+    return statSync(p).size;
+  } catch (e) {
+    throw ioError("stat", p, e);
+  }
+}
+
+function inspectFile(path: string, limit: number): InspectReport {
+  const src = openCheckpoint(path);
+  try {
+    const metadata: Record<string, InspectValue> = {};
+    let gguf: InspectReport["gguf"];
+    if (src.kind === "gguf") {
+      const g = src as GgufFile;
+      for (const kv of g.metadata.entries.values()) metadata[kv.key] = value(kv.value, kv.type, limit);
+      const h = g.shards[0]?.header;
+      if (h) gguf = { version: h.version, alignment: h.alignment, dataStart: h.dataStart };
+    } else {
+      const meta = (
+        src as SafetensorsFile | ShardedSafetensors as { metadata?: ReadonlyMap<string, string> | null }
+      ).metadata;
+      const m = meta ?? (src as ShardedSafetensors).shards?.[0]?.metadata ?? null;
+      for (const [k, v] of m ?? []) metadata[k] = { type: "str", value: v };
+    }
+    return {
+      path,
+      container: src.kind,
+      files: src.files.map((f) => ({ path: f, bytes: fileSize(f) })),
+      layout: layoutOf(src),
+      ...(gguf ? { gguf } : {}),
+      metadata,
+      tensors: src.tensors.map((t) => ({
+        name: t.name,
+        dtype: t.dtype,
+        shape: t.shape,
+        bytes: t.byteLength,
+        offset: t.byteOffset,
+        file: t.file,
+      })),
+    };
+  } finally {
+    src.close();
+  }
+}
+
+/**
+ * Inspect a checkpoint file or directory. A file whose layout is not recognised is still inspected
+ * (layout kind `"unknown"` with the reason); a file that is not valid safetensors/GGUF throws.
+ * @throws TpError E_IO for a missing path; E_FORMAT for invalid files or an unknown directory layout
+ */
+export function inspectCheckpoint(path: string, options: InspectOptions = {}): InspectReport {
+  const limit = options.arrayLimit ?? 8;
+  let isDir: boolean;
+  try {
+    isDir = statSync(path).isDirectory();
+  } catch (e) {
+    throw ioError("open", path, e);
+  }
+  if (!isDir) return inspectFile(path, limit);
+  const l = detectLayout(path);
+  const components: Record<string, InspectReport> = {};
+  for (const [k, c] of Object.entries(l.components ?? {})) components[k] = inspectFile(c.path, limit);
+  return {
+    path,
+    container: "directory",
+    files: l.files.map((f) => ({ path: f, bytes: fileSize(f) })),
+    layout: {
+      kind: l.kind,
+      description: l.description,
+      ...(l.variant ? { variant: l.variant } : {}),
+      details: l.details,
+    },
+    metadata: {},
+    tensors: [],
+    components,
+  };
+}
+
+function short(s: string, max: number): string {
+  const one = s.replace(/\n/g, "\\n");
+  return one.length > max ? `${one.slice(0, max)}… (${s.length} chars)` : one;
+}
+
+function showValue(v: InspectValue): string {
+  if (v.type === "arr") {
+    const items = (v.value as unknown[]).map((x) =>
+      typeof x === "object" && x !== null && "type" in x
+        ? showValue(x as InspectValue)
+        : short(JSON.stringify(x), 40),
+    );
+    return `[${items.join(", ")}${v.abridged ? `, … ${(v.length ?? 0) - items.length} more` : ""}]`;
+  }
+  return typeof v.value === "string" ? short(JSON.stringify(v.value), 100) : String(v.value);
+}
+
+function table(rows: string[][], right: number[]): string[] {
+  const widths = (rows[0] ?? []).map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
+  return rows.map((r) =>
+    r
+      .map((c, i) => (right.includes(i) ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number)))
+      .join("  ")
+      .trimEnd(),
+  );
+}
+
+/** A report as text for people (what `inspect` prints without `--json`). */
+export function renderInspect(r: InspectReport): string {
+  const out: string[] = [];
+  const total = r.files.reduce((a, f) => a + f.bytes, 0);
+  out.push(`path: ${r.path}`);
+  out.push(
+    `container: ${r.container}${r.gguf ? ` v${r.gguf.version}, alignment ${r.gguf.alignment}, data at ${r.gguf.dataStart}` : ""}; ${r.files.length} file(s), ${formatBytes(total)}`,
+  );
+  out.push(`layout: ${r.layout.kind} — ${r.layout.description}`);
+  for (const [k, v] of Object.entries(r.layout.details ?? {})) out.push(`  ${k}: ${v}`);
+  if (r.layout.names) out.push(`  names: ${r.layout.names}`);
+  if (r.components) {
+    for (const [k, c] of Object.entries(r.components)) {
+      out.push("", `== component ${k}`);
+      out.push(renderInspect(c));
+    }
+    return out.join("\n");
+  }
+  const meta = Object.entries(r.metadata);
+  out.push("", `metadata (${meta.length}):`);
+  out.push(
+    ...table(
+      meta.map(([k, v]) => [
+        `  ${k}`,
+        v.type === "arr" ? `arr[${v.elementType},${v.length}]` : v.type,
+        showValue(v),
+      ]),
+      [],
+    ),
+  );
+  const bytes = r.tensors.reduce((a, t) => a + t.bytes, 0);
+  out.push("", `tensors (${r.tensors.length}, ${formatBytes(bytes)}):`);
+  const multi = r.files.length > 1;
+  const rows = [["#", "name", "dtype", "shape", "bytes", "offset", ...(multi ? ["file"] : [])]];
+  r.tensors.forEach((t, i) => {
+    rows.push([
+      String(i),
+      t.name,
+      t.dtype,
+      `[${t.shape.join(", ")}]`,
+      String(t.bytes),
+      String(t.offset),
+      ...(multi ? [t.file.split("/").pop() ?? ""] : []),
+    ]);
+  });
+  out.push(...table(rows, [0, 4, 5]).map((l) => `  ${l}`));
+  return out.join("\n");
+}

@@ -1,0 +1,101 @@
+// What Bun.mmap does on this Bun (the facts mmap.ts is designed around), and MappedFile on a sparse
+// 5 GiB file: per-region views past 4 GiB, unaligned offsets, alignment kept, private mappings.
+import { afterAll, describe, expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { isTpError } from "@tp/tensor";
+import { MAX_VIEW_BYTES, MappedFile, planRegions } from "./mmap.ts";
+import { tempDir, thrown, writeSparse } from "./testing/util.ts";
+
+const GiB = 2 ** 30;
+const tmp = tempDir("mmap");
+afterAll(tmp.cleanup);
+const big = join(tmp.dir, "sparse-5g.bin");
+const marker = new TextEncoder().encode("MARKER-past-4GiB");
+const farOffset = 4.5 * GiB + 3; // unaligned and past 2^32
+writeSparse(big, new TextEncoder().encode("head"), 5 * GiB, [[farOffset, marker]]);
+
+describe("Bun.mmap on this Bun (design facts)", () => {
+  test("one view of more than 2^32 bytes throws; exactly 2^32 works", () => {
+    expect(() => Bun.mmap(big, { offset: 0, size: MAX_VIEW_BYTES + 1, shared: false })).toThrow();
+    expect(() => Bun.mmap(big)).toThrow(); // the whole 5 GiB file
+    expect(Bun.mmap(big, { offset: 4096, size: MAX_VIEW_BYTES, shared: false }).byteLength).toBe(
+      MAX_VIEW_BYTES,
+    );
+  });
+
+  test("an unaligned offset past 4 GiB maps the right bytes", () => {
+    const v = Bun.mmap(big, { offset: farOffset, size: marker.length, shared: false });
+    expect(new TextDecoder().decode(v)).toBe("MARKER-past-4GiB");
+  });
+
+  test("shared: false is copy-on-write: writing into the view leaves the file alone", () => {
+    const small = join(tmp.dir, "cow.bin");
+    writeSparse(small, new Uint8Array([1, 2, 3, 4]), 4);
+    const v = Bun.mmap(small, { offset: 0, size: 4, shared: false });
+    v[0] = 99;
+    expect([...readFileSync(small)]).toEqual([1, 2, 3, 4]);
+  });
+});
+
+describe("MappedFile", () => {
+  test("regions hold whole spans, start on 4096-byte boundaries, and a huge span gets its own", () => {
+    const r = planRegions(
+      [
+        { start: 10, end: 100 },
+        { start: 100, end: 5000 },
+        { start: 5000, end: 9000 },
+        { start: 9000, end: 9000 + 3 * GiB },
+      ],
+      8192,
+    );
+    expect(r).toEqual([
+      { start: 0, end: 5000 },
+      { start: 4096, end: 9000 },
+      { start: 8192, end: 9000 + 3 * GiB },
+    ]);
+  });
+
+  test("views past 4 GiB in a 5 GiB file, lazily mapped per region", () => {
+    const spans = [
+      { start: 0, end: 4 },
+      { start: farOffset, end: farOffset + marker.length },
+    ];
+    const m = new MappedFile(big, 5 * GiB, spans);
+    expect(m.regionCount).toBe(2);
+    expect(m.mappedCount).toBe(0);
+    expect(new TextDecoder().decode(m.view(farOffset, marker.length, "far"))).toBe("MARKER-past-4GiB");
+    expect(m.mappedCount).toBe(1);
+    expect(new TextDecoder().decode(m.view(0, 4))).toBe("head");
+    // An unplanned range still works, through its own mapping, and keeps the file offset's alignment.
+    const v = m.view(4 * GiB + 12, 8);
+    expect(v.byteOffset % 4).toBe(0);
+    expect(m.mapAll()).toBe(2);
+  });
+
+  test("ranges outside the file are E_FORMAT; more than 4 GiB in one view is E_UNSUPPORTED", () => {
+    const m = new MappedFile(big, 5 * GiB);
+    const e1 = thrown(() => m.view(5 * GiB - 2, 10, "t"));
+    expect(isTpError(e1, "E_FORMAT")).toBe(true);
+    expect((e1 as Error).message).toContain("tensor t");
+    expect(
+      isTpError(
+        thrown(() => m.view(-1, 1)),
+        "E_FORMAT",
+      ),
+    ).toBe(true);
+    expect(
+      isTpError(
+        thrown(() => m.view(0, 4.5 * GiB)),
+        "E_UNSUPPORTED",
+      ),
+    ).toBe(true);
+    m.close();
+    expect(
+      isTpError(
+        thrown(() => m.view(0, 4)),
+        "E_STATE",
+      ),
+    ).toBe(true);
+  });
+});

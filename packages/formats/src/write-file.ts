@@ -1,0 +1,36 @@
+/**
+ * Atomic file output: outputs and caches are written to a temporary name and renamed, so nothing is
+ * left half-written (../shared/ARCHITECTURE.md, "Errors").
+ */
+import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import { TpError } from "@tp/tensor";
+import { ioError } from "./errors.ts";
+
+let tmpCounter = 0;
+
+/**
+ * Write a file through a temporary name in the same directory and rename it into place.
+ * @param fill called with a `write(bytes)` that appends to the file
+ * @throws TpError E_IO on any failure (the temporary file is removed)
+ */
+export function writeAtomically(path: string, fill: (write: (bytes: Uint8Array) => void) => void): void {
+  const tmp = `${path}.tmp-${process.pid}-${tmpCounter++}`;
+  let fd: number | null = null;
+  try {
+    fd = openSync(tmp, "w");
+    const f = fd;
+    fill((bytes) => {
+      let done = 0;
+      while (done < bytes.byteLength) done += writeSync(f, bytes, done, bytes.byteLength - done);
+    });
+    fsyncSync(fd);
+    closeSync(fd);
+    fd = null;
+    renameSync(tmp, path);
+  } catch (e) {
+    if (fd !== null) closeSync(fd);
+    rmSync(tmp, { force: true });
+    if (e instanceof TpError) throw e;
+    throw ioError("write the file", path, e);
+  }
+}
