@@ -110,13 +110,37 @@ export class CpuBackend extends BackendBase {
     return (handle as HostBlock).bytes.slice(offset, offset + length);
   }
 
-  /** The bytes of a contiguous tensor's elements (a view on native memory, valid until freed). */
-  #elements(t: Tensor): Uint8Array {
+  /**
+   * The bytes of a tensor's elements, a view on native memory valid until the tensor is freed. For op
+   * implementations in this package: checks that the tensor is live, belongs to this backend and is
+   * contiguous.
+   * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED for a strided view (copy it first)
+   */
+  elementBytes(t: Tensor, op: string): Uint8Array {
+    this.own(t);
+    if (!t.isContiguous) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op ${op} on backend cpu: ${t.describe()} is a strided view; copy it first`,
+      );
+    }
     const size = dtypeBytes(t.dtype);
     return (t.storage.handle as HostBlock).bytes.subarray(
       t.layout.offset * size,
       (t.layout.offset + t.numel) * size,
     );
+  }
+
+  /**
+   * Address of a contiguous tensor's first element, for native calls; null for an empty tensor (no
+   * pointer may be taken). The memory stays valid until the tensor's storage is freed.
+   * @throws TpError as {@link elementBytes}
+   */
+  elementPointer(t: Tensor, op: string): Pointer | null {
+    this.elementBytes(t, op);
+    const block = t.storage.handle as HostBlock;
+    if (block.ptr === null || t.numel === 0) return null;
+    return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
   }
 
   /**
@@ -127,7 +151,6 @@ export class CpuBackend extends BackendBase {
    *   or foreign tensor
    */
   override cast(x: Tensor, dtype: DTypeName, options: { saturate?: boolean } = {}): Tensor {
-    this.own(x);
     const from = x.dtype;
     const pairOk =
       from === dtype || (isCastDtype(from) && isCastDtype(dtype) && (from === "f32" || dtype === "f32"));
@@ -137,25 +160,14 @@ export class CpuBackend extends BackendBase {
         `op cast on backend cpu: no conversion ${from} → ${dtype} (f32 ⇄ f16, bf16, f8_e4m3fn, f8_e5m2)`,
       );
     }
-    if (!x.isContiguous) {
-      throw new TpError(
-        "E_UNSUPPORTED",
-        `op cast on backend cpu: ${x.describe()} is a strided view; the copy op is not implemented yet`,
-      );
-    }
+    const src = this.elementBytes(x, "cast");
     const out = this.alloc(x.shape, dtype, x.name);
     if (x.numel === 0) return out;
-    if (from === dtype) {
-      this.#elements(out).set(this.#elements(x));
-    } else {
-      this.ctx.cast(
-        this.#elements(x),
-        from as CastDtype,
-        this.#elements(out),
-        dtype as CastDtype,
-        x.numel,
-        options.saturate ? CAST_SATURATE : 0,
-      );
+    const dst = this.elementBytes(out, "cast");
+    if (from === dtype) dst.set(src);
+    else {
+      const flags = options.saturate ? CAST_SATURATE : 0;
+      this.ctx.cast(src, from as CastDtype, dst, dtype as CastDtype, x.numel, flags);
     }
     return out;
   }
