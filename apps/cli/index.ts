@@ -23,13 +23,21 @@ commands:
 async function backends(args: string[]): Promise<number> {
   const { values } = parseArgs({
     args,
-    options: { threads: { type: "string" }, json: { type: "boolean", default: false } },
+    options: {
+      threads: { type: "string" },
+      json: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
     strict: true,
   });
+  if (values.help) {
+    console.log(USAGE);
+    return 0;
+  }
   const options: BackendOptions = {};
   if (values.threads !== undefined) {
     const n = Number(values.threads);
-    if (values.threads.trim() === "" || !Number.isInteger(n) || n < 0 || n > 256) {
+    if (!/^\d{1,3}$/.test(values.threads) || n > 256) {
       throw new TpError(
         "E_ARG",
         `--threads must be an integer from 1 to 256 (0: all CPUs), got '${values.threads}'`,

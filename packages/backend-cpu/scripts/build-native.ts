@@ -17,9 +17,12 @@
  * Errors: one line on stderr (`error E_IO: ...` for a missing compiler, header or library) and
  * exit status 1. Compiler diagnostics for errors in the C code itself are printed above that line.
  */
+
+import { dlopen } from "bun:ffi";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, join, relative, resolve } from "node:path";
 import { runCli, TpError } from "@tp/tensor";
+import { checkLibraryFile, TP_ABI_VERSION } from "../src/ffi.ts";
 
 const PACKAGE_DIR = resolve(import.meta.dir, "..");
 const ROOT = resolve(PACKAGE_DIR, "../..");
@@ -111,19 +114,58 @@ function compileError(what: string, output: string): TpError {
       `${what}: library ${library[1]} not found: install it ('apt-get install libc6-dev')`,
     );
   }
+  if (output.trim() === "")
+    return new TpError("E_IO", `${what} failed and the compiler printed nothing; check CC`);
   process.stderr.write(output.endsWith("\n") ? output : `${output}\n`);
   return new TpError("E_INTERNAL", `${what} failed (compiler output above)`);
 }
 
-/** Run argv; resolve with the exit code and the combined output. */
+/** Children still running, killed if the build is interrupted. */
+const children = new Set<ReturnType<typeof Bun.spawn>>();
+
+/**
+ * Run argv; resolve with the exit code and the combined output.
+ * @throws TpError E_IO when the program cannot be started (not executable, a directory, ...)
+ */
 async function run(argv: string[]): Promise<{ code: number; output: string }> {
-  const proc = Bun.spawn(argv, { stdout: "pipe", stderr: "pipe" });
+  let proc: ReturnType<typeof Bun.spawn>;
+  try {
+    proc = Bun.spawn(argv, { stdout: "pipe", stderr: "pipe" });
+  } catch (e) {
+    throw new TpError(
+      "E_IO",
+      `cannot run the compiler ${argv[0]}: ${(e as Error).message}; set CC to a C compiler`,
+    );
+  }
+  children.add(proc);
+  proc.exited.then(() => children.delete(proc));
   const [stdout, stderr, code] = await Promise.all([
-    new Response(proc.stdout).text(),
-    new Response(proc.stderr).text(),
+    new Response(proc.stdout as ReadableStream).text(),
+    new Response(proc.stderr as ReadableStream).text(),
     proc.exited,
   ]);
   return { code, output: stdout + stderr };
+}
+
+/**
+ * Check what the linker wrote before it replaces the library: a complete ELF shared object that
+ * dlopen accepts and whose ABI version is this package's (a compiler that "succeeds" without writing
+ * a library must never install junk).
+ * @throws TpError E_IO naming the compiler
+ */
+function verifyLibrary(path: string, compiler: string[]): void {
+  const why = (e: unknown) => (e instanceof Error ? e.message : String(e));
+  if (!existsSync(path))
+    throw new TpError("E_IO", `${compiler.join(" ")} reported success but wrote no library`);
+  try {
+    checkLibraryFile(path);
+    const lib = dlopen(path, { tp_abi_version: { args: [], returns: "i32" } });
+    const version = lib.symbols.tp_abi_version();
+    lib.close();
+    if (version !== TP_ABI_VERSION) throw new Error(`ABI version ${version}, expected ${TP_ABI_VERSION}`);
+  } catch (e) {
+    throw new TpError("E_IO", `${compiler.join(" ")} wrote a library that cannot be used: ${why(e)}`);
+  }
 }
 
 async function main(): Promise<number> {
@@ -135,6 +177,9 @@ async function main(): Promise<number> {
     .map((f) => join(CPU_DIR, f));
   if (sources.length === 0) throw new TpError("E_IO", `no C sources in ${shown(CPU_DIR)}`);
 
+  if (existsSync(LIBRARY) && !statSync(LIBRARY).isFile()) {
+    throw new TpError("E_IO", `${shown(LIBRARY)} exists but is not a file; remove it and build again`);
+  }
   if (!force && existsSync(LIBRARY) && statSync(LIBRARY).mtimeMs > newestInput(sources)) {
     console.log(`${shown(LIBRARY)} is up to date`);
     return 0;
@@ -145,6 +190,17 @@ async function main(): Promise<number> {
   mkdirSync(BUILD_DIR, { recursive: true });
   const objDir = mkdtempSync(join(BUILD_DIR, "obj-"));
   const tmpLibrary = join(BUILD_DIR, `libtp_cpu.so.${process.pid}.tmp`);
+  const cleanUp = () => {
+    for (const child of children) child.kill();
+    rmSync(tmpLibrary, { force: true });
+    rmSync(objDir, { recursive: true, force: true });
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    cleanUp();
+    process.kill(process.pid, signal); // die of the same signal, after cleaning up
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
   try {
     const defines = X86 ? [] : ["-DTP_NO_X86_KERNELS"];
     const objects = sources.map((src) => join(objDir, `${basename(src, ".c")}.o`));
@@ -158,12 +214,14 @@ async function main(): Promise<number> {
       if (r.code !== 0) throw compileError(`compiling ${shown(sources[i] as string)}`, r.output);
     }
 
-    const link = await run([...compiler, "-shared", "-pthread", "-o", tmpLibrary, ...objects]);
+    const link = await run([...compiler, "-shared", "-pthread", "-o", tmpLibrary, ...objects, "-lm"]);
     if (link.code !== 0) throw compileError(`linking ${shown(LIBRARY)}`, link.output);
+    verifyLibrary(tmpLibrary, compiler);
     renameSync(tmpLibrary, LIBRARY);
   } finally {
-    rmSync(tmpLibrary, { force: true });
-    rmSync(objDir, { recursive: true, force: true });
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    cleanUp();
   }
 
   const seconds = ((performance.now() - started) / 1000).toFixed(1);

@@ -105,6 +105,20 @@ describe("cpu backend", () => {
     expect(b.ctx.destroyed).toBe(true);
   });
 
+  test("tensors past 4 GiB: allocated lazily, read in slices, refused whole; a failed allocation costs nothing", async () => {
+    const b = createBackend({ threads: 1 });
+    const big = b.alloc([2 ** 32 + 64], "u8", "big"); // malloc'd but untouched: no RSS
+    expect(b.memory.current).toBe(2 ** 32 + 64);
+    const tail = big.slice(0, 2 ** 32);
+    expect(Array.from((await b.read(tail)) as Uint8Array).length).toBe(64);
+    await expect(b.read(big)).rejects.toThrow(/past the 4 GiB of one JavaScript array/);
+    expect(code(() => b.cast(big, "u8"))).toBe("E_UNSUPPORTED");
+    b.free(big);
+    expect(code(() => b.alloc([2 ** 52], "f32"))).toBe("E_ARG"); // more bytes than a safe integer
+    expect(b.memory.stats()).toMatchObject({ current: 0, peak: 2 ** 32 + 64 });
+    b.dispose();
+  });
+
   test("ops without kernels are E_UNSUPPORTED naming op and backend", () => {
     const b = createBackend({ threads: 1 });
     const x = b.alloc([1, 4], "f32");
@@ -124,5 +138,11 @@ describe("cpu backend", () => {
       "TP_THREADS must be an integer from 1 to 256 (0: all CPUs), got 'lots'",
     );
     expect(() => resolveThreads(-2)).toThrow("--threads must be");
+    for (const env of ["0x10", "1e2", " 3 ", "", "abc"]) {
+      expect(() => resolveThreads(undefined, env)).toThrow(
+        `TP_THREADS must be an integer from 1 to 256 (0: all CPUs), got '${env}'`,
+      );
+    }
+    expect(resolveThreads(null as never, "4")).toBe(4);
   });
 });

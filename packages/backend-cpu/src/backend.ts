@@ -34,7 +34,25 @@ import {
 /** A block of native memory and a JS view over it (empty for 0 bytes). */
 interface HostBlock {
   readonly ptr: Pointer | null;
-  readonly bytes: Uint8Array;
+  readonly byteLength: number;
+}
+
+/** The most bytes one JS view over native memory may span (bun:ffi toArrayBuffer). */
+const MAX_VIEW_BYTES = 2 ** 32;
+
+/**
+ * A Uint8Array over `length` bytes of a block from byte `offset` (bounds already checked by callers).
+ * @throws TpError E_UNSUPPORTED past {@link MAX_VIEW_BYTES}, naming `what`
+ */
+function blockBytes(block: HostBlock, offset: number, length: number, what: string): Uint8Array {
+  if (length === 0 || block.ptr === null) return new Uint8Array(0);
+  if (length > MAX_VIEW_BYTES) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `${what}: ${length} bytes in one view; the cpu backend handles at most 4 GiB at once`,
+    );
+  }
+  return new Uint8Array(toArrayBuffer(block.ptr, offset, length));
 }
 
 /**
@@ -42,12 +60,13 @@ interface HostBlock {
  * @throws TpError E_ARG for a value that is not an integer in [0, 256], naming where it came from
  */
 export function resolveThreads(option: number | undefined, env = process.env.TP_THREADS): number {
-  const [value, source] =
-    option !== undefined ? [option, "--threads"] : [env === undefined ? 0 : Number(env), "TP_THREADS"];
+  const fromEnv = option === undefined || option === null;
+  const envValue = env === undefined ? 0 : /^\d{1,3}$/.test(env) ? Number(env) : Number.NaN; // digits only
+  const [value, source] = fromEnv ? [envValue, "TP_THREADS"] : [option, "--threads"];
   if (!Number.isInteger(value) || value < 0 || value > 256) {
     throw new TpError(
       "E_ARG",
-      `${source} must be an integer from 1 to 256 (0: all CPUs), got '${option ?? env}'`,
+      `${source} must be an integer from 1 to 256 (0: all CPUs), got '${fromEnv ? env : option}'`,
     );
   }
   return value;
@@ -94,8 +113,7 @@ export class CpuBackend extends BackendBase {
   }
 
   protected allocStorage(bytes: number): HostBlock {
-    const ptr = this.lib.alloc(bytes);
-    return { ptr, bytes: ptr === null ? new Uint8Array(0) : new Uint8Array(toArrayBuffer(ptr, 0, bytes)) };
+    return { ptr: this.lib.alloc(bytes), byteLength: bytes };
   }
 
   protected freeStorage(handle: unknown): void {
@@ -103,11 +121,11 @@ export class CpuBackend extends BackendBase {
   }
 
   protected writeStorage(handle: unknown, offset: number, data: Uint8Array): void {
-    (handle as HostBlock).bytes.set(data, offset);
+    blockBytes(handle as HostBlock, offset, data.byteLength, "upload").set(data);
   }
 
   protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
-    return (handle as HostBlock).bytes.slice(offset, offset + length);
+    return blockBytes(handle as HostBlock, offset, length, "read").slice();
   }
 
   /**
@@ -117,6 +135,24 @@ export class CpuBackend extends BackendBase {
    * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED for a strided view (copy it first)
    */
   elementBytes(t: Tensor, op: string): Uint8Array {
+    this.#checkElements(t, op);
+    const size = dtypeBytes(t.dtype);
+    return blockBytes(t.storage.handle as HostBlock, t.layout.offset * size, t.numel * size, `op ${op}`);
+  }
+
+  /**
+   * Address of a contiguous tensor's first element, for native calls; null for an empty tensor (no
+   * pointer may be taken). The memory stays valid until the tensor's storage is freed.
+   * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED for a strided view
+   */
+  elementPointer(t: Tensor, op: string): Pointer | null {
+    this.#checkElements(t, op);
+    const block = t.storage.handle as HostBlock;
+    if (block.ptr === null || t.numel === 0) return null;
+    return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
+  }
+
+  #checkElements(t: Tensor, op: string): void {
     this.own(t);
     if (!t.isContiguous) {
       throw new TpError(
@@ -124,23 +160,6 @@ export class CpuBackend extends BackendBase {
         `op ${op} on backend cpu: ${t.describe()} is a strided view; copy it first`,
       );
     }
-    const size = dtypeBytes(t.dtype);
-    return (t.storage.handle as HostBlock).bytes.subarray(
-      t.layout.offset * size,
-      (t.layout.offset + t.numel) * size,
-    );
-  }
-
-  /**
-   * Address of a contiguous tensor's first element, for native calls; null for an empty tensor (no
-   * pointer may be taken). The memory stays valid until the tensor's storage is freed.
-   * @throws TpError as {@link elementBytes}
-   */
-  elementPointer(t: Tensor, op: string): Pointer | null {
-    this.elementBytes(t, op);
-    const block = t.storage.handle as HostBlock;
-    if (block.ptr === null || t.numel === 0) return null;
-    return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
   }
 
   /**

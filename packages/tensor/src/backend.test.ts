@@ -1,42 +1,10 @@
-// BackendBase, Tensor views and the registry, exercised through a minimal host-memory backend defined
-// here (its storage is a Uint8Array; it implements no ops, so every op must report E_UNSUPPORTED).
+// BackendBase, Tensor views and the registry, exercised through a minimal host-memory backend
+// (testing.ts: its storage is a Uint8Array; it implements no ops, so every op must report E_UNSUPPORTED).
 import { describe, expect, test } from "bun:test";
-import { type BackendCapabilities, OP_METHODS, OP_NAMES, requireSupport } from "./backend.ts";
-import { BackendBase, type BackendOptions } from "./base.ts";
-import { isTpError, type TpErrorCode } from "./errors.ts";
+import { OP_METHODS, OP_NAMES, requireSupport } from "./backend.ts";
 import { BackendRegistry } from "./registry.ts";
+import { errorCode, HostBackend } from "./testing.ts";
 import { Weight } from "./weight.ts";
-
-class HostBackend extends BackendBase {
-  readonly name = "host";
-  readonly device = "test host memory";
-  constructor(options: BackendOptions = {}) {
-    super("host", options);
-  }
-  capabilities(): BackendCapabilities {
-    return { ops: ["cast"], weightFormats: ["f32"], dtypes: ["f32", "f16"] };
-  }
-  protected allocStorage(bytes: number): Uint8Array {
-    return new Uint8Array(bytes);
-  }
-  protected freeStorage(): void {}
-  protected writeStorage(h: unknown, offset: number, data: Uint8Array): void {
-    (h as Uint8Array).set(data, offset);
-  }
-  protected async readStorage(h: unknown, offset: number, length: number): Promise<Uint8Array> {
-    return (h as Uint8Array).slice(offset, offset + length);
-  }
-}
-
-function code(fn: () => unknown): TpErrorCode {
-  try {
-    fn();
-  } catch (e) {
-    if (isTpError(e)) return e.code;
-    throw e;
-  }
-  throw new Error("expected a TpError");
-}
 
 describe("BackendBase and Tensor", () => {
   test("upload, views and read of strided views", async () => {
@@ -61,7 +29,7 @@ describe("BackendBase and Tensor", () => {
     ]);
     const h = b.upload(new Uint16Array([0x3c00, 0xc000]), [2], "f16");
     expect(Array.from((await b.read(h)) as Uint16Array)).toEqual([0x3c00, 0xc000]);
-    expect(code(() => b.upload(new Float32Array(5), [2, 3], "f32"))).toBe("E_SHAPE");
+    expect(errorCode(() => b.upload(new Float32Array(5), [2, 3], "f32"))).toBe("E_SHAPE");
   });
 
   test("memory accounting, free, use after free, budgets, dispose", () => {
@@ -69,18 +37,18 @@ describe("BackendBase and Tensor", () => {
     const a = b.alloc([64], "f32"); // 256 B
     const c = b.alloc([128], "f32"); // 512 B
     expect(b.memory.current).toBe(768);
-    expect(code(() => b.alloc([128], "f32"))).toBe("E_OOM");
+    expect(errorCode(() => b.alloc([128], "f32"))).toBe("E_OOM");
     b.free(a);
     expect(b.memory.current).toBe(512);
     expect(b.memory.peak).toBe(768);
-    expect(code(() => b.free(a))).toBe("E_STATE");
-    expect(code(() => a.reshape(8, 8))).toBe("E_STATE");
+    expect(errorCode(() => b.free(a))).toBe("E_STATE");
+    expect(errorCode(() => a.reshape(8, 8))).toBe("E_STATE");
     const other = new HostBackend();
-    expect(code(() => other.free(c))).toBe("E_STATE");
+    expect(errorCode(() => other.free(c))).toBe("E_STATE");
     b.dispose();
     expect(b.memory.current).toBe(0);
     expect(c.storage.freed).toBe(true);
-    expect(code(() => b.alloc([1], "f32"))).toBe("E_STATE");
+    expect(errorCode(() => b.alloc([1], "f32"))).toBe("E_STATE");
   });
 
   test("every op not implemented is E_UNSUPPORTED naming op and backend", () => {

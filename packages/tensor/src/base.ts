@@ -63,6 +63,73 @@ export function bytesOf(a: HostArray): Uint8Array {
   return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }
 
+/** The host array class `upload` takes for each dtype (raw bytes as Uint8Array are accepted too). */
+const HOST_ARRAY_CLASS: Record<DTypeName, string> = {
+  f64: "Float64Array",
+  f32: "Float32Array",
+  f16: "Uint16Array",
+  bf16: "Uint16Array",
+  u16: "Uint16Array",
+  i16: "Int16Array",
+  i32: "Int32Array",
+  u32: "Uint32Array",
+  i64: "BigInt64Array",
+  u64: "BigUint64Array",
+  i8: "Int8Array",
+  u8: "Uint8Array",
+  f8_e4m3fn: "Uint8Array",
+  f8_e5m2: "Uint8Array",
+  bool: "Uint8Array",
+};
+
+/** "Float32Array(3)", "null", "object": for messages. */
+function describeValue(v: unknown): string {
+  if (ArrayBuffer.isView(v)) return `${v.constructor.name}(${v.byteLength} bytes)`;
+  return v === null ? "null" : typeof v === "object" ? (v.constructor?.name ?? "object") : typeof v;
+}
+
+/**
+ * Check that `data` is the host array of `dtype` (or raw bytes as a Uint8Array) over a live buffer.
+ * @throws TpError E_ARG naming what was expected and what arrived.
+ */
+export function checkHostArray(data: unknown, dtype: DTypeName, what: string): void {
+  const want = HOST_ARRAY_CLASS[dtype];
+  const ok =
+    ArrayBuffer.isView(data) &&
+    !(data instanceof DataView) &&
+    (data.constructor.name === want || data.constructor.name === "Uint8Array");
+  if (!ok)
+    throw new TpError(
+      "E_ARG",
+      `${what}: expected a ${want} (or raw bytes as a Uint8Array), got ${describeValue(data)}`,
+    );
+  if ((data.buffer as ArrayBuffer).detached)
+    throw new TpError("E_ARG", `${what}: the data's ArrayBuffer is detached`);
+}
+
+/** The most bytes one JavaScript typed array holds here (Bun / JavaScriptCore). */
+export const MAX_HOST_ARRAY_BYTES = 2 ** 32;
+
+/**
+ * A host buffer of `bytes` for reading `t` (checking `check` bytes when given, without allocating).
+ * @throws TpError E_UNSUPPORTED past {@link MAX_HOST_ARRAY_BYTES} (read such a tensor in slices);
+ *   E_OOM naming the tensor when the host cannot hold it.
+ */
+function hostBuffer(bytes: number, t: Tensor, check?: number): Uint8Array {
+  const need = check ?? bytes;
+  if (!Number.isSafeInteger(need) || need > MAX_HOST_ARRAY_BYTES) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `reading ${t.describe()} needs ${need} bytes, past the 4 GiB of one JavaScript array; read it in slices`,
+    );
+  }
+  try {
+    return new Uint8Array(bytes);
+  } catch (e) {
+    throw new TpError("E_OOM", `reading ${t.describe()} needs ${need} bytes of host memory`, { cause: e });
+  }
+}
+
 /** Options every backend factory accepts. */
 export interface BackendOptions {
   /** Worker threads (CPU backends); default: all cores, or TP_THREADS. */
@@ -122,6 +189,8 @@ export abstract class BackendBase implements Backend {
   /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
   protected own(t: Tensor): void {
     this.assertUsable();
+    if (!(t instanceof Tensor))
+      throw new TpError("E_STATE", `backend ${this.name}: expected a Tensor, got ${describeValue(t)}`);
     if (t.backend !== this) {
       throw new TpError(
         "E_STATE",
@@ -134,14 +203,9 @@ export abstract class BackendBase implements Backend {
   /** A new storage of `bytes` with memory accounting. @throws TpError E_OOM */
   protected newStorage(bytes: number, what: string): Storage {
     this.assertUsable();
+    this.memory.check(bytes, what); // the budget is enforced before memory is touched
+    const handle = this.allocStorage(bytes); // a failure here leaves the account untouched
     this.memory.reserve(bytes, what);
-    let handle: unknown;
-    try {
-      handle = this.allocStorage(bytes);
-    } catch (e) {
-      this.memory.release(bytes);
-      throw e;
-    }
     const storage: Storage = { id: this.#nextId++, byteLength: bytes, handle, freed: false };
     this.#live.add(storage);
     return storage;
@@ -165,13 +229,12 @@ export abstract class BackendBase implements Backend {
   }
 
   upload(data: HostArray, shape: Shape, dtype: DTypeName, name?: string): Tensor {
+    const what = `upload of ${name ?? "tensor"} ${dtype} ${formatShape(shape)}`;
+    checkHostArray(data, dtype, what);
     const bytes = bytesOf(data);
     const want = numel(shape) * dtypeBytes(dtype);
     if (bytes.byteLength !== want) {
-      throw new TpError(
-        "E_SHAPE",
-        `upload of ${name ?? "tensor"} ${dtype} ${formatShape(shape)} needs ${want} bytes, got ${bytes.byteLength}`,
-      );
+      throw new TpError("E_SHAPE", `${what} needs ${want} bytes, got ${bytes.byteLength}`);
     }
     const t = this.alloc(shape, dtype, name);
     if (want > 0) this.writeStorage(t.storage.handle, 0, bytes);
@@ -184,6 +247,7 @@ export abstract class BackendBase implements Backend {
     const size = dtypeBytes(t.dtype);
     const n = t.numel;
     if (n === 0) return hostArrayFor(t.dtype, new Uint8Array(0));
+    hostBuffer(0, t, n * size); // refuse what one host array cannot hold before touching the device
     if (t.isContiguous) {
       return hostArrayFor(
         t.dtype,
@@ -193,7 +257,7 @@ export abstract class BackendBase implements Backend {
     // Strided view: fetch the span it touches once, then gather on the host.
     const { lo, hi } = storageSpan(t.layout);
     const span = await this.readStorage(t.storage.handle, lo * size, (hi - lo) * size);
-    const out = new Uint8Array(n * size);
+    const out = hostBuffer(n * size, t);
     const offsets = elementOffsets(t.layout);
     for (let i = 0; i < n; i++) {
       const src = ((offsets[i] as number) - lo) * size;

@@ -252,6 +252,7 @@ const DECODE_TABLES = new Map<NarrowFloat, Float32Array>();
  * 256 for fp8). Built on first use and kept; exact (llm.md §2.1).
  */
 export function decodeTable(dtype: NarrowFloat): Float32Array {
+  narrow(dtype);
   let table = DECODE_TABLES.get(dtype);
   if (!table) {
     const n = dtype === "f16" || dtype === "bf16" ? 65536 : 256;
@@ -271,6 +272,10 @@ const BITS_TO_F32: Record<NarrowFloat, (b: number) => number> = {
   f8_e5m2: f8e5m2BitsToF32Bits,
 };
 
+function kindOf(v: unknown): string {
+  return ArrayBuffer.isView(v) ? v.constructor.name : v === null ? "null" : typeof v;
+}
+
 function narrow(dtype: DTypeName): NarrowFloat {
   if (dtype === "f16" || dtype === "bf16" || dtype === "f8_e4m3fn" || dtype === "f8_e5m2") return dtype;
   throw new TpError(
@@ -283,9 +288,19 @@ function narrow(dtype: DTypeName): NarrowFloat {
  * Decode `n` little-endian elements of a narrow float dtype from raw bytes into a new Float32Array.
  * @param bytes  at least n * bytesPerElement bytes (any alignment)
  * @param dtype  f16 | bf16 | f8_e4m3fn | f8_e5m2
- * @throws TpError E_UNSUPPORTED for another dtype; E_ARG when `bytes` is too short.
+ * @throws TpError E_UNSUPPORTED for another dtype; E_ARG when `bytes` is not a Uint8Array, is too short,
+ *   or `n` is not a non-negative integer.
  */
 export function decodeToF32(bytes: Uint8Array, dtype: DTypeName, n?: number): Float32Array {
+  if (!(bytes instanceof Uint8Array)) {
+    throw new TpError(
+      "E_ARG",
+      `decodeToF32: bytes must be a Uint8Array of raw ${dtype} data, got ${kindOf(bytes)}`,
+    );
+  }
+  if (n !== undefined && (!Number.isSafeInteger(n) || n < 0)) {
+    throw new TpError("E_ARG", `decodeToF32: n must be a non-negative integer, got ${n}`);
+  }
   const d = narrow(dtype);
   const width = d === "f16" || d === "bf16" ? 2 : 1;
   const count = n ?? Math.floor(bytes.byteLength / width);
@@ -314,16 +329,19 @@ export function decodeToF32(bytes: Uint8Array, dtype: DTypeName, n?: number): Fl
  * @param values f32 values (Float32Array keeps NaN payloads; use its bits)
  * @param dtype  f16 | bf16 | f8_e4m3fn | f8_e5m2
  * @param options.saturate fp8 only: clamp overflow to ±max finite instead of NaN/inf
- * @throws TpError E_UNSUPPORTED for another dtype.
+ * @throws TpError E_UNSUPPORTED for another dtype; E_ARG when `values` is not a Float32Array.
  */
 export function encodeFromF32(
   values: Float32Array,
   dtype: DTypeName,
   options: { saturate?: boolean } = {},
 ): Uint8Array {
+  if (!(values instanceof Float32Array)) {
+    throw new TpError("E_ARG", `encodeFromF32: values must be a Float32Array, got ${kindOf(values)}`);
+  }
   const d = narrow(dtype);
   const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
-  const saturate = options.saturate ?? false;
+  const saturate = options?.saturate ?? false;
   if (d === "f16" || d === "bf16") {
     const out = new Uint16Array(values.length);
     const enc = d === "f16" ? f32BitsToF16Bits : f32BitsToBf16Bits;

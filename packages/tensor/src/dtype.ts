@@ -287,6 +287,13 @@ export function weightFormatInfo(name: string): WeightFormatInfo {
  * @throws TpError E_UNSUPPORTED for a retired or unknown id, naming the id (and `tensor` if given).
  */
 export function weightFormatFromGgml(id: number, tensor?: string): WeightFormat {
+  if (!Number.isInteger(id) || id < 0) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `ggml type id ${id} is not a type id`,
+      tensor === undefined ? {} : { tensor },
+    );
+  }
   const found = WEIGHT_FORMAT_LIST.find((f) => f.ggmlType === id);
   if (found) return found.name;
   const why = GGML_RETIRED_TYPES.includes(id) ? "a retired ggml type" : "an unknown ggml type";
@@ -314,6 +321,8 @@ export function rowBytes(format: WeightFormat, k: number): number {
  * @throws TpError E_SHAPE for a last dimension that is not a whole number of blocks, or bad dims.
  */
 export function weightBytes(format: WeightFormat, shape: readonly number[]): number {
+  if (!Array.isArray(shape))
+    throw new TpError("E_SHAPE", `weight shape must be an array, got ${String(shape)}`);
   if (shape.length === 0) return rowBytes(format, 1); // a scalar: one element, plain formats only
   let rows = 1;
   for (let i = 0; i < shape.length - 1; i++) {

@@ -90,13 +90,14 @@ export class MemoryAccount {
   }
 
   /**
-   * Reserve `bytes` before allocating them.
+   * Check that `bytes` more fit in the budget, without reserving them (call before allocating; then
+   * {@link reserve} once the allocation succeeded, so a failed allocation never counts).
    * @param what what the bytes are for, named in the error (a tensor name, "scratch")
    * @throws TpError E_OOM when the budget would be exceeded, naming owner, request, use and budget;
    *   E_ARG for a negative or non-integer size.
    */
-  reserve(bytes: number, what = "allocation"): void {
-    if (!Number.isSafeInteger(bytes) || bytes < 0) {
+  check(bytes: number, what = "allocation"): void {
+    if (!Number.isSafeInteger(bytes) || bytes < 0 || !Number.isSafeInteger(this.#current + bytes)) {
       throw new TpError("E_ARG", `${this.owner}: cannot reserve ${bytes} bytes for ${what}`);
     }
     if (!this.fits(bytes)) {
@@ -106,6 +107,14 @@ export class MemoryAccount {
           `${formatBytes(this.#budget as number)} budget is in use; raise the budget or free memory`,
       );
     }
+  }
+
+  /**
+   * Reserve `bytes`: {@link check}, then count them in the current and peak use.
+   * @throws TpError as {@link check}
+   */
+  reserve(bytes: number, what = "allocation"): void {
+    this.check(bytes, what);
     this.#current += bytes;
     this.#allocations++;
     if (this.#current > this.#peak) this.#peak = this.#current;
@@ -113,10 +122,14 @@ export class MemoryAccount {
 
   /**
    * Give back bytes reserved earlier.
-   * @throws TpError E_STATE when more is released than is reserved (a double free).
+   * @throws TpError E_ARG for a size that is not a non-negative integer; E_STATE when more is released
+   *   than is reserved (a double free).
    */
   release(bytes: number): void {
-    if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > this.#current || this.#allocations === 0) {
+    if (!Number.isSafeInteger(bytes) || bytes < 0) {
+      throw new TpError("E_ARG", `${this.owner}: cannot release ${bytes} bytes`);
+    }
+    if (bytes > this.#current || this.#allocations === 0) {
       throw new TpError("E_STATE", `${this.owner}: release of ${bytes} bytes with ${this.#current} reserved`);
     }
     this.#current -= bytes;

@@ -34,8 +34,11 @@ export class BackendRegistry {
    * @throws TpError E_ARG for an empty or non-identifier name.
    */
   register(name: string, factory: BackendFactory): void {
-    if (!/^[a-z][a-z0-9_-]*$/.test(name)) {
+    if (typeof name !== "string" || !/^[a-z][a-z0-9_-]*$/.test(name)) {
       throw new TpError("E_ARG", `backend name '${name}' must be lower-case letters, digits, '-' or '_'`);
+    }
+    if (typeof factory !== "function") {
+      throw new TpError("E_ARG", `backend '${name}': the factory must be a function (options) => Backend`);
     }
     this.#factories.set(name, factory);
   }
@@ -53,11 +56,18 @@ export class BackendRegistry {
    */
   async load(name: string, options: BackendOptions = {}): Promise<Backend> {
     const factory = this.#factories.get(name) ?? (await this.#builtin(name));
-    return await factory(options);
+    const backend = await factory(options);
+    if (typeof backend !== "object" || backend === null || typeof backend.alloc !== "function") {
+      throw new TpError(
+        "E_INTERNAL",
+        `the factory of backend '${name}' returned ${String(backend)}, not a Backend`,
+      );
+    }
+    return backend;
   }
 
   async #builtin(name: string): Promise<BackendFactory> {
-    const pkg = BUILTIN_BACKENDS[name];
+    const pkg = Object.hasOwn(BUILTIN_BACKENDS, name) ? BUILTIN_BACKENDS[name] : undefined;
     if (pkg === undefined) {
       throw new TpError("E_ARG", `unknown backend '${name}'; expected one of: ${this.names().join(", ")}`);
     }

@@ -32,6 +32,8 @@ export function formatShape(shape: Shape): string {
  * @throws TpError E_SHAPE naming the shape (and `what`, e.g. a tensor name).
  */
 export function checkShape(shape: Shape, what = "shape"): void {
+  if (!Array.isArray(shape))
+    throw new TpError("E_SHAPE", `${what} must be an array of sizes, got ${String(shape)}`);
   let n = 1;
   for (const d of shape) {
     if (!Number.isSafeInteger(d) || d < 0) {
@@ -78,10 +80,10 @@ export function sameShape(a: Shape, b: Shape): boolean {
  * elements occupy `[offset, offset + numel)` in order.
  */
 export function isContiguous(layout: Layout): boolean {
+  if (layout.shape.some((d) => d === 0)) return true; // no elements: any layout will do
   let expected = 1;
   for (let i = layout.shape.length - 1; i >= 0; i--) {
     const d = layout.shape[i] as number;
-    if (d === 0) return true;
     if (d !== 1 && layout.strides[i] !== expected) return false;
     expected *= d;
   }
@@ -263,7 +265,7 @@ export function transpose(layout: Layout, dim0: number, dim1: number): Layout {
 /**
  * Elements `start, start+step, … < end` along `dim` (Python slice semantics, negative start/end count
  * from the end and are clamped; step ≥ 1).
- * @throws TpError E_SHAPE for a bad dimension or step.
+ * @throws TpError E_SHAPE for a bad dimension or step, or a start/end that is not an integer.
  */
 export function slice(
   layout: Layout,
@@ -275,6 +277,12 @@ export function slice(
   const d = normalizeDim(dim, layout.shape.length);
   if (!Number.isInteger(step) || step < 1)
     throw new TpError("E_SHAPE", `slice step ${step} must be a positive integer`);
+  for (const [name, v] of [
+    ["start", start],
+    ["end", end],
+  ] as const) {
+    if (!Number.isInteger(v)) throw new TpError("E_SHAPE", `slice ${name} ${v} must be an integer`);
+  }
   const size = layout.shape[d] as number;
   const clamp = (i: number) => Math.min(Math.max(i < 0 ? i + size : i, 0), size);
   const s = clamp(start);
@@ -308,6 +316,29 @@ export function elementOffsets(layout: Layout): Int32Array | Float64Array {
     }
   }
   return out;
+}
+
+/**
+ * Check that a layout is well formed: a valid shape, one stride per dimension, every stride and the
+ * offset non-negative safe integers.
+ * @throws TpError E_SHAPE naming `what` and the layout.
+ */
+export function checkLayout(layout: Layout, what = "view"): void {
+  checkShape(layout?.shape, what);
+  const { shape, strides, offset } = layout;
+  const ok =
+    Array.isArray(strides) &&
+    strides.length === shape.length &&
+    strides.every((s) => Number.isSafeInteger(s) && s >= 0) &&
+    Number.isSafeInteger(offset) &&
+    offset >= 0;
+  if (!ok) {
+    throw new TpError(
+      "E_SHAPE",
+      `${what} ${formatShape(shape)} has a bad layout (strides [${Array.isArray(strides) ? strides.join(", ") : strides}], ` +
+        `offset ${offset}): strides and offset must be non-negative integers, one stride per dimension`,
+    );
+  }
 }
 
 /**

@@ -48,13 +48,14 @@ export class Tensor {
 
   /**
    * Backends create tensors; programs get them from `backend.alloc` / `upload` / ops.
-   * @throws TpError E_SHAPE when the layout reaches outside the storage.
+   * @throws TpError E_SHAPE when the layout is malformed (negative or fractional strides or offset,
+   *   a stride count that differs from the rank) or reaches outside the storage.
    */
   constructor(backend: Backend, storage: Storage, dtype: DTypeName, layout: S.Layout, name?: string) {
-    S.checkShape(layout.shape, name ?? "tensor");
+    S.checkLayout(layout, name ?? "tensor");
     const span = S.storageSpan(layout);
     const bytes = dtypeBytes(dtype);
-    if (layout.offset < 0 || span.hi * bytes > storage.byteLength) {
+    if (span.hi * bytes > storage.byteLength) {
       throw new TpError(
         "E_SHAPE",
         `${name ?? "tensor"} view ${S.formatShape(layout.shape)} (strides [${layout.strides.join(", ")}], ` +

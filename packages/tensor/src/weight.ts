@@ -7,7 +7,7 @@
  * Sources: ../shared/ARCHITECTURE.md "Weights and memory"; krea2.md §1.4 (scale tensors), §1.7–1.8.
  */
 
-import { type WeightFormat, weightBytes, weightFormatInfo } from "./dtype.ts";
+import { isWeightFormat, type WeightFormat, weightBytes, weightFormatInfo } from "./dtype.ts";
 import { TpError } from "./errors.ts";
 import { formatShape } from "./shape.ts";
 
@@ -76,11 +76,38 @@ export class Weight {
   readonly rotationGroup: number | undefined;
 
   constructor(init: WeightInit) {
+    if (typeof init !== "object" || init === null) throw new TpError("E_ARG", "Weight needs an init object");
     const where = {
-      tensor: init.name,
+      tensor: String(init.name),
       ...(init.source ? { file: init.source.file, offset: init.source.byteOffset } : {}),
     };
+    if (!isWeightFormat(String(init.format))) {
+      throw new TpError("E_FORMAT", `unknown weight format '${init.format}'`, where);
+    }
     const info = weightFormatInfo(init.format);
+    if (!(init.data instanceof Uint8Array)) {
+      throw new TpError("E_FORMAT", "weight data must be a Uint8Array of its raw bytes", where);
+    }
+    const src = init.source;
+    if (
+      src &&
+      !(Number.isSafeInteger(src.byteOffset) && src.byteOffset >= 0 && typeof src.file === "string")
+    ) {
+      throw new TpError("E_FORMAT", `bad source byte range (offset ${src.byteOffset})`, where);
+    }
+    const sc = init.scale;
+    if (
+      sc !== undefined &&
+      !(sc?.kind === "tensor" && typeof sc.value === "number" && Number.isFinite(sc.value)) &&
+      !(sc?.kind === "row" && sc.values instanceof Float32Array)
+    ) {
+      throw new TpError(
+        "E_FORMAT",
+        "scale must be {kind: 'tensor', value: finite number} or {kind: 'row', values: Float32Array}",
+        where,
+      );
+    }
+    if (!Array.isArray(init.shape)) throw new TpError("E_FORMAT", "weight shape must be [N, K]", where);
     const [n, k] = init.shape;
     if (init.shape.length !== 2 || !Number.isSafeInteger(n) || !Number.isSafeInteger(k) || n < 0 || k < 0) {
       throw new TpError("E_FORMAT", `weight shape ${formatShape(init.shape)} is not [N, K]`, where);
