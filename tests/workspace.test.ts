@@ -12,13 +12,18 @@ const packageDirs = readdirSync(join(root, "packages")).map((d) => join(root, "p
 const appDirs = readdirSync(join(root, "apps")).map((d) => join(root, "apps", d));
 const manifest = (dir: string) => JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
 
-/** Layer of each package: a package may depend only on lower layers (ARCHITECTURE.md, "Layout"). */
+/**
+ * Layer of each package: a package may depend only on lower layers (ARCHITECTURE.md, "Layout"). @tp/quant
+ * reads checkpoints and writes caches through @tp/formats, so it sits above it; backends may use
+ * @tp/quant's reference codecs.
+ */
 function layer(name: string): number {
   if (name === "@tp/tensor") return 0;
-  if (["@tp/formats", "@tp/quant", "@tp/tokenizer"].includes(name)) return 1;
-  if (name.startsWith("@tp/backend-")) return 1;
-  if (["@tp/llm", "@tp/diffusion"].includes(name)) return 2;
-  if (name.startsWith("@tp/app-")) return 3;
+  if (name === "@tp/formats") return 1;
+  if (["@tp/quant", "@tp/tokenizer"].includes(name)) return 2; // both read model files through formats
+  if (name.startsWith("@tp/backend-")) return 3;
+  if (["@tp/llm", "@tp/diffusion", "@tp/conformance"].includes(name)) return 4; // conformance runs the backends
+  if (name.startsWith("@tp/app-")) return 5;
   throw new Error(`no layer for ${name}`);
 }
 

@@ -7,6 +7,7 @@
 import { parseArgs } from "node:util";
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
 import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
+import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
 
 const USAGE = `usage: bun apps/cli <command> [options]
 
@@ -17,6 +18,7 @@ commands:
                                     what a checkpoint file or directory is: the detected layout,
                                     metadata (long arrays abridged to N elements, default 8) and the
                                     tensor table (name, dtype, shape, bytes, offset); --json for machines
+${QUANTIZE_USAGE}
   help                              this text`;
 
 /** `backends`: try to start every registered backend and report its device or the reason it cannot. */
@@ -97,6 +99,8 @@ await runCli(async () => {
         return await backends(rest);
       case "inspect":
         return inspect(rest);
+      case "quantize":
+        return quantize(rest);
       case undefined:
       case "help":
       case "--help":
@@ -104,7 +108,10 @@ await runCli(async () => {
         console.log(USAGE);
         return 0;
       default:
-        throw new TpError("E_ARG", `unknown command '${command}'; expected one of: backends, inspect, help`);
+        throw new TpError(
+          "E_ARG",
+          `unknown command '${command}'; expected one of: backends, inspect, quantize, help`,
+        );
     }
   } catch (e) {
     // node:util parseArgs reports unknown flags as TypeError with code ERR_PARSE_ARGS_*.

@@ -15,6 +15,7 @@ export * from "./layouts/detect.ts";
 export * from "./layouts/diffusion.ts";
 export * from "./layouts/gguf-llm.ts";
 export * from "./layouts/names.ts";
+export * from "./layouts/quantizable.ts";
 export * from "./layouts/tensor-format.ts";
 export * from "./layouts/text-encoder.ts";
 export * from "./layouts/types.ts";

@@ -1,10 +1,12 @@
 // What Bun.mmap does on this Bun (the facts mmap.ts is designed around), and MappedFile on a sparse
-// 5 GiB file: per-region views past 4 GiB, unaligned offsets, alignment kept, private mappings.
+// 5 GiB file: per-region views past 4 GiB, unaligned offsets, alignment kept, private mappings; and
+// files the process may only read (Bun.mmap opens read-write; the libc fallback maps them).
 import { afterAll, describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { isTpError } from "@tp/tensor";
 import { MAX_VIEW_BYTES, MappedFile, planRegions } from "./mmap.ts";
+import { writeSafetensors } from "./safetensors/write.ts";
 import { tempDir, thrown, writeSparse } from "./testing/util.ts";
 
 const GiB = 2 ** 30;
@@ -98,4 +100,59 @@ describe("MappedFile", () => {
       ),
     ).toBe(true);
   });
+});
+
+describe("files the process may only read", () => {
+  // Bun.mmap opens files read-write; mapRange falls back to a read-only descriptor (mmap-readonly.ts).
+  // Root may write anything, so as root the check runs as an unprivileged user through setpriv.
+  const root = process.getuid?.() === 0;
+  const setpriv = Bun.which("setpriv");
+  const skip = process.platform !== "linux" || (root && setpriv === null);
+  test.skipIf(skip)(
+    `a 0444 checkpoint in a read-only folder opens, maps, reads; writes stay private; mappings are freed${skip ? " [skipped: not Linux, or root without setpriv]" : ""}`,
+    () => {
+      const base = join(tmp.dir, "readonly");
+      const ro = join(base, "models");
+      mkdirSync(ro, { recursive: true });
+      chmodSync(tmp.dir, 0o755);
+      chmodSync(base, 0o755);
+      const file = join(ro, "w.safetensors");
+      const data = new Uint8Array(3 * 4096 + 5).map((_, i) => i & 255);
+      writeSafetensors(file, [{ name: "w", dtype: "U8", shape: [data.length], data }]);
+      chmodSync(file, 0o444);
+      chmodSync(ro, 0o555);
+      const script = join(base, "read.ts");
+      const formats = join(import.meta.dir, "index.ts");
+      writeFileSync(
+        script,
+        `import { openSafetensors } from ${JSON.stringify(formats)};
+let sum = 0;
+for (let i = 0; i < 300; i++) {
+  const f = openSafetensors(${JSON.stringify(file)});
+  const v = f.data("w");
+  for (let j = 0; j < v.length; j += 97) sum += v[j];
+  v[0] = 255; // private: never reaches the file
+  f.close();
+  if (i % 100 === 99) Bun.gc(true);
+}
+console.log(JSON.stringify({ sum }));`,
+      );
+      chmodSync(script, 0o644);
+      const cmd = root
+        ? [setpriv as string, "--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, script]
+        : [process.execPath, script];
+      const r = Bun.spawnSync(cmd, {
+        env: { PATH: process.env.PATH ?? "", HOME: base, BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" },
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      chmodSync(ro, 0o755);
+      expect(r.stderr.toString()).toBe("");
+      let want = 0;
+      for (let j = 0; j < data.length; j += 97) want += data[j] as number;
+      expect(JSON.parse(r.stdout.toString())).toEqual({ sum: want * 300 });
+      const back = readFileSync(file);
+      expect(back.subarray(back.length - data.length).equals(Buffer.from(data))).toBe(true);
+    },
+  );
 });

@@ -11,6 +11,9 @@
  * - by default the mapping is `MAP_SHARED` and writable: a write into the view changes the file on
  *   disk, even for a file with mode 0444 when running as root. We always pass `shared: false`
  *   (`MAP_PRIVATE`, copy-on-write), so a stray write can never damage a checkpoint.
+ * - it opens the file read-write even with `shared: false`: a process that may only read the file
+ *   (not root; or any process on a read-only mount) gets EACCES / EROFS. Then the same private mapping
+ *   is made from a read-only descriptor through libc (`mmap-readonly.ts`, Linux).
  * - there is no unmap call: a mapping is released when its view is garbage-collected.
  *
  * So a file is cut into regions of at most `regionBytes` (1 GiB by default) that each hold whole
@@ -24,6 +27,7 @@
  */
 import { TpError } from "@tp/tensor";
 import { formatBytes, formatError, ioError } from "./errors.ts";
+import { mapReadOnly } from "./mmap-readonly.ts";
 
 /** The largest view one `Bun.mmap` call returns on Bun 1.4.5, in bytes (2^32). */
 export const MAX_VIEW_BYTES = 2 ** 32;
@@ -60,7 +64,19 @@ export function mapRange(path: string, offset: number, length: number): Uint8Arr
   try {
     view = Bun.mmap(path, { offset, size: length, shared: false });
   } catch (e) {
-    throw ioError(`map ${formatBytes(length)} at offset ${offset}`, path, e);
+    // Bun.mmap opens the file read-write even for a private mapping: a file we may only read fails
+    // with EACCES (EROFS on a read-only mount). Map it from a read-only descriptor instead.
+    const code = (e as { code?: string } | null)?.code;
+    let fallback: Uint8Array | null = null;
+    if (code === "EACCES" || code === "EPERM" || code === "EROFS") {
+      try {
+        fallback = mapReadOnly(path, offset, length);
+      } catch (e2) {
+        throw ioError(`map ${formatBytes(length)} at offset ${offset}`, path, e2);
+      }
+    }
+    if (fallback === null) throw ioError(`map ${formatBytes(length)} at offset ${offset}`, path, e);
+    view = fallback;
   }
   if (view.byteLength !== length) {
     throw formatError(`the file ends before byte ${offset + length} (it changed or is truncated)`, {

@@ -9,12 +9,20 @@ import { ioError } from "./errors.ts";
 let tmpCounter = 0;
 
 /**
+ * A fresh temporary name beside `path` (`path.tmp-PID-N`): same directory, so a rename into place is
+ * atomic on one file system.
+ */
+export function temporaryPath(path: string): string {
+  return `${path}.tmp-${process.pid}-${tmpCounter++}`;
+}
+
+/**
  * Write a file through a temporary name in the same directory and rename it into place.
  * @param fill called with a `write(bytes)` that appends to the file
  * @throws TpError E_IO on any failure (the temporary file is removed)
  */
 export function writeAtomically(path: string, fill: (write: (bytes: Uint8Array) => void) => void): void {
-  const tmp = `${path}.tmp-${process.pid}-${tmpCounter++}`;
+  const tmp = temporaryPath(path);
   let fd: number | null = null;
   try {
     fd = openSync(tmp, "w");

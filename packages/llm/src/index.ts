@@ -1,4 +1,7 @@
 /**
- * @tp/llm — skeleton; see README.md. Nothing is exported yet.
+ * @tp/llm — language models on any backend. Part A of the LLM issue: chat templates and samplers;
+ * architectures, the KV cache and generation arrive in part B. See README.md. This file only
+ * re-exports.
  */
-export {};
+export * from "./chat.ts";
+export * from "./sampling.ts";

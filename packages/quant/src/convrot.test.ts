@@ -2,11 +2,13 @@
 // conventions, exact dequantization, the shared int4 fixture (comfy-kitchen's quantizer and
 // dequantizer), the reference linear against the krea2-tiny single-layer goldens, and the errors.
 import { describe, expect, test } from "bun:test";
+import { loadWeight, openSafetensors } from "@tp/formats";
 import type { TpError } from "@tp/tensor";
 import {
   type ConvRotWeight,
   convRotCodes,
   convRotFromTensors,
+  convRotFromWeight,
   dequantizeConvRot,
   packInt4,
   quantizeConvRot,
@@ -25,7 +27,6 @@ import {
   skipNote,
   thrown,
 } from "./testing/fixtures.ts";
-import { readSafetensorsForTest } from "./testing/safetensors.ts";
 
 /** x · dense(W)ᵀ in f64. */
 function denseLinear(x: Float32Array, w: Float32Array, n: number, k: number): Float64Array {
@@ -302,17 +303,9 @@ describe("reference linear", () => {
     ["blocks.1.attn.wk", 256, 64],
   ] as const;
   const weightOf = (file: string, format: "int8_convrot" | "int4_convrot", layer: string) => {
-    const st = readSafetensorsForTest(`${tiny}/checkpoints/${file}.safetensors`);
-    const marker = JSON.parse(new TextDecoder().decode(st.tensors.get(`${layer}.comfy_quant`)?.bytes));
-    const t = (s: string) =>
-      st.tensors.get(`${layer}.${s}`) as NonNullable<ReturnType<typeof st.tensors.get>>;
-    return convRotFromTensors(
-      format,
-      marker.convrot_groupsize,
-      t("weight"),
-      t("weight_scale"),
-      `${layer}.weight`,
-    );
+    const w = loadWeight(openSafetensors(`${tiny}/checkpoints/${file}.safetensors`), `${layer}.weight`);
+    expect(w.format).toBe(format);
+    return convRotFromWeight(w);
   };
 
   test.skipIf(reason !== null)(

@@ -23,7 +23,7 @@
  * differs from it by rounding noise (the shared int4 fixture: ~1.6e-7 relative RMSE).
  */
 
-import { TpError } from "@tp/tensor";
+import { TpError, type Weight } from "@tp/tensor";
 import {
   CONVROT_GROUP_SIZE,
   checkGroups,
@@ -313,4 +313,30 @@ export function convRotFromTensors(
   const w: ConvRotWeight = { format, shape: [n, k], groupSize, data: weight.bytes, scale: s };
   checkConvRotWeight(w, name);
   return w;
+}
+
+/**
+ * The {@link ConvRotWeight} view of a `@tp/tensor` `Weight` (as `@tp/formats`' `loadWeight` returns
+ * it): the same code bytes (not copied), the per-row scales, and `Weight.rotationGroup` as the group.
+ * @param w an `int8_convrot` or `int4_convrot` weight [N, K] with row scales
+ * @throws TpError E_FORMAT when the weight is not ConvRot or has no row scales; E_SHAPE / E_ARG from
+ *   {@link checkConvRotWeight} — naming the tensor.
+ */
+export function convRotFromWeight(w: Weight): ConvRotWeight {
+  if ((w.format !== "int8_convrot" && w.format !== "int4_convrot") || w.scale?.kind !== "row") {
+    throw new TpError(
+      "E_FORMAT",
+      `expected an int8_convrot or int4_convrot weight with row scales, got ${w.format}`,
+      ctx(w.name),
+    );
+  }
+  const out: ConvRotWeight = {
+    format: w.format,
+    shape: w.shape,
+    groupSize: w.rotationGroup ?? CONVROT_GROUP_SIZE,
+    data: w.data,
+    scale: w.scale.values,
+  };
+  checkConvRotWeight(out, w.name);
+  return out;
 }

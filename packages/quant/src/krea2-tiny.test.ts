@@ -1,19 +1,23 @@
 // The krea2-tiny checkpoints (../shared/testdata/krea2-tiny, made by ComfyUI / comfy-kitchen from one
-// set of bf16 values): format detection on every variant, and our quantizers reproducing ComfyUI's
-// int8 / int4 ConvRot and fp8-scaled files from the bf16 checkpoint — every quantized layer, group
-// sizes 256, 64 and 16.
+// set of bf16 values): our quantizers reproducing ComfyUI's int8 / int4 ConvRot and fp8-scaled files
+// from the bf16 checkpoint — every quantized layer, group sizes 256, 64 and 16 — and decoding them.
+// (Format detection on these files is tested in @tp/formats, layouts/krea2-tiny.test.ts.)
 //
 // Tolerances (from issue 4): same shapes; scales within 1e-6 relative; codes equal except where the
 // rotated value sits on a rounding boundary — then at most 1 apart, in no more than 0.1% of values.
 // Measured: every code and every fp8 byte equal, scales within 1.2e-7 relative.
 import { describe, expect, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import {
+  detectSourceFormats,
+  loadWeight,
+  openSafetensors,
+  type SafetensorsFile,
+  type TensorFormat,
+} from "@tp/formats";
 import { decodeToF32 } from "@tp/tensor";
-import { convRotCodes, convRotFromTensors, dequantizeConvRot, quantizeConvRot } from "./convrot.ts";
-import { detectTensorFormats, type TensorInfo } from "./detect.ts";
+import { convRotCodes, convRotFromWeight, dequantizeConvRot, quantizeConvRot } from "./convrot.ts";
 import { dequantizeFp8, quantizeFp8Scaled } from "./fp8.ts";
 import { missingReason, readF32, sharedPath, skipNote } from "./testing/fixtures.ts";
-import { readSafetensorsForTest, type StFile } from "./testing/safetensors.ts";
 
 const dir = sharedPath("testdata/krea2-tiny");
 const ckpt = (v: string) => `${dir}/checkpoints/krea2_tiny_${v}.safetensors`;
@@ -22,139 +26,18 @@ const reason = missingReason(
   ...["bf16", "fp8_e4m3fn", "fp8_scaled", "int8_convrot", "int4_convrot"].map(ckpt),
 );
 
-const cache = new Map<string, StFile>();
-function load(v: string): StFile {
-  let f = cache.get(v);
+const opened = new Map<string, SafetensorsFile>();
+function load(v: string): SafetensorsFile {
+  let f = opened.get(v);
   if (!f) {
-    f = readSafetensorsForTest(ckpt(v));
-    cache.set(v, f);
+    f = openSafetensors(ckpt(v));
+    opened.set(v, f);
   }
   return f;
 }
 
-/** The table detection sees: names, dtypes, shapes, marker bytes only. */
-function infoTable(f: StFile): Map<string, TensorInfo> {
-  const m = new Map<string, TensorInfo>();
-  for (const [name, t] of f.tensors) {
-    m.set(name, {
-      dtype: t.dtype,
-      shape: t.shape,
-      ...(name.endsWith(".comfy_quant") ? { data: t.bytes } : {}),
-    });
-  }
-  return m;
-}
-
-function tensor(f: StFile, name: string) {
-  const t = f.tensors.get(name);
-  if (!t) throw new Error(`fixture lacks ${name}`);
-  return t;
-}
-
-interface Variant {
-  file: string;
-  layers: Record<string, Record<string, unknown>>;
-}
-const config = () =>
-  JSON.parse(readFileSync(`${dir}/config/krea2_tiny.json`, "utf8")) as {
-    variants: Record<string, Variant>;
-    quantized_layers: string[];
-  };
-
-describe("krea2-tiny: format detection", () => {
-  test.skipIf(reason !== null)(
-    `int8 / int4 / fp8-scaled markers give the manifest's per-layer formats${skipNote(reason)}`,
-    () => {
-      const cfg = config();
-      const expectFormat = {
-        int8_convrot: "int8_convrot",
-        int4_convrot: "int4_convrot",
-        fp8_scaled: "f8_e4m3fn",
-      } as const;
-      for (const [variant, format] of Object.entries(expectFormat)) {
-        const f = load(variant);
-        const { tensors, auxiliary } = detectTensorFormats({ tensors: infoTable(f), metadata: f.metadata });
-        const layers = cfg.variants[variant]?.layers ?? {};
-        for (const [name, t] of tensors) {
-          const layer = name.replace(/\.weight$/, "");
-          const payload = name.endsWith(".weight") ? layers[layer] : undefined;
-          if (payload) {
-            expect(t.format).toBe(format);
-            expect(t.source).toBe("comfy_quant");
-            expect(t.marker).toEqual(payload);
-            if (format !== "f8_e4m3fn") {
-              expect(t.groupSize).toBe(payload.convrot_groupsize as number);
-              expect(t.scale).toEqual({ tensor: `${layer}.weight_scale`, kind: "row" });
-              expect(t.shape).toEqual(tensor(load("bf16"), name).shape);
-            } else expect(t.scale).toEqual({ tensor: `${layer}.weight_scale`, kind: "tensor" });
-          } else {
-            expect(t.format).toBe("bf16"); // everything else stays BF16 in these files
-          }
-        }
-        // Every marker and scale is auxiliary, nothing else.
-        for (const a of auxiliary.keys())
-          expect(a.endsWith(".comfy_quant") || a.endsWith(".weight_scale")).toBe(true);
-        expect(tensors.size + auxiliary.size).toBe(f.tensors.size);
-      }
-    },
-  );
-
-  test.skipIf(reason !== null)(
-    `raw fp8 and bf16 files: every tensor is f8_e4m3fn (unscaled) / bf16${skipNote(reason)}`,
-    () => {
-      for (const [variant, format] of [
-        ["fp8_e4m3fn", "f8_e4m3fn"],
-        ["bf16", "bf16"],
-      ] as const) {
-        const { tensors, auxiliary } = detectTensorFormats({ tensors: infoTable(load(variant)) });
-        expect(auxiliary.size).toBe(0);
-        for (const t of tensors.values()) {
-          expect(t.format).toBe(format);
-          expect(t.scale).toBeUndefined();
-        }
-      }
-    },
-  );
-
-  test.skipIf(reason !== null)(
-    `without markers, dtype/shape inference finds the same int8 / int4 layers (group 256)${skipNote(reason)}`,
-    () => {
-      for (const [variant, format] of [
-        ["int8_convrot", "int8_convrot"],
-        ["int4_convrot", "int4_convrot"],
-      ] as const) {
-        const f = load(variant);
-        const table = infoTable(f);
-        for (const name of [...table.keys()]) if (name.endsWith(".comfy_quant")) table.delete(name);
-        // Shapes from the bf16 file tell an I8 int4 weight [N, K/2] from an int8 one.
-        const expectedShapes: Record<string, [number, number]> = {};
-        for (const [name, t] of load("bf16").tensors)
-          if (t.shape.length === 2) expectedShapes[name] = t.shape as [number, number];
-        // Group-16 layers (K = 80) cannot be inferred with the default group 256: drop them for this check.
-        for (const [name, t] of f.tensors) {
-          if (name.endsWith(".weight") && (t.dtype === "I8" || t.dtype === "U8")) {
-            const k = expectedShapes[name]?.[1] as number;
-            if (k % 256 !== 0) {
-              table.delete(name);
-              table.delete(name.replace(/\.weight$/, ".weight_scale"));
-            }
-          }
-        }
-        const { tensors } = detectTensorFormats({ tensors: table, expectedShapes });
-        let quantized = 0;
-        for (const t of tensors.values()) {
-          if (t.storedDtype === "I8") {
-            expect(t.format).toBe(format);
-            expect(t.source).toBe("inferred");
-            expect(t.groupSize).toBe(256);
-            quantized++;
-          }
-        }
-        expect(quantized).toBeGreaterThan(0);
-      }
-    },
-  );
-});
+/** Detected formats of a file's data tensors. */
+const formatsOf = (f: SafetensorsFile): Iterable<TensorFormat> => detectSourceFormats(f).tensors.values();
 
 describe("krea2-tiny: quantizing the bf16 checkpoint reproduces ComfyUI's files", () => {
   for (const variant of ["int8_convrot", "int4_convrot"] as const) {
@@ -164,26 +47,17 @@ describe("krea2-tiny: quantizing the bf16 checkpoint reproduces ComfyUI's files"
       () => {
         const bf = load("bf16");
         const q = load(variant);
-        const { tensors } = detectTensorFormats({ tensors: infoTable(q), metadata: q.metadata });
         let layers = 0;
         let values = 0;
         let off1 = 0;
         let worstScale = 0;
         let worstCode = 0;
         const groups = new Set<number>();
-        for (const t of tensors.values()) {
+        for (const t of formatsOf(q)) {
           if (t.format !== variant) continue;
-          const layer = t.name.replace(/\.weight$/, "");
-          const stored = convRotFromTensors(
-            variant,
-            t.groupSize as number,
-            tensor(q, t.name),
-            tensor(q, `${layer}.weight_scale`),
-            t.name,
-          );
-          const src = tensor(bf, t.name);
-          expect(src.shape).toEqual([...stored.shape]);
-          const mine = quantizeConvRot({ bytes: src.bytes, dtype: "bf16" }, stored.shape, {
+          const stored = convRotFromWeight(loadWeight(q, t.name));
+          expect(bf.tensor(t.name).shape).toEqual([...stored.shape]);
+          const mine = quantizeConvRot({ bytes: bf.data(t.name), dtype: "bf16" }, stored.shape, {
             format: variant,
             groupSize: stored.groupSize,
             name: t.name,
@@ -223,18 +97,14 @@ describe("krea2-tiny: quantizing the bf16 checkpoint reproduces ComfyUI's files"
     () => {
       const bf = load("bf16");
       const q = load("fp8_scaled");
-      const { tensors } = detectTensorFormats({ tensors: infoTable(q), metadata: q.metadata });
       let layers = 0;
-      for (const t of tensors.values()) {
+      for (const t of formatsOf(q)) {
         if (t.format !== "f8_e4m3fn") continue;
-        const src = tensor(bf, t.name);
-        const mine = quantizeFp8Scaled({ bytes: src.bytes, dtype: "bf16" }, src.bytes.length / 2, {
-          name: t.name,
-        });
-        const stored = tensor(q, t.name);
-        const scale = readScalar(tensor(q, (t.scale as { tensor: string }).tensor).bytes);
+        const src = bf.data(t.name);
+        const mine = quantizeFp8Scaled({ bytes: src, dtype: "bf16" }, src.length / 2, { name: t.name });
+        const scale = readScalar(q.data((t.scale as { tensor: string }).tensor));
         expect(mine.scale).toBe(scale);
-        expect(Buffer.from(mine.data).equals(Buffer.from(stored.bytes))).toBe(true);
+        expect(Buffer.from(mine.data).equals(Buffer.from(q.data(t.name)))).toBe(true);
         layers++;
       }
       expect(layers).toBe(48);
@@ -249,9 +119,9 @@ describe("krea2-tiny: decoding matches ComfyUI's dequantized weights", () => {
       const q = load("fp8_scaled");
       const want = readF32(`${dir}/linear/blocks_1_attn_wk_w_fp8_scaled_dequant.bin`);
       const got = dequantizeFp8(
-        tensor(q, "blocks.1.attn.wk.weight").bytes,
+        q.data("blocks.1.attn.wk.weight"),
         "f8_e4m3fn",
-        readScalar(tensor(q, "blocks.1.attn.wk.weight_scale").bytes),
+        readScalar(q.data("blocks.1.attn.wk.weight_scale")),
       );
       expect(Buffer.from(got.buffer).equals(Buffer.from(want.buffer))).toBe(true);
     },
@@ -268,20 +138,10 @@ describe("krea2-tiny: decoding matches ComfyUI's dequantized weights", () => {
         ["int4_convrot", 0.2],
       ] as const) {
         const q = load(variant);
-        const { tensors } = detectTensorFormats({ tensors: infoTable(q) });
-        for (const t of tensors.values()) {
+        for (const t of formatsOf(q)) {
           if (t.format !== variant) continue;
-          const layer = t.name.replace(/\.weight$/, "");
-          const w = convRotFromTensors(
-            variant,
-            t.groupSize as number,
-            tensor(q, t.name),
-            tensor(q, `${layer}.weight_scale`),
-            t.name,
-          );
-          const got = dequantizeConvRot(w, t.name);
-          const src = tensor(bf, t.name);
-          const ref = decodeToF32(src.bytes, "bf16");
+          const got = dequantizeConvRot(convRotFromWeight(loadWeight(q, t.name)), t.name);
+          const ref = decodeToF32(bf.data(t.name), "bf16");
           let e = 0;
           let r = 0;
           for (let i = 0; i < ref.length; i++) {

@@ -102,7 +102,7 @@ export function detectKrea2Dit(src: TensorSource): DetectedLayout | null {
       if (!src.has(name)) continue;
       const f = detectTensorFormat(src, name, l === "mlp.down" ? inner : dim);
       formats.set(f.format, (formats.get(f.format) ?? 0) + 1);
-      if (f.scaleTensor !== null) scaled = true;
+      if (f.scale !== undefined) scaled = true;
     }
   }
   const has = (f: string) => formats.has(f);

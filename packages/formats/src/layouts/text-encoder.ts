@@ -46,7 +46,7 @@ export function detectQwen3VlTextEncoder(src: TensorSource): DetectedLayout | nu
   const q = `${prefix}layers.0.self_attn.q_proj.weight`;
   const f = src.has(q) ? detectTensorFormat(src, q) : null;
   const variant =
-    f === null ? "unknown" : f.format === "f8_e4m3fn" && f.scaleTensor !== null ? "fp8_scaled" : f.format;
+    f === null ? "unknown" : f.format === "f8_e4m3fn" && f.scale !== undefined ? "fp8_scaled" : f.format;
   const model = QWEN3VL_SIZES[hidden] ?? `Qwen3-VL (hidden size ${hidden})`;
   return {
     kind: "qwen3vl-text-encoder",

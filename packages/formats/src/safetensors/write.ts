@@ -9,9 +9,11 @@
  * - the JSON is padded with spaces to a multiple of 8 bytes, so the data section is 8-aligned.
  * The file is written under a temporary name and renamed into place.
  */
+import { closeSync, fsyncSync, ftruncateSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { TpError } from "@tp/tensor";
+import { ioError } from "../errors.ts";
 import { safeNumel } from "../tensors.ts";
-import { writeAtomically } from "../write-file.ts";
+import { temporaryPath, writeAtomically } from "../write-file.ts";
 import {
   SAFETENSORS_DTYPE_NAMES,
   SAFETENSORS_DTYPES,
@@ -182,4 +184,168 @@ export function writeSafetensors(
     for (const t of layout.order) write((byName.get(t.name) as SafetensorsTensorInput).data);
   });
   return layout;
+}
+
+/** A tensor slot of a {@link SafetensorsWriter}: name, dtype and shape; the bytes come later. */
+export interface SafetensorsTensorSpec {
+  /** Tensor name (non-empty; `__metadata__` is reserved). */
+  readonly name: string;
+  /** A safetensors dtype string (`"BF16"`) or a `@tp/tensor` dtype (`"bf16"`). */
+  readonly dtype: string;
+  /** Shape, torch order. */
+  readonly shape: readonly number[];
+}
+
+/**
+ * A safetensors file written tensor by tensor, in any order of tensors, for outputs too large to hold
+ * in memory (a quantized checkpoint, a quantization cache). Every tensor's place is fixed up front by
+ * {@link safetensorsLayout} (the reference writer's order); each tensor's bytes are appended in order
+ * with {@link write}; {@link commit} writes the header (whose metadata may change then, as long as
+ * its length does not), fsyncs and renames the temporary file into place. Until then the output lives
+ * under {@link tmpPath} (`path.tmp-PID-N`); {@link abort} removes it. Nothing is ever half-written
+ * under `path`.
+ *
+ * @example
+ * const w = new SafetensorsWriter(out, [{ name: "a", dtype: "F32", shape: [2] }], { metadata: { k: "v" } });
+ * try { w.write("a", bytes); w.commit(); } catch (e) { w.abort(); throw e; }
+ */
+export class SafetensorsWriter {
+  /** Where each tensor lands, and the header as first computed. */
+  layout: SafetensorsLayout;
+  /** The temporary file the data goes to before {@link commit}. */
+  readonly tmpPath: string;
+  readonly #specs: readonly SafetensorsTensorSpec[];
+  readonly #place: Map<string, { begin: number; end: number; done: number }>;
+  #fd: number | null;
+  #state: "open" | "committed" | "aborted" = "open";
+
+  /**
+   * Plan the file and create the temporary file (sparse, at its final size).
+   * @param path     final path
+   * @param tensors  every tensor the file will hold
+   * @param options  `metadata`: `__metadata__` entries (insertion order)
+   * @throws TpError E_ARG as {@link safetensorsLayout}; E_IO when the temporary file cannot be created
+   *   (its `cause` keeps the system error code, e.g. EACCES or EROFS for a read-only directory)
+   */
+  constructor(
+    readonly path: string,
+    tensors: readonly SafetensorsTensorSpec[],
+    options: { metadata?: Readonly<Record<string, string>> | ReadonlyMap<string, string> } = {},
+  ) {
+    this.#specs = tensors;
+    this.layout = safetensorsLayout(tensors, options.metadata);
+    this.#place = new Map(this.layout.order.map((t) => [t.name, { begin: t.begin, end: t.end, done: 0 }]));
+    this.tmpPath = temporaryPath(path);
+    try {
+      this.#fd = openSync(this.tmpPath, "wx");
+    } catch (e) {
+      throw ioError("create the output file", this.tmpPath, e);
+    }
+    try {
+      ftruncateSync(this.#fd, this.layout.fileSize);
+    } catch (e) {
+      this.abort();
+      throw ioError("size the output file", this.tmpPath, e);
+    }
+  }
+
+  /**
+   * Append bytes to a tensor (its first call writes the tensor's first bytes).
+   * @throws TpError E_ARG for an unknown tensor or more bytes than the tensor holds; E_STATE after
+   *   commit/abort; E_IO when the write fails
+   */
+  write(name: string, bytes: Uint8Array): void {
+    const fd = this.#open();
+    const p = this.#place.get(name);
+    if (p === undefined) throw new TpError("E_ARG", `the output has no tensor '${name}'`, { tensor: name });
+    if (p.done + bytes.byteLength > p.end - p.begin) {
+      throw new TpError(
+        "E_ARG",
+        `${p.done + bytes.byteLength} bytes written to a tensor of ${p.end - p.begin} bytes`,
+        { tensor: name, file: this.tmpPath },
+      );
+    }
+    const at = this.layout.dataStart + p.begin + p.done;
+    try {
+      let off = 0;
+      while (off < bytes.byteLength) off += writeSync(fd, bytes, off, bytes.byteLength - off, at + off);
+    } catch (e) {
+      throw ioError(`write tensor ${name}`, this.tmpPath, e);
+    }
+    p.done += bytes.byteLength;
+  }
+
+  /** Names of the tensors not yet completely written. */
+  missing(): string[] {
+    return [...this.#place].filter(([, p]) => p.done !== p.end - p.begin).map(([n]) => n);
+  }
+
+  /**
+   * Write the header, fsync, close, and rename the temporary file to `path`.
+   * @param options `metadata`: replaces the metadata given to the constructor; the header must keep
+   *   its length (e.g. a checksum of fixed width filled in now)
+   * @returns the final layout
+   * @throws TpError E_STATE when a tensor is incomplete (the temporary file is removed) or after
+   *   commit/abort; E_ARG when new metadata changes the header length; E_IO on a failed write, fsync or
+   *   rename (the temporary file is removed)
+   */
+  commit(
+    options: { metadata?: Readonly<Record<string, string>> | ReadonlyMap<string, string> } = {},
+  ): SafetensorsLayout {
+    const fd = this.#open();
+    const missing = this.missing();
+    if (missing.length > 0) {
+      this.abort();
+      throw new TpError(
+        "E_STATE",
+        `${missing.length} tensor(s) not completely written (${missing.slice(0, 3).join(", ")}); nothing was written to the output`,
+        { file: this.path },
+      );
+    }
+    if (options.metadata !== undefined) {
+      const next = safetensorsLayout(this.#specs, options.metadata);
+      if (next.header.length !== this.layout.header.length) {
+        throw new TpError(
+          "E_ARG",
+          `new metadata changes the header from ${this.layout.header.length} to ${next.header.length} bytes`,
+          { file: this.path },
+        );
+      }
+      this.layout = next;
+    }
+    try {
+      let off = 0;
+      const h = this.layout.header;
+      while (off < h.byteLength) off += writeSync(fd, h, off, h.byteLength - off, off);
+      fsyncSync(fd);
+      closeSync(fd);
+      this.#fd = null;
+      renameSync(this.tmpPath, this.path);
+    } catch (e) {
+      this.abort();
+      throw ioError("write the file", this.path, e);
+    }
+    this.#state = "committed";
+    return this.layout;
+  }
+
+  /** Close and remove the temporary file (idempotent; a no-op after commit). */
+  abort(): void {
+    if (this.#state === "committed") return;
+    if (this.#fd !== null) {
+      try {
+        closeSync(this.#fd);
+      } catch {}
+      this.#fd = null;
+    }
+    rmSync(this.tmpPath, { force: true });
+    this.#state = "aborted";
+  }
+
+  #open(): number {
+    if (this.#state !== "open" || this.#fd === null) {
+      throw new TpError("E_STATE", `the writer was already ${this.#state}`, { file: this.path });
+    }
+    return this.#fd;
+  }
 }

@@ -1,9 +1,20 @@
 // Per-tensor format detection (krea2.md §1.4) on hand-made tensor tables: each rule, the order of
-// preference, mixed files, and every error naming its tensor. No tolerances: exact answers.
-import { describe, expect, test } from "bun:test";
+// preference, mixed files, and every error naming its tensor; then the same rules on opened files
+// (detectTensorFormat, detectSourceFormats, loadWeight with the marker's rotation group). No
+// tolerances: exact answers.
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import type { TpError } from "@tp/tensor";
-import { detectTensorFormats, type TensorInfo } from "./detect.ts";
-import { thrown } from "./testing/fixtures.ts";
+import { openSafetensors } from "../safetensors/file.ts";
+import { type SafetensorsTensorInput, writeSafetensors } from "../safetensors/write.ts";
+import { tempDir, thrown } from "../testing/util.ts";
+import {
+  detectSourceFormats,
+  detectTensorFormat,
+  detectTensorFormats,
+  loadWeight,
+  type TensorInfo,
+} from "./tensor-format.ts";
 
 const marker = (payload: unknown): TensorInfo => {
   const data = new TextEncoder().encode(JSON.stringify(payload));
@@ -195,18 +206,39 @@ describe("errors name the tensor", () => {
     );
   });
 
-  test("int8_tensorwise without convrot is E_UNSUPPORTED", () => {
+  test("convrot: false (plain per-row int8 / int4, qwen-image.md §10.2) is E_UNSUPPORTED naming the tensor", () => {
+    for (const payload of [
+      { format: "int8_tensorwise" },
+      { format: "int8_tensorwise", convrot: false },
+      { format: "convrot_w4a4", convrot: false },
+      { format: "int4_tensorwise", convrot: false },
+    ]) {
+      expectError(
+        {
+          tensors: {
+            "a.weight": t("I8", 4, 256),
+            "a.weight_scale": t("F32", 4),
+            "a.comfy_quant": marker(payload),
+          },
+        },
+        "E_UNSUPPORTED",
+        "a.weight",
+        "without convrot: true is plain",
+      );
+    }
+    // The same entry in __metadata__._quantization_metadata.
     expectError(
       {
-        tensors: {
-          "a.weight": t("I8", 4, 256),
-          "a.weight_scale": t("F32", 4),
-          "a.comfy_quant": marker({ format: "int8_tensorwise" }),
+        tensors: { "m.a.weight": t("I8", 4, 256), "m.a.weight_scale": t("F32", 4, 1) },
+        metadata: {
+          _quantization_metadata: JSON.stringify({
+            layers: { "m.a": { format: "int8_tensorwise", convrot: false } },
+          }),
         },
       },
       "E_UNSUPPORTED",
-      "a.weight",
-      "without convrot",
+      "m.a.weight",
+      "qwen-image.md §10.2",
     );
   });
 
@@ -334,5 +366,91 @@ describe("errors name the tensor", () => {
     ) as TpError;
     expect(e.file).toBe("/m/x.safetensors");
     expect(e.message).toContain("file /m/x.safetensors");
+  });
+});
+
+describe("on an opened checkpoint", () => {
+  const tmp = tempDir("tensor-format");
+  afterAll(tmp.cleanup);
+  const T = (name: string, dtype: string, shape: number[], fill = 1): SafetensorsTensorInput => {
+    const bytes = dtype === "F32" ? 4 : dtype === "BF16" ? 2 : 1;
+    const n = shape.reduce((a, b) => a * b, 1) * bytes;
+    return { name, dtype, shape, data: new Uint8Array(n).fill(fill) };
+  };
+  const M = (name: string, payload: unknown): SafetensorsTensorInput => {
+    const data = new TextEncoder().encode(JSON.stringify(payload));
+    return { name, dtype: "U8", shape: [data.length], data };
+  };
+  const path = join(tmp.dir, "mixed.safetensors");
+  writeSafetensors(path, [
+    T("g64.weight", "I8", [8, 128]),
+    T("g64.weight_scale", "F32", [8, 1], 0),
+    M("g64.comfy_quant", { format: "int8_tensorwise", convrot: true, convrot_groupsize: 64 }),
+    T("i4.weight", "I8", [8, 128]),
+    T("i4.weight_scale", "F32", [8], 0),
+    T("f8.weight", "F8_E4M3", [4, 16]),
+    T("f8.weight_scale", "F32", [], 0),
+    M("f8.comfy_quant", { format: "float8_e4m3fn" }),
+    T("plain.weight", "I8", [8, 256]),
+    T("plain.weight_scale", "F32", [8], 0),
+    M("plain.comfy_quant", { format: "int8_tensorwise", convrot: false }),
+    T("norm.weight", "BF16", [16]),
+  ]);
+
+  test("detectTensorFormat and loadWeight: the marker's convrot_groupsize becomes Weight.rotationGroup", () => {
+    const src = openSafetensors(path);
+    expect(detectTensorFormat(src, "g64.weight")).toMatchObject({
+      format: "int8_convrot",
+      groupSize: 64,
+      source: "comfy_quant",
+    });
+    const w = loadWeight(src, "g64.weight");
+    expect([w.format, w.shape, w.rotationGroup, w.scale?.kind]).toEqual([
+      "int8_convrot",
+      [8, 128],
+      64,
+      "row",
+    ]);
+    // Unmarked I8 [8, 128] with a scale: int8 by default (here K = 128 does not fit group 256: E_SHAPE),
+    // int4 [8, 256] when the caller knows K.
+    expect((thrown(() => detectTensorFormat(src, "i4.weight")) as TpError).code).toBe("E_SHAPE");
+    const w4 = loadWeight(src, "i4.weight", 256);
+    expect([w4.format, w4.shape, w4.rotationGroup]).toEqual(["int4_convrot", [8, 256], 256]);
+    const f8 = loadWeight(src, "f8.weight");
+    expect([f8.format, f8.scale?.kind, f8.rotationGroup]).toEqual(["f8_e4m3fn", "tensor", undefined]);
+    expect(loadWeight(src, "norm.weight").shape).toEqual([1, 16]);
+  });
+
+  test("convrot: false through loadWeight is one E_UNSUPPORTED naming the tensor and the file", () => {
+    const src = openSafetensors(path);
+    const e = thrown(() => loadWeight(src, "plain.weight")) as TpError;
+    expect([e.code, e.tensor, e.file]).toEqual(["E_UNSUPPORTED", "plain.weight", path]);
+    expect(e.message).toContain("quantize --format int8-convrot");
+    // The other tensors of the same file still load.
+    expect(loadWeight(src, "g64.weight").rotationGroup).toBe(64);
+  });
+
+  test("detectSourceFormats = detectTensorFormats on the file's table (markers read from the mapping)", () => {
+    const src = openSafetensors(path);
+    const e = thrown(() =>
+      detectSourceFormats(src, { expectedShapes: { "i4.weight": [8, 256] } }),
+    ) as TpError;
+    expect([e.code, e.tensor]).toEqual(["E_UNSUPPORTED", "plain.weight"]);
+    const ok = join(tmp.dir, "ok.safetensors");
+    writeSafetensors(ok, [
+      T("g64.weight", "I8", [8, 128]),
+      T("g64.weight_scale", "F32", [8, 1], 0),
+      M("g64.comfy_quant", { format: "int8_tensorwise", convrot: true, convrot_groupsize: 64 }),
+      T("i4.weight", "I8", [8, 128]),
+      T("i4.weight_scale", "F32", [8], 0),
+    ]);
+    const r = detectSourceFormats(openSafetensors(ok), { expectedShapes: { "i4.weight": [8, 256] } });
+    expect([...r.tensors.keys()].sort()).toEqual(["g64.weight", "i4.weight"]);
+    expect(r.tensors.get("i4.weight")?.format).toBe("int4_convrot");
+    expect([...r.auxiliary.keys()].sort()).toEqual([
+      "g64.comfy_quant",
+      "g64.weight_scale",
+      "i4.weight_scale",
+    ]);
   });
 });

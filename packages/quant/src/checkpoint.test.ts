@@ -1,0 +1,192 @@
+// Quantizing whole checkpoints (checkpoint.ts) on small synthetic Krea 2-shaped BF16 files: the plan
+// (default layer table, per-layer groups, keep), the stored tensors (ComfyUI's markers byte for byte,
+// scale shapes, copied tensors and metadata unchanged), equality with the per-tensor quantizers
+// (including a tensor quantized in several row blocks), and every error naming its tensor or option
+// with nothing left on disk. Exact answers: the streaming writer must give the quantizers' bytes.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { loadWeight, openSafetensors, writeSafetensors } from "@tp/formats";
+import type { TpError } from "@tp/tensor";
+import { comfyQuantMarker, planQuantization, quantizeCheckpoint } from "./checkpoint.ts";
+import { convRotFromWeight, quantizeConvRot } from "./convrot.ts";
+import { quantizeFp8Scaled } from "./fp8.ts";
+import type { ProgressReporter } from "./progress.ts";
+import { bf16Bytes, krea2Linears, tempFolder, writeTinyKrea2 } from "./testing/checkpoints.ts";
+import { thrown } from "./testing/fixtures.ts";
+
+const tmp = tempFolder("checkpoint");
+afterAll(tmp.cleanup);
+const input = writeTinyKrea2(join(tmp.dir, "tiny_bf16.safetensors"), { metadata: { note: "kept" } });
+
+describe("plan", () => {
+  test("default table: the 8 block linears; per-layer groups (last match wins) and keep", () => {
+    const src = openSafetensors(input);
+    const plan = planQuantization(src, {
+      format: "int8_convrot",
+      groupSizes: [
+        { pattern: "blocks.0.attn.*", groupSize: 64 },
+        { pattern: "blocks.0.attn.wo", groupSize: 16 },
+      ],
+      keep: ["blocks.0.mlp.gate"],
+    });
+    const q = plan.tensors.filter((t) => t.action === "quantize");
+    expect(q.map((t) => [t.name, t.groupSize]).sort()).toEqual(
+      [
+        ["blocks.0.attn.gate.weight", 64],
+        ["blocks.0.attn.wk.weight", 64],
+        ["blocks.0.attn.wo.weight", 16],
+        ["blocks.0.attn.wq.weight", 64],
+        ["blocks.0.attn.wv.weight", 64],
+        ["blocks.0.mlp.down.weight", 256],
+        ["blocks.0.mlp.up.weight", 256],
+      ].sort(),
+    );
+    expect(plan.rule).toContain("krea2-dit");
+    expect(plan.tensors.find((t) => t.name === "first.weight")?.action).toBe("copy");
+    src.close();
+  });
+
+  test("explicit layers replace the table", () => {
+    const src = openSafetensors(input);
+    const plan = planQuantization(src, { format: "fp8_scaled", layers: ["first", "blocks.*.mlp.up"] });
+    expect(plan.tensors.filter((t) => t.action === "quantize").map((t) => t.name)).toEqual([
+      "blocks.0.mlp.up.weight",
+      "first.weight",
+    ]);
+    src.close();
+  });
+});
+
+describe("quantizeCheckpoint", () => {
+  for (const format of ["int8_convrot", "int4_convrot", "fp8_scaled"] as const) {
+    test(`${format}: markers, scales and codes as the per-tensor quantizers give; the rest copied`, () => {
+      const out = join(tmp.dir, `out_${format}.safetensors`);
+      const events: string[] = [];
+      let done = 0;
+      const progress: ProgressReporter = {
+        start: (total) => events.push(`start ${total}`),
+        advance: (b) => {
+          done += b;
+        },
+        stop: () => events.push("stop"),
+      };
+      const report = quantizeCheckpoint(input, out, { format, progress });
+      const src = openSafetensors(input);
+      const q = openSafetensors(out);
+      expect(report.quantized).toBe(8);
+      expect(report.copied).toBe(src.tensors.length - 8);
+      expect(events).toEqual([`start ${report.bytesIn}`, "stop"]);
+      expect(done).toBe(report.bytesIn);
+      expect(q.metadata?.get("note")).toBe("kept");
+      for (const [l, n, k] of krea2Linears(256, 512)) {
+        const name = `blocks.0.${l}.weight`;
+        const marker = new TextDecoder().decode(q.data(`blocks.0.${l}.comfy_quant`));
+        expect(marker).toBe(comfyQuantMarker(format, 256));
+        if (format === "fp8_scaled") {
+          const want = quantizeFp8Scaled({ bytes: src.data(name), dtype: "bf16" }, n * k);
+          expect(Buffer.from(q.data(name)).equals(Buffer.from(want.data))).toBe(true);
+          expect(q.tensor(`blocks.0.${l}.weight_scale`).shape).toEqual([]);
+          expect(loadWeight(q, name).scale).toEqual({ kind: "tensor", value: want.scale });
+          continue;
+        }
+        const want = quantizeConvRot({ bytes: src.data(name), dtype: "bf16" }, [n, k], { format });
+        const got = convRotFromWeight(loadWeight(q, name));
+        expect(got.groupSize).toBe(256);
+        expect(Buffer.from(got.data).equals(Buffer.from(want.data))).toBe(true);
+        expect(Array.from(got.scale)).toEqual(Array.from(want.scale));
+        expect(q.tensor(`blocks.0.${l}.weight_scale`).shape).toEqual(
+          format === "int8_convrot" ? [n, 1] : [n],
+        );
+        expect(q.tensor(name).dtype).toBe("I8");
+      }
+      for (const t of src.tensors.filter(
+        (x) => !x.name.startsWith("blocks.0.") || !x.name.endsWith(".weight"),
+      )) {
+        expect(Buffer.from(q.data(t.name)).equals(Buffer.from(src.data(t.name)))).toBe(true);
+      }
+      src.close();
+      q.close();
+    });
+  }
+
+  test("a tensor larger than one row block is quantized in blocks with the same bytes", () => {
+    const [n, k] = [1040, 4096]; // 4.26 M elements > 4 M per block: two blocks
+    const path = join(tmp.dir, "big.safetensors");
+    const data = bf16Bytes(n * k, 77);
+    writeSafetensors(path, [{ name: "w.weight", dtype: "BF16", shape: [n, k], data }]);
+    const out = join(tmp.dir, "big_q4.safetensors");
+    quantizeCheckpoint(path, out, { format: "int4_convrot", layers: ["w"] });
+    const want = quantizeConvRot({ bytes: data, dtype: "bf16" }, [n, k], { format: "int4_convrot" });
+    const got = convRotFromWeight(loadWeight(openSafetensors(out), "w.weight"));
+    expect(Buffer.from(got.data).equals(Buffer.from(want.data))).toBe(true);
+    expect(Array.from(got.scale)).toEqual(Array.from(want.scale));
+  });
+});
+
+describe("errors name the tensor or option, and leave nothing behind", () => {
+  const failing = (name: string, options: Parameters<typeof quantizeCheckpoint>[2], from = input) => {
+    const before = readdirSync(tmp.dir).sort();
+    const out = join(tmp.dir, `${name}_out.safetensors`);
+    const e = thrown(() => quantizeCheckpoint(from, out, options)) as TpError;
+    expect(e.name).toBe("TpError");
+    expect(existsSync(out)).toBe(false);
+    expect(readdirSync(tmp.dir).sort()).toEqual(before);
+    return e;
+  };
+
+  test("K not a multiple of the group: E_SHAPE naming the tensor and the flags that fix it", () => {
+    const e = failing("k", {
+      format: "int8_convrot",
+      groupSizes: [{ pattern: "blocks.0.attn.wq", groupSize: 1024 }],
+    });
+    expect([e.code, e.tensor]).toEqual(["E_SHAPE", "blocks.0.attn.wq.weight"]);
+    expect(e.message).toContain("K = 256 input columns is not a multiple of the rotation group 1024");
+    expect(e.message).toContain("--group-size 'blocks.0.attn.wq=256'");
+    expect(e.message).toContain("--keep 'blocks.0.attn.wq'");
+  });
+
+  test("odd K for int4: E_SHAPE naming the tensor", () => {
+    const path = join(tmp.dir, "odd.safetensors");
+    writeSafetensors(path, [
+      { name: "odd.weight", dtype: "BF16", shape: [4, 81], data: bf16Bytes(4 * 81, 3) },
+    ]);
+    const e = failing("odd", { format: "int4_convrot", layers: ["odd"] }, path);
+    expect([e.code, e.tensor]).toEqual(["E_SHAPE", "odd.weight"]);
+    expect(e.message).toContain("needs an even K, got K = 81");
+  });
+
+  test("bad options are E_ARG: unknown format, group not a power of 4, globs that match nothing", () => {
+    expect(failing("f", { format: "int5" as never }).message).toContain(
+      "unknown quantization format 'int5'; expected one of: int8_convrot, int4_convrot, fp8_scaled",
+    );
+    expect(failing("g", { format: "int8_convrot", groupSize: 128 }).code).toBe("E_ARG");
+    expect(failing("l", { format: "int8_convrot", layers: ["nope.*"] }).message).toContain(
+      "'nope.*' matches no tensor",
+    );
+    expect(failing("kp", { format: "int8_convrot", keep: ["first"] }).message).toContain(
+      "keep pattern 'first'",
+    );
+    expect(
+      failing("gp", { format: "int8_convrot", groupSizes: [{ pattern: "zzz", groupSize: 16 }] }).message,
+    ).toContain("group-size pattern 'zzz'");
+  });
+
+  test("already-quantized weights and non-safetensors inputs are refused", () => {
+    const q8 = join(tmp.dir, "q8.safetensors");
+    quantizeCheckpoint(input, q8, { format: "int8_convrot" });
+    const e = failing("again", { format: "int4_convrot" }, q8);
+    expect([e.code, e.tensor]).toEqual(["E_UNSUPPORTED", "blocks.0.attn.gate.weight"]);
+    expect(e.message).toContain("not BF16, F16 or F32");
+    const junk = join(tmp.dir, "junk.safetensors");
+    writeFileSync(junk, "this is not a checkpoint");
+    const j = failing("junk", { format: "int8_convrot" }, junk);
+    expect([j.code, j.file]).toEqual(["E_FORMAT", junk]);
+  });
+
+  test("the output may not overwrite the input", () => {
+    const e = thrown(() => quantizeCheckpoint(input, input, { format: "int8_convrot" })) as TpError;
+    expect(e.code).toBe("E_ARG");
+    expect(openSafetensors(input).tensor("blocks.0.attn.wq.weight").dtype).toBe("BF16");
+  });
+});
