@@ -153,7 +153,7 @@ console.log(JSON.stringify({ n, half: f32ToF16(1.5).toString(16), code, q4k: wei
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 60_000); // bun install + tsc in a child: seconds on a loaded 2-core machine
 
   test("a throwaway project adds @tp/tensor and @tp/backend-cpu by path and runs the README example", () => {
     // The recipe of packages/tensor/README.md: both packages by path, and an override so that
@@ -190,5 +190,5 @@ console.log(JSON.stringify({ t: Array.from(t as Float32Array), stats: cpu.memory
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
+  }, 60_000); // bun install + tsc in a child: seconds on a loaded 2-core machine
 });
