@@ -127,6 +127,13 @@ tp_ctx *tp_ctx_create(int32_t n_threads, int32_t max_isa) {
   if (ctx == NULL) return NULL;
   ctx->n_threads = n_threads;
   ctx->isa = max_isa < best ? max_isa : best;
+  {
+    /* the feature bits kernels may use: none below AVX2, no AVX-512 bits below the AVX-512 level */
+    const uint32_t all = tp_cpu_features();
+    const uint32_t avx512_bits = TP_CPU_AVX512F | TP_CPU_AVX512BW | TP_CPU_AVX512VL | TP_CPU_AVX512VNNI |
+                                 TP_CPU_AVX512BF16;
+    ctx->features = ctx->isa >= TP_ISA_AVX512 ? all : ctx->isa >= TP_ISA_AVX2 ? all & ~avx512_bits : 0;
+  }
   ctx->error[0] = '\0';
   if (tp_pool_init(&ctx->pool, n_threads - 1) != 0) {
     free(ctx);
@@ -138,6 +145,7 @@ tp_ctx *tp_ctx_create(int32_t n_threads, int32_t max_isa) {
 void tp_ctx_destroy(tp_ctx *ctx) {
   if (ctx == NULL) return;
   tp_pool_destroy(&ctx->pool);
+  free(ctx->scratch);
   free(ctx);
 }
 

@@ -7,6 +7,9 @@
  *   cast_scalar.c   reference conversions (every ISA level falls back to them)
  *   cast_avx2.c     f16/bf16 <-> f32 with AVX2 + F16C
  *   cast_avx512.c   f16/bf16 <-> f32 with AVX-512 F/BW/VL + F16C
+ *   matmul*.c, dequant*.c, quantize_act*.c   weight formats: matmul, get_rows (matmul.h)
+ *   ops.h           the other ops (elementwise, norms, softmax, rope, attention, conv2d, copy,
+ *                   sampling): their vector primitives and micro-kernels, declared there
  */
 #ifndef TP_CPU_INTERNAL_H
 #define TP_CPU_INTERNAL_H
@@ -33,19 +36,25 @@ typedef struct tp_worker {
 } tp_worker;
 
 /*
- * A persistent pool: n_workers threads that sleep on `wake` between jobs. A job is published
- * under `lock` by bumping `generation`; each worker runs its fixed share of the tasks, then
- * decrements `pending`; the last one signals `done`. The calling thread runs share 0 itself.
+ * A persistent pool: n_workers threads plus the caller. A job is published by storing it and then
+ * bumping `generation` (atomically); each worker runs its fixed share of the tasks, then decrements
+ * `pending`; the calling thread runs share 0 itself and waits for pending == 0. Waiting is
+ * spin-then-sleep on both sides (pool.c): a worker polls `generation` for TP_POOL_SPIN_NS after its
+ * last job before it sleeps on `wake` (announcing itself in `sleepers`), and the caller polls
+ * `pending` before it sleeps on `done` (announcing itself in `caller_sleeping`). The counters are
+ * accessed with __atomic builtins only.
  */
 typedef struct tp_pool {
   pthread_mutex_t lock;
-  pthread_cond_t wake;   /* workers wait here for a new generation or shutdown */
-  pthread_cond_t done;   /* the caller waits here for pending == 0 */
+  pthread_cond_t wake;   /* sleeping workers wait here for a new generation or shutdown */
+  pthread_cond_t done;   /* a sleeping caller waits here for pending == 0 */
   pthread_mutex_t run;   /* serializes tp_parallel_for calls on one pool */
   tp_worker *workers;    /* [n_workers] */
   int32_t n_workers;     /* threads started (the caller is not counted) */
   int32_t pending;       /* workers still busy with the current generation */
   uint64_t generation;   /* bumped once per job */
+  int32_t sleepers;      /* workers asleep (or about to sleep) on `wake` */
+  int32_t caller_sleeping; /* 1 while the caller sleeps (or is about to) on `done` */
   int shutdown;          /* set by tp_pool_destroy */
   /* the current job, valid while pending > 0 */
   tp_task_fn fn;
@@ -74,6 +83,9 @@ void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg);
 struct tp_ctx {
   int32_t n_threads;          /* workers + the caller, in [1, 256] */
   int32_t isa;                /* a tp_isa value, chosen at create */
+  uint32_t features;          /* TP_CPU_* bits usable at this level (tp_cpu_features() masked by isa) */
+  void *scratch;              /* matmul scratch kept between calls (matmul.c; 64-byte aligned), or NULL */
+  size_t scratch_bytes;       /* its size */
   char error[TP_ERROR_BYTES]; /* message of the last failure, "" if none */
   tp_pool pool;
 };

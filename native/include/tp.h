@@ -102,6 +102,192 @@ TP_API void tp_free(void *p);
 TP_API tp_status tp_cpu_cast(tp_ctx *ctx, const void *src, int32_t src_dtype, void *dst, int32_t dst_dtype,
                              uint64_t n, uint32_t flags);
 
+/*
+ * ---- weights: matmul, get_rows, dequantization (native/cpu/matmul.h lists the files) -----------
+ * A weight is [n, k] (n output rows, k input columns, y = x · Wᵀ) stored row by row in one of the
+ * formats below; `w_bytes` is checked against n rows of the format's row size. Formats with scales
+ * take them in `scale` / `n_scale`: ConvRot one f32 per row (n_scale = n), fp8 optionally one f32
+ * for the tensor (n_scale = 1; 0: raw fp8); the rest none (n_scale = 0). `group` is the ConvRot
+ * rotation group (a power of 4 dividing k; 0 for other formats). Weight bytes need no alignment.
+ */
+
+/* Weight formats (the numbers are part of the ABI: ffi.ts mirrors them). */
+typedef enum tp_wformat {
+  TP_W_F32 = 0,
+  TP_W_F16 = 1,
+  TP_W_BF16 = 2,
+  TP_W_F8_E4M3FN = 3,
+  TP_W_F8_E5M2 = 4,
+  TP_W_INT8_CONVROT = 5, /* int8 codes of the Hadamard-rotated rows, f32 scale per row (krea2.md §1.7) */
+  TP_W_INT4_CONVROT = 6, /* the same with two signed nibbles per byte, element 2i low (krea2.md §1.8) */
+  TP_W_Q4_0 = 7,         /* GGUF block types (llm.md §2.2–2.3) */
+  TP_W_Q4_1 = 8,
+  TP_W_Q5_0 = 9,
+  TP_W_Q5_1 = 10,
+  TP_W_Q8_0 = 11,
+  TP_W_Q2_K = 12,
+  TP_W_Q3_K = 13,
+  TP_W_Q4_K = 14,
+  TP_W_Q5_K = 15,
+  TP_W_Q6_K = 16
+} tp_wformat;
+
+/* Bytes of one weight row of k elements in `format`; -1 for an unknown format or k not whole blocks. */
+TP_API int64_t tp_weight_row_bytes(int32_t format, int64_t k);
+
+/*
+ * matmul: y[m, n] = x[m, k] · Wᵀ (+ bias[n]), f32 in and out (bias may be NULL). Activations are
+ * prepared per format as llama.cpp / ComfyUI pair them (llm.md §2.6, krea2.md §1.7–1.8): GGUF
+ * types quantize x per row to Q8_0 (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1) or Q8_K (k-quants) and
+ * take integer dot products per block; ConvRot rotates and quantizes x per row (int8 / int4,
+ * round half to even) and takes exact int32 dot products, rescaled exactly as @tp/quant's
+ * convRotLinear (bit-exact); bf16 and fp8 round x to bf16 (products exact, f32 sums); f32 and f16
+ * use x as is with f32 sums. y must not overlap x or the weight.
+ */
+TP_API tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t format, const void *w,
+                               uint64_t w_bytes, int64_t n, const float *scale, int64_t n_scale, int32_t group,
+                               const float *bias, float *y);
+
+/*
+ * get_rows: out[i, :] = dequantized row ids[i] of the weight [n, k] (i < n_ids), as @tp/quant's
+ * dequantizers compute it, bit for bit. ids NULL means rows 0 .. n_ids−1. An id outside [0, n) is
+ * TP_ERR_ARG (nothing is written).
+ */
+TP_API tp_status tp_cpu_get_rows(tp_ctx *ctx, int32_t format, const void *w, uint64_t w_bytes, int64_t n, int64_t k,
+                                 const float *scale, int64_t n_scale, int32_t group, const int32_t *ids,
+                                 int64_t n_ids, float *out);
+
+/* Activation block types of tp_cpu_quantize_act (ggml block_q8_0, block_q8_1, block_q8_K). */
+#define TP_ACT_BLOCK_Q8_0 0
+#define TP_ACT_BLOCK_Q8_1 1
+#define TP_ACT_BLOCK_Q8_K 2
+
+/*
+ * quantize_act: rows [m, k] of x to ggml activation blocks, as ggml's quantize_row_q8_0_ref /
+ * q8_1_ref / q8_K_ref (bit-exact with @tp/quant quantizeGgml). out: m · k / 32 · 34 (Q8_0),
+ * · 36 (Q8_1) or m · k / 256 · 292 (Q8_K) bytes, out_bytes exactly that.
+ */
+TP_API tp_status tp_cpu_quantize_act(tp_ctx *ctx, int32_t type, const float *x, int64_t m, int64_t k, void *out,
+                                     uint64_t out_bytes);
+
+/*
+ * convrot_quantize: rotate each row of x [m, k] per group of `group` columns and quantize it to
+ * `bits` (8 or 4) as ComfyUI does before an integer GEMM (@tp/quant quantizeActivationsConvRot,
+ * bit-exact): codes [m, k] int8, scales [m] f32.
+ */
+TP_API tp_status tp_cpu_convrot_quantize(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t bits,
+                                         int32_t group, int8_t *codes, float *scales);
+
+/*
+ * ---- ops on f32 activations (native/cpu/ops.h lists the files) ----------------------------------
+ * Common rules: every pointer is to the first element of a buffer the caller owns; buffers are
+ * contiguous row-major unless strides are passed; sizes are element counts; outputs never overlap
+ * inputs. Strided entry points take `*_len`, the elements available from the pointer onward, and
+ * refuse a view that would reach past it. Each entry point checks its sizes and returns
+ * TP_ERR_ARG with a message naming the argument. Work is split over the context's threads.
+ */
+
+/*
+ * copy: dst[i] = src[i] over an n-dimensional index space `shape` (rank <= 16), any element size
+ * (1, 2, 4 or 8 bytes). Strides are in elements and non-negative (0 broadcasts). Serves copy,
+ * slice and concat (a strided destination).
+ */
+TP_API tp_status tp_cpu_copy(tp_ctx *ctx, const void *src, uint64_t src_len, const int64_t *src_strides, void *dst,
+                             uint64_t dst_len, const int64_t *dst_strides, const int64_t *shape, int32_t rank,
+                             int32_t elem_bytes);
+
+/* Unary elementwise over n contiguous elements: silu x·σ(x), sigmoid, gelu (approximate 0: erf, 1: tanh). */
+TP_API tp_status tp_cpu_silu_f32(tp_ctx *ctx, const float *x, float *y, uint64_t n);
+TP_API tp_status tp_cpu_sigmoid_f32(tp_ctx *ctx, const float *x, float *y, uint64_t n);
+TP_API tp_status tp_cpu_gelu_f32(tp_ctx *ctx, const float *x, float *y, uint64_t n, int32_t approximate);
+/* y = x · s */
+TP_API tp_status tp_cpu_scale_f32(tp_ctx *ctx, const float *x, float *y, uint64_t n, float s);
+/* y = silu(gate) · up */
+TP_API tp_status tp_cpu_swiglu_f32(tp_ctx *ctx, const float *gate, const float *up, float *y, uint64_t n);
+
+/*
+ * Broadcasting binary ops: out (contiguous, `shape`) = a ∘ b, where a and b are read with their
+ * own element strides over `shape` (0 on broadcast dimensions).
+ */
+TP_API tp_status tp_cpu_add_f32(tp_ctx *ctx, const float *a, uint64_t a_len, const int64_t *a_strides, const float *b,
+                                uint64_t b_len, const int64_t *b_strides, float *out, const int64_t *shape,
+                                int32_t rank);
+TP_API tp_status tp_cpu_sub_f32(tp_ctx *ctx, const float *a, uint64_t a_len, const int64_t *a_strides, const float *b,
+                                uint64_t b_len, const int64_t *b_strides, float *out, const int64_t *shape,
+                                int32_t rank);
+TP_API tp_status tp_cpu_mul_f32(tp_ctx *ctx, const float *a, uint64_t a_len, const int64_t *a_strides, const float *b,
+                                uint64_t b_len, const int64_t *b_strides, float *out, const int64_t *shape,
+                                int32_t rank);
+/* out = x · (1 + scale) + shift, all three strided as above (adaLN modulation). */
+TP_API tp_status tp_cpu_modulate_f32(tp_ctx *ctx, const float *x, uint64_t x_len, const int64_t *x_strides,
+                                     const float *scale, uint64_t scale_len, const int64_t *scale_strides,
+                                     const float *shift, uint64_t shift_len, const int64_t *shift_strides, float *out,
+                                     const int64_t *shape, int32_t rank);
+
+/* softmax over the middle axis of x viewed as [outer, dim, inner], max-subtracted. */
+TP_API tp_status tp_cpu_softmax_f32(tp_ctx *ctx, const float *x, float *y, uint64_t outer, uint64_t dim,
+                                    uint64_t inner);
+
+/* Flags of tp_cpu_rms_norm_f32. */
+#define TP_NORM_UNIT_OFFSET (1u << 0) /* scale by (1 + weight) (Gemma, Krea 2 zero-centred scales) */
+
+/* RMSNorm of `rows` rows of `dim`: y = x / sqrt(mean(x²) + eps) · weight (weight NULL: 1). */
+TP_API tp_status tp_cpu_rms_norm_f32(tp_ctx *ctx, const float *x, const float *weight, float *y, uint64_t rows,
+                                     uint64_t dim, float eps, uint32_t flags);
+/* LayerNorm of rows: y = (x − mean) / sqrt(var + eps) · weight + bias (biased var; weight, bias may be NULL). */
+TP_API tp_status tp_cpu_layer_norm_f32(tp_ctx *ctx, const float *x, const float *weight, const float *bias, float *y,
+                                       uint64_t rows, uint64_t dim, float eps);
+/* GroupNorm of x [batch, channels, spatial]; weight, bias [channels] or NULL. */
+TP_API tp_status tp_cpu_group_norm_f32(tp_ctx *ctx, const float *x, const float *weight, const float *bias, float *y,
+                                       uint64_t batch, uint64_t channels, uint64_t spatial, uint64_t groups, float eps);
+
+/* Modes of tp_cpu_rope_f32. */
+#define TP_ROPE_NEOX 0        /* pairs (i, i + rope_dims/2) */
+#define TP_ROPE_INTERLEAVED 1 /* pairs (2i, 2i + 1) */
+
+/*
+ * RoPE on x [batch, seq, heads, head_dim]. positions: i32 [n_axes, seq] with n_axes = n_sections (1
+ * when n_sections is 0). The rope_dims/2 pairs form consecutive sections (sizes in pairs, summing to
+ * rope_dims/2; no sections: one section of all pairs); pair k of a section of n pairs turns by
+ * pos_axis · freq_scale · theta^(−k/n). Angles, cos and sin in f64, rounded to f32. Dims past
+ * rope_dims are copied.
+ */
+TP_API tp_status tp_cpu_rope_f32(tp_ctx *ctx, const float *x, float *y, uint64_t batch, uint64_t seq, uint64_t heads,
+                                 uint64_t head_dim, const int32_t *positions, const int32_t *sections,
+                                 int32_t n_sections, int32_t rope_dims, int32_t mode, double theta,
+                                 double freq_scale);
+
+/*
+ * Scaled dot-product attention, tiled with an online softmax (memory O(head_dim) per query row).
+ * q [batch, heads, sq, head_dim], k [batch, kv_heads, skv, head_dim], v [batch, kv_heads, skv,
+ * head_dim_v] → out [batch, heads, sq, head_dim_v]; query head h uses kv head h / (heads / kv_heads).
+ * Query i sits at position p = q_offset + i. Key j is visible when j < full_prefix, or when causal
+ * is 0, or when j <= p and (window == 0 or j > p − window). softcap > 0: scores ← softcap ·
+ * tanh(scores / softcap). A query that sees no key gets zeros.
+ */
+TP_API tp_status tp_cpu_attention_f32(tp_ctx *ctx, const float *q, const float *k, const float *v, float *out,
+                                      uint64_t batch, uint64_t heads, uint64_t kv_heads, uint64_t sq, uint64_t skv,
+                                      uint64_t head_dim, uint64_t head_dim_v, float scale, int64_t q_offset,
+                                      int32_t causal, int64_t window, int64_t full_prefix, float softcap);
+
+/*
+ * 2-D convolution (cross-correlation) x [batch, c_in, h, w] * weight [c_out, c_in, kh, kw] (+ bias
+ * [c_out] or NULL) → y [batch, c_out, oh, ow], oh = (h + 2·pad_h − kh) / stride_h + 1 (likewise ow).
+ */
+TP_API tp_status tp_cpu_conv2d_f32(tp_ctx *ctx, const float *x, const float *weight, const float *bias, float *y,
+                                   uint64_t batch, uint64_t c_in, uint64_t h, uint64_t w, uint64_t c_out, uint64_t kh,
+                                   uint64_t kw, int32_t stride_h, int32_t stride_w, int32_t pad_h, int32_t pad_w);
+
+/* Nearest upsampling of `planes` planes [h, w] by `factor` → [h·factor, w·factor]. */
+TP_API tp_status tp_cpu_upsample_nearest2d_f32(tp_ctx *ctx, const float *x, float *y, uint64_t planes, uint64_t h,
+                                               uint64_t w, int32_t factor);
+
+/* Per row of n: index of the largest value (the first on ties; NaN counts as largest), n < 2^31. */
+TP_API tp_status tp_cpu_argmax_f32(tp_ctx *ctx, const float *x, int32_t *out, uint64_t rows, uint64_t n);
+/* Per row of n: the k largest values in descending order (ties: lower index first) and their indices. */
+TP_API tp_status tp_cpu_top_k_f32(tp_ctx *ctx, const float *x, float *values, int32_t *indices, uint64_t rows,
+                                  uint64_t n, uint64_t k);
+
 #ifdef __cplusplus
 }
 #endif

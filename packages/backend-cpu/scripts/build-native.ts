@@ -4,7 +4,7 @@
  *
  * - Compiler: $CC when set (an error if it names no program: an explicit choice is never silently
  *   replaced), else the first of cc, gcc, clang on PATH.
- * - Flags: see native/cpu/README.md. Every file gets BASE_FLAGS; `*_avx2.c` and `*_avx512.c`
+ * - Flags: see native/cpu/README.md. Every file gets BASE_FLAGS; `*_avx2.c`, `*_avx512.c` and `*_avx512vnni.c`
  *   also get their ISA flags, and only they do, so the library loads on any x86-64 and picks
  *   its kernels at run time. On other architectures the ISA files are skipped.
  * - Files compile in parallel into a temporary folder; the link writes a temporary name in
@@ -47,6 +47,11 @@ const BASE_FLAGS = [
 /** Extra flags by file-name suffix; a file gets the flags of the first suffix it ends with. */
 const ISA_FLAGS: [suffix: string, flags: string[]][] = [
   ["_avx512.c", ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mf16c"]],
+  // AVX-512 VNNI + BF16 (vpdpbusd, vdpbf16ps): only called when the CPU has them (native/cpu/matmul.c)
+  [
+    "_avx512vnni.c",
+    ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16", "-mfma", "-mf16c"],
+  ],
   ["_avx2.c", ["-mavx2", "-mfma", "-mf16c"]],
 ];
 

@@ -121,12 +121,15 @@ describe("cpu backend", () => {
 
   test("ops without kernels are E_UNSUPPORTED naming op and backend", () => {
     const b = createBackend({ threads: 1 });
-    const x = b.alloc([1, 4], "f32");
-    const w = new Weight({ name: "w", format: "f32", shape: [2, 4], data: new Uint8Array(32) });
-    expect(() => b.matmul(x, w)).toThrow("op matmul is not implemented on backend cpu");
-    expect(() => b.silu(x)).toThrow("op silu is not implemented on backend cpu");
+    const x = b.alloc([1, 256], "f32");
+    // matmul / embedding exist (matmul.test.ts); a weight format without kernels is E_UNSUPPORTED
+    const w = new Weight({ name: "w", format: "iq2_xxs", shape: [2, 256], data: new Uint8Array(132) });
+    expect(() => b.matmul(x, w)).toThrow("op matmul on backend cpu does not support weight format iq2_xxs");
+    expect(b.supports("silu", ["f32"])).toBe(true); // ops.test.ts tests the implemented ops
+    expect(b.supports("silu", ["f16"])).toBe(false);
     expect(b.supports("cast", ["bf16"])).toBe(true);
-    expect(b.supports("matmul", ["q4_k"])).toBe(false);
+    expect(b.supports("matmul", ["q4_k"])).toBe(true);
+    expect(b.supports("matmul", ["iq2_xxs"])).toBe(false);
     b.dispose();
   });
 

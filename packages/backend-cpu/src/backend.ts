@@ -13,23 +13,33 @@
 import { type Pointer, toArrayBuffer } from "bun:ffi";
 import { readFileSync } from "node:fs";
 import {
+  type AttentionOptions,
   BackendBase,
   type BackendCapabilities,
   type BackendOptions,
+  type Conv2dOptions,
   DTYPE_NAMES,
   type DTypeName,
   dtypeBytes,
+  type OpName,
+  type RopeOptions,
   type Tensor,
   TpError,
+  type Weight,
+  type WeightFormat,
 } from "@tp/tensor";
 import {
   CAST_DTYPES,
   CAST_SATURATE,
   type CastDtype,
+  type CpuIsa,
   type CpuLibrary,
   loadCpuLibrary,
   type NativeContext,
 } from "./ffi.ts";
+import { embedding } from "./ops/embedding.ts";
+import * as ops from "./ops/index.ts";
+import { CPU_WEIGHT_FORMATS, matmul, supportsWeightOp } from "./ops/matmul.ts";
 
 /** A block of native memory and a JS view over it (empty for 0 bytes). */
 interface HostBlock {
@@ -83,6 +93,12 @@ function cpuModelName(): string {
   }
 }
 
+/** Options of the cpu backend: those of every backend, and the highest ISA level its kernels may use. */
+export interface CpuBackendOptions extends BackendOptions {
+  /** "scalar", "avx2" or "avx512" (default: the best this CPU has); for tests and comparisons. */
+  maxIsa?: CpuIsa;
+}
+
 const isCastDtype = (d: DTypeName): d is CastDtype => Object.hasOwn(CAST_DTYPES, d);
 
 /**
@@ -100,16 +116,25 @@ export class CpuBackend extends BackendBase {
   /**
    * @throws TpError E_IO when the native library is not built; E_ARG for bad threads or budget
    */
-  constructor(options: BackendOptions = {}) {
+  constructor(options: CpuBackendOptions = {}) {
     super("cpu", options);
     this.lib = loadCpuLibrary();
-    this.ctx = this.lib.createContext(resolveThreads(options.threads));
+    this.ctx = this.lib.createContext(resolveThreads(options.threads), options.maxIsa);
     this.device = `${cpuModelName()} (${this.ctx.isa}, ${this.ctx.threads} thread${this.ctx.threads === 1 ? "" : "s"})`;
     if (options.verbose) console.error(`cpu backend: ${this.device}`);
   }
 
   capabilities(): BackendCapabilities {
-    return { ops: ["cast"], weightFormats: [], dtypes: DTYPE_NAMES };
+    const opNames = ["cast", "matmul", "embedding", ...Object.keys(ops.CPU_OP_DTYPES)] as OpName[];
+    return { ops: opNames, weightFormats: CPU_WEIGHT_FORMATS, dtypes: DTYPE_NAMES };
+  }
+
+  /** Per op: the ops of ops/capabilities.ts answer from their dtype table; others as BackendBase. */
+  override supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {
+    if (op === "matmul" || op === "embedding") return supportsWeightOp(op, formats);
+    const dtypes = ops.CPU_OP_DTYPES[op];
+    if (dtypes === undefined) return super.supports(op, formats);
+    return formats.every((f) => (dtypes as readonly string[]).includes(f));
   }
 
   protected allocStorage(bytes: number): HostBlock {
@@ -152,6 +177,19 @@ export class CpuBackend extends BackendBase {
     return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
   }
 
+  /**
+   * Address of any view's first element and the bytes from there to the end of its storage, for
+   * strided native calls (which check that the view's strides stay inside those bytes).
+   * @throws TpError E_STATE for a freed or foreign tensor
+   */
+  viewRegion(t: Tensor): ops.NativeRegion {
+    this.own(t);
+    const block = t.storage.handle as HostBlock;
+    const at = t.layout.offset * dtypeBytes(t.dtype);
+    if (block.ptr === null || t.numel === 0) return { ptr: null, bytes: 0 };
+    return { ptr: (block.ptr + at) as Pointer, bytes: block.byteLength - at };
+  }
+
   #checkElements(t: Tensor, op: string): void {
     this.own(t);
     if (!t.isContiguous) {
@@ -191,6 +229,95 @@ export class CpuBackend extends BackendBase {
     return out;
   }
 
+  // ---- ops (implementations in ./ops; contracts in @tp/tensor Backend) ----------------------------
+
+  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Tensor {
+    return ops.attention(this, q, k, v, options);
+  }
+  override rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
+    return ops.rmsNorm(this, x, weight, options);
+  }
+  override layerNorm(
+    x: Tensor,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor {
+    return ops.layerNorm(this, x, weight, bias, options);
+  }
+  override groupNorm(
+    x: Tensor,
+    groups: number,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor {
+    return ops.groupNorm(this, x, groups, weight, bias, options);
+  }
+  override rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
+    return ops.rope(this, x, positions, options);
+  }
+  override silu(x: Tensor): Tensor {
+    return ops.silu(this, x);
+  }
+  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor {
+    return ops.gelu(this, x, options);
+  }
+  override sigmoid(x: Tensor): Tensor {
+    return ops.sigmoid(this, x);
+  }
+  override swiglu(gate: Tensor, up: Tensor): Tensor {
+    return ops.swiglu(this, gate, up);
+  }
+  override softmax(x: Tensor, options?: { dim?: number }): Tensor {
+    return ops.softmax(this, x, options);
+  }
+  override add(a: Tensor, b: Tensor): Tensor {
+    return ops.binary(this, "add", a, b);
+  }
+  override sub(a: Tensor, b: Tensor): Tensor {
+    return ops.binary(this, "sub", a, b);
+  }
+  override mul(a: Tensor, b: Tensor): Tensor {
+    return ops.binary(this, "mul", a, b);
+  }
+  override scale(x: Tensor, s: number): Tensor {
+    return ops.scale(this, x, s);
+  }
+  override modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
+    return ops.modulate(this, x, scale, shift);
+  }
+  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions): Tensor {
+    return ops.conv2d(this, x, weight, bias, options);
+  }
+  override upsampleNearest2d(x: Tensor, factor: number): Tensor {
+    return ops.upsampleNearest2d(this, x, factor);
+  }
+  override concat(tensors: readonly Tensor[], dim: number): Tensor {
+    return ops.concat(this, tensors, dim);
+  }
+  override slice(x: Tensor, dim: number, start: number, end: number): Tensor {
+    return ops.slice(this, x, dim, start, end);
+  }
+  override copy(x: Tensor): Tensor {
+    return ops.copy(this, x);
+  }
+  override argmax(x: Tensor): Tensor {
+    return ops.argmax(this, x);
+  }
+  override topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
+    return ops.topK(this, x, k);
+  }
+
+  /** y = x · Wᵀ (+ bias) for every weight format of CPU_WEIGHT_FORMATS (./ops/matmul.ts). */
+  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor {
+    return matmul(this, x, w, options);
+  }
+  /** Rows of a weight table at i32 ids, dequantized to f32 (./ops/embedding.ts). */
+  override embedding(table: Weight, ids: Tensor): Tensor {
+    return embedding(this, table, ids);
+  }
+
   override dispose(): void {
     super.dispose();
     if (!this.ctx.destroyed) this.ctx.destroy();
@@ -203,6 +330,6 @@ export class CpuBackend extends BackendBase {
  * @param options.memoryBudget bytes the backend may hold at once (E_OOM past it)
  * @throws TpError E_IO when libtp_cpu.so is not built ("run 'bun run build'"); E_ARG for bad options
  */
-export function createBackend(options: BackendOptions = {}): CpuBackend {
+export function createBackend(options: CpuBackendOptions = {}): CpuBackend {
   return new CpuBackend(options);
 }

@@ -15,6 +15,7 @@ import { dlopen, type FFIFunction, type Library, type Pointer, ptr } from "bun:f
 import { closeSync, existsSync, openSync, readSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { TpError, type TpErrorCode } from "@tp/tensor";
+import { OP_SYMBOLS } from "./ops/symbols.ts";
 
 export type { Pointer } from "bun:ffi";
 
@@ -49,6 +50,63 @@ export const CAST_DTYPE_BYTES: Readonly<Record<CastDtype, number>> = {
 
 /** Flag of {@link NativeContext.cast}: f32 -> fp8 clamps overflow and ±inf to ±max finite (tp.h `TP_CAST_SATURATE`). */
 export const CAST_SATURATE = 1;
+
+/**
+ * Weight formats of the native matmul / get_rows kernels and their tp.h `tp_wformat` codes (part of the
+ * ABI). Names are @tp/tensor `WeightFormat`s.
+ */
+export const NATIVE_WEIGHT_FORMATS = {
+  f32: 0,
+  f16: 1,
+  bf16: 2,
+  f8_e4m3fn: 3,
+  f8_e5m2: 4,
+  int8_convrot: 5,
+  int4_convrot: 6,
+  q4_0: 7,
+  q4_1: 8,
+  q5_0: 9,
+  q5_1: 10,
+  q8_0: 11,
+  q2_k: 12,
+  q3_k: 13,
+  q4_k: 14,
+  q5_k: 15,
+  q6_k: 16,
+} as const;
+
+/** A weight format name of {@link NATIVE_WEIGHT_FORMATS}. */
+export type NativeWeightFormat = keyof typeof NATIVE_WEIGHT_FORMATS;
+
+/** Activation block types of {@link NativeContext.quantizeActivations} (tp.h `TP_ACT_BLOCK_*`) and their bytes per block. */
+export const ACT_BLOCKS = {
+  q8_0: { code: 0, elems: 32, bytes: 34 },
+  q8_1: { code: 1, elems: 32, bytes: 36 },
+  q8_k: { code: 2, elems: 256, bytes: 292 },
+} as const;
+
+/** An activation block type of {@link ACT_BLOCKS}. */
+export type ActBlockType = keyof typeof ACT_BLOCKS;
+
+/**
+ * A weight [n, k] as the native kernels take it: row-major bytes in `format` (any alignment) and the
+ * scales of its format. JavaScript keeps owning `data` and `scale`; native code reads them during a
+ * call only.
+ */
+export interface NativeWeight {
+  /** Storage format. */
+  readonly format: NativeWeightFormat;
+  /** Rows (output features). */
+  readonly n: number;
+  /** Columns (input features). */
+  readonly k: number;
+  /** n rows of {@link CpuLibrary.weightRowBytes}(format, k) bytes. */
+  readonly data: Uint8Array;
+  /** ConvRot: n row scales; fp8: one tensor scale, or null for raw fp8; other formats: null. */
+  readonly scale: Float32Array | null;
+  /** ConvRot rotation group (a power of 4 dividing k); 0 for other formats. */
+  readonly group: number;
+}
 
 /** Instruction-set levels of the kernels and their tp.h `tp_isa` codes, lowest first. */
 export const CPU_ISA = { scalar: 0, avx2: 1, avx512: 2 } as const;
@@ -98,6 +156,20 @@ const SYMBOLS = {
   tp_free: { args: ["ptr"], returns: "void" },
   // kernels
   tp_cpu_cast: { args: ["ptr", "ptr", "i32", "ptr", "i32", "u64", "u32"], returns: "i32" },
+  // ops on f32 activations (tp.h "ops"; table in ops/symbols.ts, wrappers in ops/native.ts)
+  ...OP_SYMBOLS,
+  // weights: matmul, get_rows, activation quantizers (tp.h "weights")
+  tp_weight_row_bytes: { args: ["i32", "i64"], returns: "i64" },
+  tp_cpu_matmul: {
+    args: ["ptr", "ptr", "i64", "i64", "i32", "ptr", "u64", "i64", "ptr", "i64", "i32", "ptr", "ptr"],
+    returns: "i32",
+  },
+  tp_cpu_get_rows: {
+    args: ["ptr", "i32", "ptr", "u64", "i64", "i64", "ptr", "i64", "i32", "ptr", "i64", "ptr"],
+    returns: "i32",
+  },
+  tp_cpu_quantize_act: { args: ["ptr", "i32", "ptr", "i64", "i64", "ptr", "u64"], returns: "i32" },
+  tp_cpu_convrot_quantize: { args: ["ptr", "ptr", "i64", "i64", "i32", "i32", "ptr", "ptr"], returns: "i32" },
 } as const;
 
 /** The raw, unchecked bun:ffi functions of libtp_cpu.so (tp.h signatures). */
@@ -268,6 +340,20 @@ export class CpuLibrary {
   }
 
   /**
+   * Bytes of one weight row of k elements in a native weight format (tp_weight_row_bytes).
+   * @throws TpError E_ARG for an unknown format; E_SHAPE when k is not a whole number of blocks
+   */
+  weightRowBytes(format: NativeWeightFormat, k: number): number {
+    const code = weightFormatCode("weightRowBytes", format);
+    checkCount("weightRowBytes", "k", k);
+    const bytes = Number(this.raw.tp_weight_row_bytes(code, k));
+    if (bytes < 0) {
+      throw new TpError("E_SHAPE", `weightRowBytes: k = ${k} is not a whole number of ${format} blocks`);
+    }
+    return bytes;
+  }
+
+  /**
    * Create a context: a pool of `nThreads - 1` worker threads (the calling thread is the n-th) and
    * the ISA level min(maxIsa, best this CPU supports); read the chosen level from `.isa`.
    * Destroy it with {@link NativeContext.destroy} (a forgotten context is destroyed on GC).
@@ -401,6 +487,161 @@ export class NativeContext {
   }
 
   /**
+   * y = x · Wᵀ (+ bias) with the native kernels of the weight's format (tp.h tp_cpu_matmul: activations
+   * quantized per format as llama.cpp / ComfyUI pair them; ConvRot bit-exact with @tp/quant
+   * convRotLinear).
+   * @param x    [m, k] f32, at least m·k values
+   * @param m    rows of x
+   * @param w    the weight [n, k] ({@link NativeWeight})
+   * @param bias [n] f32 or null
+   * @param y    [m, n] f32 output, at least m·n values; must not overlap the inputs
+   * @throws TpError E_STATE after destroy; E_ARG for a bad argument (named: short or misaligned views,
+   *   bad counts, weight bytes or scales that do not match its format and shape); E_OOM when scratch
+   *   memory cannot be allocated
+   */
+  matmul(x: Float32Array, m: number, w: NativeWeight, bias: Float32Array | null, y: Float32Array): void {
+    const handle = this.handle;
+    const fmt = checkWeight(this.lib, "matmul", w);
+    checkCount("matmul", "m", m);
+    const xPtr = f32Pointer("matmul", "x", x, m * w.k);
+    const yPtr = f32Pointer("matmul", "y", y, m * w.n);
+    const bPtr = bias === null ? null : f32Pointer("matmul", "bias", bias, w.n, true);
+    check(
+      this,
+      this.lib.raw.tp_cpu_matmul(
+        handle,
+        xPtr,
+        m,
+        w.k,
+        fmt.code,
+        fmt.data,
+        w.data.byteLength,
+        w.n,
+        fmt.scale,
+        fmt.nScale,
+        w.group,
+        bPtr,
+        yPtr,
+      ),
+    );
+  }
+
+  /**
+   * Dequantized rows of a weight (tp.h tp_cpu_get_rows), bit-exact with @tp/quant's dequantizers:
+   * out[i] = row ids[i] (or row i when ids is null).
+   * @param w    the table [n, k]
+   * @param ids  row indices (i32), or null for rows 0 .. nIds−1
+   * @param nIds rows to produce
+   * @param out  [nIds, k] f32
+   * @throws TpError E_ARG for a bad argument or an id outside [0, n) (named in the message)
+   */
+  getRows(w: NativeWeight, ids: Int32Array | null, nIds: number, out: Float32Array): void {
+    const handle = this.handle;
+    const fmt = checkWeight(this.lib, "getRows", w);
+    checkCount("getRows", "nIds", nIds);
+    let idsPtr: Pointer | null = null;
+    if (ids !== null) {
+      if (!(ids instanceof Int32Array)) {
+        throw new TpError("E_ARG", `getRows: ids must be an Int32Array, got ${describe(ids)}`);
+      }
+      if (ids.length < nIds)
+        throw new TpError("E_ARG", `getRows: ids holds ${ids.length} values, nIds = ${nIds}`);
+      idsPtr = nIds === 0 ? null : ptr(ids);
+    } else if (nIds > w.n) {
+      throw new TpError("E_ARG", `getRows: nIds = ${nIds} rows without ids, but the weight has n = ${w.n}`);
+    }
+    const outPtr = f32Pointer("getRows", "out", out, nIds * w.k);
+    check(
+      this,
+      this.lib.raw.tp_cpu_get_rows(
+        handle,
+        fmt.code,
+        fmt.data,
+        w.data.byteLength,
+        w.n,
+        w.k,
+        fmt.scale,
+        fmt.nScale,
+        w.group,
+        idsPtr,
+        nIds,
+        outPtr,
+      ),
+    );
+  }
+
+  /**
+   * Quantize rows of activations to ggml blocks (tp.h tp_cpu_quantize_act), bit-exact with @tp/quant
+   * quantizeGgml: what matmul does to x for GGUF weights.
+   * @param type q8_0, q8_1 or q8_k
+   * @param x    [m, k] f32
+   * @param out  exactly m · k / elems · bytes of {@link ACT_BLOCKS}[type]
+   * @throws TpError E_ARG for a bad argument (k not whole blocks, wrong out size, ...)
+   */
+  quantizeActivations(type: ActBlockType, x: Float32Array, m: number, k: number, out: Uint8Array): void {
+    const handle = this.handle;
+    if (typeof type !== "string" || !Object.hasOwn(ACT_BLOCKS, type)) {
+      throw new TpError(
+        "E_ARG",
+        `quantizeActivations: unknown type ${JSON.stringify(type)}; expected one of: ${Object.keys(ACT_BLOCKS).join(", ")}`,
+      );
+    }
+    checkCount("quantizeActivations", "m", m);
+    checkCount("quantizeActivations", "k", k);
+    const b = ACT_BLOCKS[type];
+    if (k % b.elems !== 0) {
+      throw new TpError("E_ARG", `quantizeActivations: k = ${k} is not a multiple of ${b.elems} (${type})`);
+    }
+    const need = (m * k * b.bytes) / b.elems;
+    if (!(out instanceof Uint8Array) || out.byteLength !== need) {
+      throw new TpError(
+        "E_ARG",
+        `quantizeActivations: out must be a Uint8Array of ${need} bytes, got ${describe(out)}`,
+      );
+    }
+    const xPtr = f32Pointer("quantizeActivations", "x", x, m * k);
+    const outPtr = need === 0 ? null : ptr(out);
+    check(this, this.lib.raw.tp_cpu_quantize_act(handle, b.code, xPtr, m, k, outPtr, need));
+  }
+
+  /**
+   * Rotate and quantize activation rows for a ConvRot product (tp.h tp_cpu_convrot_quantize),
+   * bit-exact with @tp/quant quantizeActivationsConvRot.
+   * @param x      [m, k] f32
+   * @param bits   8 or 4
+   * @param group  rotation group, a power of 4 dividing k
+   * @param codes  [m, k] int8 output
+   * @param scales [m] f32 output
+   * @throws TpError E_ARG for a bad argument
+   */
+  convRotQuantize(
+    x: Float32Array,
+    m: number,
+    k: number,
+    bits: 8 | 4,
+    group: number,
+    codes: Int8Array,
+    scales: Float32Array,
+  ): void {
+    const handle = this.handle;
+    checkCount("convRotQuantize", "m", m);
+    checkCount("convRotQuantize", "k", k);
+    if (bits !== 8 && bits !== 4)
+      throw new TpError("E_ARG", `convRotQuantize: bits must be 8 or 4, got ${bits}`);
+    checkCount("convRotQuantize", "group", group);
+    if (!(codes instanceof Int8Array) || codes.length < m * k) {
+      throw new TpError(
+        "E_ARG",
+        `convRotQuantize: codes must be an Int8Array of ${m * k} values, got ${describe(codes)}`,
+      );
+    }
+    const xPtr = f32Pointer("convRotQuantize", "x", x, m * k);
+    const sPtr = f32Pointer("convRotQuantize", "scales", scales, m);
+    const cPtr = m * k === 0 ? null : ptr(codes);
+    check(this, this.lib.raw.tp_cpu_convrot_quantize(handle, xPtr, m, k, bits, group, cPtr, sPtr));
+  }
+
+  /**
    * Stop the worker threads and free the context.
    * @throws TpError E_STATE if it was already destroyed
    */
@@ -415,6 +656,84 @@ export class NativeContext {
   [Symbol.dispose](): void {
     if (!this.destroyed) this.destroy();
   }
+}
+
+/** The tp_wformat code of a weight format name, or an E_ARG TpError naming `fn`. */
+function weightFormatCode(fn: string, format: NativeWeightFormat): number {
+  if (typeof format !== "string" || !Object.hasOwn(NATIVE_WEIGHT_FORMATS, format)) {
+    throw new TpError(
+      "E_ARG",
+      `${fn}: unknown weight format ${JSON.stringify(format)}; expected one of: ${Object.keys(NATIVE_WEIGHT_FORMATS).join(", ")}`,
+    );
+  }
+  return NATIVE_WEIGHT_FORMATS[format];
+}
+
+/**
+ * Check a {@link NativeWeight} against its format: shape, byte count, scales, group. Returns the format
+ * code and the pointers to pass (null for empty views).
+ */
+function checkWeight(
+  lib: CpuLibrary,
+  fn: string,
+  w: NativeWeight,
+): { code: number; data: Pointer | null; scale: Pointer | null; nScale: number } {
+  const code = weightFormatCode(fn, w.format);
+  checkCount(fn, "w.n", w.n);
+  checkCount(fn, "w.k", w.k);
+  if (!(w.data instanceof Uint8Array))
+    throw new TpError("E_ARG", `${fn}: w.data must be a Uint8Array, got ${describe(w.data)}`);
+  const rowBytes = lib.weightRowBytes(w.format, w.k);
+  if (w.data.byteLength !== w.n * rowBytes) {
+    throw new TpError(
+      "E_ARG",
+      `${fn}: ${w.format} weight [${w.n}, ${w.k}] needs ${w.n * rowBytes} bytes, w.data holds ${w.data.byteLength}`,
+    );
+  }
+  const convrot = w.format === "int8_convrot" || w.format === "int4_convrot";
+  const fp8 = w.format === "f8_e4m3fn" || w.format === "f8_e5m2";
+  const nScale = w.scale === null ? 0 : w.scale.length;
+  if (w.scale !== null && !(w.scale instanceof Float32Array)) {
+    throw new TpError("E_ARG", `${fn}: w.scale must be a Float32Array or null, got ${describe(w.scale)}`);
+  }
+  if (convrot ? nScale !== w.n : fp8 ? nScale > 1 : nScale !== 0) {
+    const want = convrot ? `${w.n} row scales` : fp8 ? "0 or 1 tensor scale" : "no scale";
+    throw new TpError("E_ARG", `${fn}: a ${w.format} weight takes ${want}, got ${nScale}`);
+  }
+  const pow4 = (g: number) => Number.isInteger(g) && g >= 4 && (g & (g - 1)) === 0 && Math.log2(g) % 2 === 0;
+  if (convrot ? !(pow4(w.group) && w.k % w.group === 0) : w.group !== 0) {
+    throw new TpError(
+      "E_ARG",
+      `${fn}: group = ${w.group} for ${w.format} (ConvRot: a power of 4 dividing k = ${w.k}; else 0)`,
+    );
+  }
+  return {
+    code,
+    data: w.data.byteLength === 0 ? null : ptr(w.data),
+    scale: nScale === 0 ? null : ptr(w.scale as Float32Array),
+    nScale,
+  };
+}
+
+/**
+ * The pointer of a Float32Array holding at least `count` values; null when count is 0 (or when the
+ * view is empty and `allowEmpty`).
+ */
+function f32Pointer(
+  fn: string,
+  name: string,
+  view: Float32Array,
+  count: number,
+  allowEmpty = false,
+): Pointer | null {
+  if (!(view instanceof Float32Array)) {
+    throw new TpError("E_ARG", `${fn}: ${name} must be a Float32Array, got ${describe(view)}`);
+  }
+  if (view.length < count) {
+    throw new TpError("E_ARG", `${fn}: ${name} holds ${view.length} values, ${count} are needed`);
+  }
+  if (count === 0 || (allowEmpty && view.length === 0)) return null;
+  return ptr(view);
 }
 
 /** The tp_dtype code of a dtype name, or an E_ARG TpError naming the argument. */

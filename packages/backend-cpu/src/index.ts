@@ -7,8 +7,10 @@
  * the CPU-backend issue and throw E_UNSUPPORTED until then.
  */
 
-export { CpuBackend, createBackend, resolveThreads } from "./backend.ts";
+export { CpuBackend, type CpuBackendOptions, createBackend, resolveThreads } from "./backend.ts";
 export {
+  ACT_BLOCKS,
+  type ActBlockType,
   CAST_DTYPE_BYTES,
   CAST_DTYPES,
   CAST_SATURATE,
@@ -23,8 +25,12 @@ export {
   cpuFeatureNames,
   defaultCpuLibraryPath,
   loadCpuLibrary,
+  NATIVE_WEIGHT_FORMATS,
   NativeContext,
+  type NativeWeight,
+  type NativeWeightFormat,
   type Pointer,
   TP_ABI_VERSION,
   TP_STATUS,
 } from "./ffi.ts";
+export { CPU_WEIGHT_FORMATS } from "./ops/matmul.ts";

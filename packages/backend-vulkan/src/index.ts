@@ -1,19 +1,39 @@
 /**
  * @tp/backend-vulkan: the Vulkan backend, registered as `vulkan` (`--backend vulkan`).
  *
- * Not implemented yet: Vulkan 1.2+ compute: a C shim over the Vulkan loader (`native/vulkan`) and GLSL compute shaders compiled to SPIR-V at build time. Until it lands, {@link createBackend} throws E_UNSUPPORTED, so asking
- * for this backend is a clear error and never a silent fallback to another backend.
+ * libtp_vulkan.so (native/vulkan, a thin C shim over the Vulkan loader, which it opens at run time)
+ * is loaded through bun:ffi by `./ffi.ts`; the compute kernels are GLSL compiled to SPIR-V at build
+ * time. `./backend.ts` is the `Backend`: device memory with accounting, command batches, and the ops
+ * listed by `capabilities()`; everything else is E_UNSUPPORTED naming op, backend and format.
  */
 
-import { type Backend, type BackendOptions, TpError } from "@tp/tensor";
-
-/**
- * Create the `vulkan` backend.
- * @throws TpError E_UNSUPPORTED — this backend is not implemented in this build.
- */
-export function createBackend(_options: BackendOptions = {}): Backend {
-  throw new TpError(
-    "E_UNSUPPORTED",
-    "backend vulkan is not implemented in this build yet; use --backend cpu",
-  );
-}
+export {
+  createBackend,
+  parseDeviceSelector,
+  VulkanBackend,
+  type VulkanBackendOptions,
+} from "./backend.ts";
+export {
+  type Binding,
+  buildUnavailableReason,
+  type ContextOptions,
+  checkLibraryFile,
+  defaultShaderDir,
+  defaultVulkanLibraryPath,
+  loadVulkanLibrary,
+  type Pointer,
+  TP_VK_ABI_VERSION,
+  TP_VK_FEATURES,
+  TP_VK_FLAGS,
+  TP_VK_STATUS,
+  type VulkanBuffer,
+  VulkanContext,
+  type VulkanDeviceInfo,
+  type VulkanFeature,
+  VulkanLibrary,
+  type VulkanPipeline,
+  type VulkanStats,
+  type VulkanSymbols,
+} from "./ffi.ts";
+export { KERNELS, KernelCache, type KernelName, type KernelSpec } from "./kernels.ts";
+export { VK_OP_DTYPES, VK_WEIGHT_FORMATS } from "./ops/capabilities.ts";

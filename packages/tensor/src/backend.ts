@@ -92,7 +92,9 @@ export interface RopeOptions {
   ropeDims?: number;
   /**
    * Multi-axis RoPE: the rotated pairs are split into consecutive sections, section a uses positions
-   * row a of `positions` ([axes, seq_len]). Sizes in pairs (head_dim/2 total), e.g. Krea 2's 3 axes.
+   * row a of `positions` ([axes, seq_len]). Sizes in pairs (ropeDims/2 total), e.g. Krea 2's 3 axes.
+   * Each section is an axis with its own frequency table: pair k of a section of n pairs turns by
+   * pos · theta^(−k/n) (Flux / Krea 2 / Qwen-Image per-axis tables; krea2.md §3.5).
    */
   sections?: readonly number[];
   /** Linear position scaling (positions × freqScale); default 1. */

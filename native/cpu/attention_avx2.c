@@ -1,0 +1,59 @@
+/*
+ * Attention micro-kernels (ops.h, tp_attn_kernels) with AVX2 + FMA: register tiles of 4 rows × 16
+ * columns (8 accumulators of 8 lanes, leaving room in the 16 YMM registers for the loads and the
+ * broadcast), swept over the 64 columns of a key block or the padded value columns. See attention.c
+ * for the layouts and padding that make every tile full.
+ */
+#include <immintrin.h>
+
+#include "ops.h"
+
+static void scores(const float *q, const float *kt, float *s, size_t rows, size_t d) {
+  for (size_t r0 = 0; r0 < rows; r0 += 4) {
+    const float *q0 = q + r0 * d;
+    for (size_t c0 = 0; c0 < TP_ATTN_BK; c0 += 16) {
+      __m256 acc[4][2];
+      for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      for (size_t t = 0; t < d; t++) {
+        const float *kr = kt + t * TP_ATTN_BK + c0;
+        const __m256 k0 = _mm256_loadu_ps(kr), k1 = _mm256_loadu_ps(kr + 8);
+        for (int r = 0; r < 4; r++) {
+          const __m256 qb = _mm256_broadcast_ss(q0 + (size_t)r * d + t);
+          acc[r][0] = _mm256_fmadd_ps(qb, k0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(qb, k1, acc[r][1]);
+        }
+      }
+      for (int r = 0; r < 4; r++) {
+        _mm256_storeu_ps(s + (r0 + (size_t)r) * TP_ATTN_BK + c0, acc[r][0]);
+        _mm256_storeu_ps(s + (r0 + (size_t)r) * TP_ATTN_BK + c0 + 8, acc[r][1]);
+      }
+    }
+  }
+}
+
+static void pv(const float *p, const float *v, float *o, size_t rows, size_t nk, size_t dvp) {
+  for (size_t r0 = 0; r0 < rows; r0 += 4) {
+    for (size_t c0 = 0; c0 < dvp; c0 += 16) {
+      __m256 acc[4][2];
+      for (int r = 0; r < 4; r++) {
+        acc[r][0] = _mm256_loadu_ps(o + (r0 + (size_t)r) * dvp + c0);
+        acc[r][1] = _mm256_loadu_ps(o + (r0 + (size_t)r) * dvp + c0 + 8);
+      }
+      for (size_t j = 0; j < nk; j++) {
+        const float *vr = v + j * dvp + c0;
+        const __m256 v0 = _mm256_loadu_ps(vr), v1 = _mm256_loadu_ps(vr + 8);
+        for (int r = 0; r < 4; r++) {
+          const __m256 pb = _mm256_broadcast_ss(p + (r0 + (size_t)r) * TP_ATTN_BK + j);
+          acc[r][0] = _mm256_fmadd_ps(pb, v0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_ps(pb, v1, acc[r][1]);
+        }
+      }
+      for (int r = 0; r < 4; r++) {
+        _mm256_storeu_ps(o + (r0 + (size_t)r) * dvp + c0, acc[r][0]);
+        _mm256_storeu_ps(o + (r0 + (size_t)r) * dvp + c0 + 8, acc[r][1]);
+      }
+    }
+  }
+}
+
+const tp_attn_kernels tp_attn_avx2 = {.scores = scores, .pv = pv};

@@ -1,0 +1,522 @@
+/*
+ * Entry points of the weight kernels (tp.h): tp_weight_row_bytes, tp_cpu_matmul, tp_cpu_get_rows,
+ * tp_cpu_quantize_act, tp_cpu_convrot_quantize. Each checks its arguments (writing a message for
+ * tp_ctx_error), prepares the activations once (llm.md §2.6, krea2.md §1.7–1.8), splits the output
+ * columns over the context's threads, and dispatches on the ISA level and CPU features:
+ *
+ *   level / features              GGUF                  ConvRot                  f32, f16        bf16, fp8
+ *   scalar                        matmul_scalar.c       matmul_scalar.c          matmul_scalar.c matmul_scalar.c
+ *   AVX2 (+FMA, F16C)             matmul_ggml_avx2.c    matmul_avx2.c            matmul_avx2.c   matmul_avx2.c
+ *   AVX-512 F/BW/VL + VNNI        matmul_ggml_avx512vnni.c  matmul_avx512vnni.c  matmul_avx512vnni.c  (+ BF16: matmul_avx512vnni.c,
+ *                                                                                                    else matmul_avx2.c)
+ *   AVX-512 without VNNI: the AVX2 kernels.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "matmul.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(TP_NO_X86_KERNELS)
+#define TP_MM_X86 1
+#else
+#define TP_MM_X86 0
+#endif
+
+/* Columns per task are a multiple of this (whole micro-tiles; 64 output floats = 4 cache lines). */
+#define TP_MM_COL_ALIGN 64
+/* Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more. */
+#define TP_MM_PARALLEL_MIN_MACS 32768
+
+const tp_wformat_info tp_wformats[TP_W_COUNT] = {
+    [TP_W_F32] = {"f32", 1, 4, TP_ACT_F32},
+    [TP_W_F16] = {"f16", 1, 2, TP_ACT_F32},
+    [TP_W_BF16] = {"bf16", 1, 2, TP_ACT_BF16},
+    [TP_W_F8_E4M3FN] = {"f8_e4m3fn", 1, 1, TP_ACT_BF16},
+    [TP_W_F8_E5M2] = {"f8_e5m2", 1, 1, TP_ACT_BF16},
+    [TP_W_INT8_CONVROT] = {"int8_convrot", 1, 1, TP_ACT_CONVROT},
+    [TP_W_INT4_CONVROT] = {"int4_convrot", 2, 1, TP_ACT_CONVROT},
+    [TP_W_Q4_0] = {"q4_0", 32, 18, TP_ACT_Q8_0},
+    [TP_W_Q4_1] = {"q4_1", 32, 20, TP_ACT_Q8_1},
+    [TP_W_Q5_0] = {"q5_0", 32, 22, TP_ACT_Q8_0},
+    [TP_W_Q5_1] = {"q5_1", 32, 24, TP_ACT_Q8_1},
+    [TP_W_Q8_0] = {"q8_0", 32, 34, TP_ACT_Q8_0},
+    [TP_W_Q2_K] = {"q2_k", 256, 84, TP_ACT_Q8_K},
+    [TP_W_Q3_K] = {"q3_k", 256, 110, TP_ACT_Q8_K},
+    [TP_W_Q4_K] = {"q4_k", 256, 144, TP_ACT_Q8_K},
+    [TP_W_Q5_K] = {"q5_k", 256, 176, TP_ACT_Q8_K},
+    [TP_W_Q6_K] = {"q6_k", 256, 210, TP_ACT_Q8_K},
+};
+
+/* Largest element count / byte size the entry points accept (keeps every product below 2^63). */
+#define TP_MM_MAX ((int64_t)1 << 40)
+
+int64_t tp_row_bytes(int32_t format, int64_t k) {
+  if (format < 0 || format >= TP_W_COUNT || k < 0 || k > TP_MM_MAX) return -1;
+  const tp_wformat_info *f = &tp_wformats[format];
+  if (k % f->block != 0) return -1;
+  return k / f->block * f->block_bytes;
+}
+
+int64_t tp_weight_row_bytes(int32_t format, int64_t k) { return tp_row_bytes(format, k); }
+
+static tp_status mm_error(tp_ctx *ctx, tp_status status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static tp_status mm_error(tp_ctx *ctx, tp_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* True when [a, a + an) and [b, b + bn) share a byte. */
+static int overlaps(const void *a, uint64_t an, const void *b, uint64_t bn) {
+  if (a == NULL || b == NULL || an == 0 || bn == 0) return 0;
+  const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+  return a0 < b0 + bn && b0 < a0 + an;
+}
+
+/*
+ * Checks shared by matmul and get_rows: format, k, the weight's bytes, scales and group. On success
+ * *row holds the bytes of one weight row.
+ */
+static tp_status check_weight(tp_ctx *ctx, const char *fn, int32_t format, const void *w, uint64_t w_bytes, int64_t n,
+                              int64_t k, const float *scale, int64_t n_scale, int32_t group, int64_t *row) {
+  if (format < 0 || format >= TP_W_COUNT) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: unknown weight format %d (expected 0..%d)", fn, (int)format, TP_W_COUNT - 1);
+  }
+  const tp_wformat_info *f = &tp_wformats[format];
+  if (n < 0 || k < 0 || n > TP_MM_MAX || k > TP_MM_MAX) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: bad weight shape [%lld, %lld]", fn, (long long)n, (long long)k);
+  }
+  const int64_t rb = tp_row_bytes(format, k);
+  if (rb < 0) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: k = %lld is not a whole number of %s blocks of %d elements", fn,
+                    (long long)k, f->name, (int)f->block);
+  }
+  if ((uint64_t)n * (uint64_t)rb != w_bytes) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: %s weight [%lld, %lld] needs %llu bytes, got w_bytes = %llu", fn, f->name,
+                    (long long)n, (long long)k, (unsigned long long)((uint64_t)n * (uint64_t)rb),
+                    (unsigned long long)w_bytes);
+  }
+  if (w == NULL && w_bytes > 0) return mm_error(ctx, TP_ERR_ARG, "%s: w is NULL", fn);
+  const int convrot = format == TP_W_INT8_CONVROT || format == TP_W_INT4_CONVROT;
+  const int fp8 = format == TP_W_F8_E4M3FN || format == TP_W_F8_E5M2;
+  if (convrot) {
+    if (tp_log4(group) == 0 || k % group != 0) {
+      return mm_error(ctx, TP_ERR_ARG, "%s: %s group %d is not a power of 4 (>= 4) dividing k = %lld", fn, f->name,
+                      (int)group, (long long)k);
+    }
+    if (n_scale != n || (scale == NULL && n > 0)) {
+      return mm_error(ctx, TP_ERR_ARG, "%s: %s needs n = %lld row scales, got n_scale = %lld%s", fn, f->name,
+                      (long long)n, (long long)n_scale, scale == NULL ? " (scale is NULL)" : "");
+    }
+  } else {
+    if (group != 0) return mm_error(ctx, TP_ERR_ARG, "%s: group = %d given for %s (ConvRot only)", fn, (int)group, f->name);
+    const int64_t allowed = fp8 ? 1 : 0;
+    if (n_scale < 0 || n_scale > allowed || (n_scale > 0 && scale == NULL)) {
+      return mm_error(ctx, TP_ERR_ARG, "%s: %s takes %s, got n_scale = %lld", fn, f->name,
+                      fp8 ? "0 or 1 tensor scale" : "no scale", (long long)n_scale);
+    }
+  }
+  *row = rb;
+  return TP_OK;
+}
+
+/* ---- activation preparation --------------------------------------------------------------- */
+
+/* One activation row to ggml blocks (TP_ACT_Q8_*), with the kernel of the ISA level (all bit-exact). */
+static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, uint8_t *q) {
+#if TP_MM_X86
+  if (isa >= TP_ISA_AVX512) {
+    if (act == TP_ACT_Q8_0) tp_quantize_q8_0_row_avx512(x, k, q);
+    else if (act == TP_ACT_Q8_1) tp_quantize_q8_1_row_avx512(x, k, q);
+    else tp_quantize_q8_k_row_avx512(x, k, q);
+    return;
+  }
+#else
+  (void)isa;
+#endif
+  if (act == TP_ACT_Q8_0) tp_quantize_q8_0_row(x, k, q);
+  else if (act == TP_ACT_Q8_1) tp_quantize_q8_1_row(x, k, q);
+  else tp_quantize_q8_k_row(x, k, q);
+}
+
+typedef struct prep_job {
+  const tp_mm *mm;
+  uint8_t *xq;
+  float *xs;
+  int32_t *xsum;
+  float *tmp; /* per task: k floats (ConvRot) */
+  int64_t rows_per_task;
+  int32_t isa;
+} prep_job;
+
+static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  const prep_job *job = arg;
+  const tp_mm *mm = job->mm;
+  const int64_t r0 = task * job->rows_per_task;
+  const int64_t r1 = r0 + job->rows_per_task < mm->m ? r0 + job->rows_per_task : mm->m;
+  for (int64_t i = r0; i < r1; i++) {
+    const float *x = mm->x + (size_t)i * (size_t)mm->k;
+    uint8_t *q = job->xq + (size_t)i * mm->xq_row;
+    switch (mm->act) {
+      case TP_ACT_BF16:
+#if TP_MM_X86
+        if (job->isa >= TP_ISA_AVX512) tp_cast_f32_to_bf16_avx512(x, q, (size_t)mm->k, 0);
+        else if (job->isa >= TP_ISA_AVX2) tp_cast_f32_to_bf16_avx2(x, q, (size_t)mm->k, 0);
+        else
+#endif
+          tp_cast_f32_to_bf16_scalar(x, q, (size_t)mm->k, 0);
+        if (mm->k & 1) memset(q + 2 * mm->k, 0, 2); /* rows hold whole bf16 pairs */
+        break;
+      case TP_ACT_Q8_0:
+      case TP_ACT_Q8_1:
+      case TP_ACT_Q8_K: quantize_row(job->isa, mm->act, x, mm->k, q); break;
+      case TP_ACT_CONVROT: {
+        float *tmp = job->tmp + (size_t)task * (size_t)mm->k;
+        const int32_t bits = mm->fmt == TP_W_INT8_CONVROT ? 8 : 4;
+#if TP_MM_X86
+        if (job->isa >= TP_ISA_AVX512)
+          tp_convrot_quantize_row_avx512(x, mm->k, mm->group, bits, tmp, (int8_t *)q, &job->xs[i], &job->xsum[i]);
+        else
+#endif
+          tp_convrot_quantize_row_scalar(x, mm->k, mm->group, bits, tmp, (int8_t *)q, &job->xs[i], &job->xsum[i]);
+        break;
+      }
+      default: break;
+    }
+  }
+}
+
+/* Bytes of one prepared activation row. */
+static size_t act_row_bytes(int32_t act, int64_t k) {
+  switch (act) {
+    case TP_ACT_BF16: return (size_t)(k + (k & 1)) * 2; /* whole pairs: the GEMM reads 2 at a time */
+    case TP_ACT_Q8_0: return (size_t)(k / 32) * 34;
+    case TP_ACT_Q8_1: return (size_t)(k / 32) * 36;
+    case TP_ACT_Q8_K: return (size_t)(k / 256) * 292;
+    case TP_ACT_CONVROT: return (size_t)k;
+    default: return 0;
+  }
+}
+
+/* ---- the column split --------------------------------------------------------------------- */
+
+typedef void (*mm_fn)(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
+
+typedef struct col_job {
+  const tp_mm *mm;
+  mm_fn fn;
+  int64_t cols_per_task;
+  uint8_t *scratch; /* task t: scratch + t · mm->task_scratch */
+} col_job;
+
+static void col_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  const col_job *job = arg;
+  const int64_t n0 = task * job->cols_per_task;
+  const int64_t n1 = n0 + job->cols_per_task < job->mm->n ? n0 + job->cols_per_task : job->mm->n;
+  if (n0 < n1) job->fn(job->mm, n0, n1, job->scratch + (size_t)task * job->mm->task_scratch);
+}
+
+/* The kernel family for a format at the context's level (see the table at the top). */
+static mm_fn pick_kernel(const tp_ctx *ctx, int32_t fmt) {
+  const int32_t act = tp_wformats[fmt].act;
+#if TP_MM_X86
+  const int avx2 = ctx->isa >= TP_ISA_AVX2;
+  const int vnni = ctx->isa >= TP_ISA_AVX512 && (ctx->features & TP_CPU_AVX512VNNI);
+  const int bf16 = vnni && (ctx->features & TP_CPU_AVX512BF16);
+  switch (act) {
+    case TP_ACT_Q8_0:
+    case TP_ACT_Q8_1:
+    case TP_ACT_Q8_K: return vnni ? tp_mm_ggml_avx512vnni : avx2 ? tp_mm_ggml_avx2 : tp_mm_ggml_scalar;
+    case TP_ACT_CONVROT: return vnni ? tp_mm_convrot_avx512vnni : avx2 ? tp_mm_convrot_avx2 : tp_mm_convrot_scalar;
+    case TP_ACT_BF16: return bf16 ? tp_mm_float_avx512vnni : avx2 ? tp_mm_float_avx2 : tp_mm_float_scalar;
+    default: return vnni ? tp_mm_float_avx512vnni : avx2 ? tp_mm_float_avx2 : tp_mm_float_scalar;
+  }
+#else
+  (void)ctx;
+  switch (act) {
+    case TP_ACT_Q8_0:
+    case TP_ACT_Q8_1:
+    case TP_ACT_Q8_K: return tp_mm_ggml_scalar;
+    case TP_ACT_CONVROT: return tp_mm_convrot_scalar;
+    default: return tp_mm_float_scalar;
+  }
+#endif
+}
+
+/* Run `fn(arg, t, n)` for n tasks: inline for one task, else on the pool. */
+static void run_tasks(tp_ctx *ctx, int64_t n, tp_task_fn fn, void *arg) {
+  if (n <= 1) fn(arg, 0, 1);
+  else tp_parallel_for(&ctx->pool, n, fn, arg);
+}
+
+/* Scratch of up to this many bytes stays with the context between calls (fresh pages fault on first touch). */
+#define TP_MM_SCRATCH_KEEP ((size_t)64 << 20)
+
+/* The context's scratch, grown to at least `bytes` (64-byte aligned); NULL when memory runs out. */
+static uint8_t *ctx_scratch(tp_ctx *ctx, size_t bytes) {
+  if (bytes <= ctx->scratch_bytes) return ctx->scratch;
+  free(ctx->scratch);
+  ctx->scratch_bytes = 0;
+  ctx->scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (ctx->scratch != NULL) ctx->scratch_bytes = (bytes + 63) / 64 * 64;
+  return ctx->scratch;
+}
+
+/* After a call: give back scratch past TP_MM_SCRATCH_KEEP. */
+static void ctx_scratch_trim(tp_ctx *ctx) {
+  if (ctx->scratch_bytes <= TP_MM_SCRATCH_KEEP) return;
+  free(ctx->scratch);
+  ctx->scratch = NULL;
+  ctx->scratch_bytes = 0;
+}
+
+static size_t round64(size_t b) { return (b + 63) / 64 * 64; }
+
+tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t format, const void *w,
+                        uint64_t w_bytes, int64_t n, const float *scale, int64_t n_scale, int32_t group,
+                        const float *bias, float *y) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  int64_t rb = 0;
+  tp_status st = check_weight(ctx, "tp_cpu_matmul", format, w, w_bytes, n, k, scale, n_scale, group, &rb);
+  if (st != TP_OK) return st;
+  if (m < 0 || m > TP_MM_MAX || (m > 0 && k > TP_MM_MAX / m) || (m > 0 && n > TP_MM_MAX / m)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_matmul: bad m = %lld for k = %lld, n = %lld", (long long)m,
+                    (long long)k, (long long)n);
+  }
+  if (m == 0 || n == 0) return TP_OK;
+  if (y == NULL) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_matmul: y is NULL");
+  if (x == NULL && k > 0) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_matmul: x is NULL");
+  const uint64_t y_bytes = (uint64_t)m * (uint64_t)n * 4, x_bytes = (uint64_t)m * (uint64_t)k * 4;
+  if (overlaps(y, y_bytes, x, x_bytes) || overlaps(y, y_bytes, w, w_bytes) ||
+      overlaps(y, y_bytes, bias, bias ? (uint64_t)n * 4 : 0) || overlaps(y, y_bytes, scale, (uint64_t)n_scale * 4)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_matmul: y overlaps an input");
+  }
+
+  tp_mm mm = {.fmt = format,
+              .act = tp_wformats[format].act,
+              .m = m,
+              .n = n,
+              .k = k,
+              .x = x,
+              .w = w,
+              .w_row = (size_t)rb,
+              .w_scale = format == TP_W_INT8_CONVROT || format == TP_W_INT4_CONVROT ? scale : NULL,
+              .scale = n_scale == 1 && (format == TP_W_F8_E4M3FN || format == TP_W_F8_E5M2) ? scale[0] : 1.0f,
+              .has_scale = n_scale == 1 && (format == TP_W_F8_E4M3FN || format == TP_W_F8_E5M2),
+              .group = group,
+              .bias = bias,
+              .y = y,
+              .features = ctx->features};
+
+  /* tasks: the activation rows, then the output columns in whole multiples of TP_MM_COL_ALIGN */
+  const int64_t threads = ctx->n_threads;
+  const int small = (uint64_t)m * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS;
+  int64_t prep_tasks = m < threads ? m : threads;
+  if (small || (uint64_t)m * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS) prep_tasks = 1;
+  int64_t tasks = small ? 1 : threads;
+  int64_t per = (n + tasks - 1) / tasks;
+  per = (per + TP_MM_COL_ALIGN - 1) / TP_MM_COL_ALIGN * TP_MM_COL_ALIGN;
+  tasks = (n + per - 1) / per;
+
+  /* scratch: prepared activations | row scales | row sums | rotation rows | per-task scratch */
+  mm.xq_row = act_row_bytes(mm.act, k);
+  mm.task_scratch = tp_mm_task_scratch(k);
+  const int convrot = mm.act == TP_ACT_CONVROT;
+  const size_t xq_bytes = round64((size_t)m * mm.xq_row + 64);
+  const size_t xs_bytes = convrot ? round64((size_t)m * 4) : 0;
+  const size_t tmp_bytes = convrot ? round64((size_t)prep_tasks * (size_t)k * 4) : 0;
+  const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch;
+  uint8_t *base = ctx_scratch(ctx, total);
+  if (base == NULL) {
+    return mm_error(ctx, TP_ERR_OOM, "tp_cpu_matmul: no memory for %zu bytes of scratch (prepared activations)", total);
+  }
+  uint8_t *xq = base;
+  float *xs = (float *)(base + xq_bytes);
+  int32_t *xsum = (int32_t *)(base + xq_bytes + xs_bytes);
+  float *tmp = (float *)(base + xq_bytes + 2 * xs_bytes);
+  uint8_t *task_base = base + xq_bytes + 2 * xs_bytes + tmp_bytes;
+
+  if (mm.act != TP_ACT_F32) {
+    prep_job pj = {.mm = &mm,
+                   .xq = xq,
+                   .xs = xs,
+                   .xsum = xsum,
+                   .tmp = tmp,
+                   .rows_per_task = (m + prep_tasks - 1) / prep_tasks,
+                   .isa = ctx->isa};
+    run_tasks(ctx, prep_tasks, prep_task, &pj);
+    mm.xq = xq;
+    mm.xs = convrot ? xs : NULL;
+    mm.xsum = convrot ? xsum : NULL;
+  }
+
+  col_job cj = {.mm = &mm, .fn = pick_kernel(ctx, format), .cols_per_task = per, .scratch = task_base};
+  run_tasks(ctx, tasks, col_task, &cj);
+  ctx_scratch_trim(ctx);
+  return TP_OK;
+}
+
+/* ---- get_rows ----------------------------------------------------------------------------- */
+
+typedef struct rows_job {
+  int32_t fmt, group, isa;
+  const uint8_t *w;
+  size_t w_row;
+  int64_t k, n_ids, rows_per_task;
+  const float *scale;
+  const int64_t *ids;
+  float *out;
+  int32_t *tmp; /* per task: k int32 */
+} rows_job;
+
+static void rows_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  const rows_job *j = arg;
+  const int64_t r0 = task * j->rows_per_task;
+  const int64_t r1 = r0 + j->rows_per_task < j->n_ids ? r0 + j->rows_per_task : j->n_ids;
+  if (r0 >= r1) return;
+  int32_t *tmp = j->tmp ? j->tmp + (size_t)task * (size_t)j->k : NULL;
+  float *out = j->out + (size_t)r0 * (size_t)j->k;
+#if TP_MM_X86
+  if (j->isa >= TP_ISA_AVX512) {
+    tp_dequant_rows_avx512(j->fmt, j->w, j->w_row, r1 - r0, j->k, j->scale, j->group, j->ids + r0, out, tmp);
+    return;
+  }
+#endif
+  tp_dequant_rows_scalar(j->fmt, j->w, j->w_row, r1 - r0, j->k, j->scale, j->group, j->ids + r0, out, tmp);
+}
+
+tp_status tp_cpu_get_rows(tp_ctx *ctx, int32_t format, const void *w, uint64_t w_bytes, int64_t n, int64_t k,
+                          const float *scale, int64_t n_scale, int32_t group, const int32_t *ids, int64_t n_ids,
+                          float *out) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  int64_t rb = 0;
+  tp_status st = check_weight(ctx, "tp_cpu_get_rows", format, w, w_bytes, n, k, scale, n_scale, group, &rb);
+  if (st != TP_OK) return st;
+  if (n_ids < 0 || n_ids > TP_MM_MAX || (n_ids > 0 && k > TP_MM_MAX / n_ids)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_get_rows: bad n_ids = %lld", (long long)n_ids);
+  }
+  if (n_ids == 0 || k == 0) return TP_OK;
+  if (out == NULL) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_get_rows: out is NULL");
+  if (ids == NULL && n_ids > n) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_get_rows: n_ids = %lld rows without ids, but the weight has n = %lld",
+                    (long long)n_ids, (long long)n);
+  }
+  const uint64_t out_bytes = (uint64_t)n_ids * (uint64_t)k * 4;
+  if (overlaps(out, out_bytes, w, w_bytes) || overlaps(out, out_bytes, ids, ids ? (uint64_t)n_ids * 4 : 0) ||
+      overlaps(out, out_bytes, scale, (uint64_t)n_scale * 4)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_get_rows: out overlaps an input");
+  }
+  int64_t *rows = tp_alloc((uint64_t)n_ids * 8);
+  if (rows == NULL) return mm_error(ctx, TP_ERR_OOM, "tp_cpu_get_rows: no memory for %lld ids", (long long)n_ids);
+  for (int64_t i = 0; i < n_ids; i++) {
+    const int64_t id = ids ? ids[i] : i;
+    if (id < 0 || id >= n) {
+      tp_free(rows);
+      return mm_error(ctx, TP_ERR_ARG, "tp_cpu_get_rows: id %lld at index %lld is outside [0, %lld)", (long long)id,
+                      (long long)i, (long long)n);
+    }
+    rows[i] = id;
+  }
+  const int convrot = format == TP_W_INT8_CONVROT || format == TP_W_INT4_CONVROT;
+  int64_t tasks = (uint64_t)n_ids * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS ? 1 : ctx->n_threads;
+  if (tasks > n_ids) tasks = n_ids;
+  int32_t *tmp = NULL;
+  if (convrot) {
+    tmp = tp_alloc((uint64_t)tasks * (uint64_t)k * 4);
+    if (tmp == NULL) {
+      tp_free(rows);
+      return mm_error(ctx, TP_ERR_OOM, "tp_cpu_get_rows: no memory for scratch");
+    }
+  }
+  rows_job job = {.fmt = format,
+                  .group = group,
+                  .isa = ctx->isa,
+                  .w = w,
+                  .w_row = (size_t)rb,
+                  .k = k,
+                  .n_ids = n_ids,
+                  .rows_per_task = (n_ids + tasks - 1) / tasks,
+                  .scale = n_scale > 0 ? scale : NULL,
+                  .ids = rows,
+                  .out = out,
+                  .tmp = tmp};
+  run_tasks(ctx, tasks, rows_task, &job);
+  tp_free(tmp);
+  tp_free(rows);
+  return TP_OK;
+}
+
+/* ---- activation quantizers, exported for tests -------------------------------------------- */
+
+tp_status tp_cpu_quantize_act(tp_ctx *ctx, int32_t type, const float *x, int64_t m, int64_t k, void *out,
+                              uint64_t out_bytes) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  static const int32_t block[] = {32, 32, 256}, bytes[] = {34, 36, 292};
+  if (type < 0 || type > 2) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_quantize_act: unknown type %d (0: Q8_0, 1: Q8_1, 2: Q8_K)", (int)type);
+  }
+  if (m < 0 || k < 0 || m > TP_MM_MAX || k > TP_MM_MAX || (m > 0 && k > TP_MM_MAX / m) || k % block[type] != 0) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_quantize_act: bad shape [%lld, %lld] (k must be a multiple of %d)",
+                    (long long)m, (long long)k, (int)block[type]);
+  }
+  const uint64_t row = (uint64_t)(k / block[type]) * (uint64_t)bytes[type];
+  if (out_bytes != (uint64_t)m * row) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_quantize_act: out needs %llu bytes, got out_bytes = %llu",
+                    (unsigned long long)((uint64_t)m * row), (unsigned long long)out_bytes);
+  }
+  if (m * k == 0) return TP_OK;
+  if (x == NULL || out == NULL) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_quantize_act: %s is NULL", x ? "out" : "x");
+  if (overlaps(out, out_bytes, x, (uint64_t)m * (uint64_t)k * 4)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_quantize_act: out overlaps x");
+  }
+  for (int64_t i = 0; i < m; i++) {
+    const float *xi = x + (size_t)i * (size_t)k;
+    uint8_t *o = (uint8_t *)out + (size_t)i * row;
+    quantize_row(ctx->isa, type == 0 ? TP_ACT_Q8_0 : type == 1 ? TP_ACT_Q8_1 : TP_ACT_Q8_K, xi, k, o);
+  }
+  return TP_OK;
+}
+
+tp_status tp_cpu_convrot_quantize(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t bits, int32_t group,
+                                  int8_t *codes, float *scales) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  if (bits != 8 && bits != 4) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_convrot_quantize: bits = %d (8 or 4)", (int)bits);
+  if (tp_log4(group) == 0) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_convrot_quantize: group %d is not a power of 4", (int)group);
+  if (m < 0 || k < 0 || m > TP_MM_MAX || k > TP_MM_MAX || (m > 0 && k > TP_MM_MAX / m) || k % group != 0) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_convrot_quantize: bad shape [%lld, %lld] for group %d", (long long)m,
+                    (long long)k, (int)group);
+  }
+  if (m == 0) return TP_OK;
+  if (x == NULL || codes == NULL || scales == NULL) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_convrot_quantize: NULL pointer");
+  const uint64_t xb = (uint64_t)m * (uint64_t)k * 4;
+  if (overlaps(codes, (uint64_t)m * (uint64_t)k, x, xb) || overlaps(scales, (uint64_t)m * 4, x, xb) ||
+      overlaps(codes, (uint64_t)m * (uint64_t)k, scales, (uint64_t)m * 4)) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_convrot_quantize: outputs overlap");
+  }
+  float *tmp = tp_alloc((uint64_t)k * 4 + 64);
+  if (tmp == NULL) return mm_error(ctx, TP_ERR_OOM, "tp_cpu_convrot_quantize: no memory");
+  for (int64_t i = 0; i < m; i++) {
+    int32_t sum;
+    const float *xi = x + (size_t)i * (size_t)k;
+    int8_t *ci = codes + (size_t)i * (size_t)k;
+#if TP_MM_X86
+    if (ctx->isa >= TP_ISA_AVX512) tp_convrot_quantize_row_avx512(xi, k, group, bits, tmp, ci, &scales[i], &sum);
+    else
+#endif
+      tp_convrot_quantize_row_scalar(xi, k, group, bits, tmp, ci, &scales[i], &sum);
+  }
+  tp_free(tmp);
+  return TP_OK;
+}

@@ -1,0 +1,690 @@
+/*
+ * matmul kernels for AVX-512 F/BW/VL + VNNI (+ AVX512_BF16 for the bf16 / fp8 ones; matmul.c only
+ * calls those when the CPU has it): ConvRot int8 / int4 (vpdpbusd), bf16 and fp8 (vdpbf16ps), f32 and
+ * f16 (vfmadd). Two regimes, chosen by the number of activation rows m:
+ *
+ *   m < TP_GEMM_MIN_M  GEMV: weight rows are streamed once per group of up to 4 activation rows, four
+ *                      weight rows at a time, dot products along k with 16-lane partial sums reduced
+ *                      at the end of the row. Bound by memory bandwidth at m = 1.
+ *   otherwise          GEMM, blocked as BLIS / GotoBLAS: for each block of NC output columns and KC
+ *                      inputs, the weights are packed once (per task) into 64-column strips in the
+ *                      layout the micro-kernel loads (4 int8 / 2 bf16 / 1 f32 of k per 32-bit lane),
+ *                      then a 6 × 64 register tile (24 zmm accumulators) runs over KC for every group
+ *                      of 6 activation rows, the activations broadcast 32 bits at a time from their
+ *                      natural row-major layout. Partial sums between KC blocks live in y itself
+ *                      (int32 or f32); the last block applies the rescale / scale / bias.
+ *
+ * Exactness: ConvRot accumulates exact int32 products (weights biased to unsigned: int8 q + 128, int4
+ * q + 8, the bias removed with the activation row sums) and rescales with the same f32 operations as
+ * tp_convrot_out, so it equals @tp/quant convRotLinear bit for bit. Float formats sum in a different
+ * order than the scalar code (f32 rounding differences only).
+ *
+ * Source: Goto & van de Geijn, "Anatomy of high-performance matrix multiplication" (TOMS 2008); BLIS
+ * micro-kernel design (Van Zee & van de Geijn, TOMS 2015); Intel SDM vol. 2 (VPDPBUSD, VDPBF16PS).
+ */
+#include <immintrin.h>
+#include "matmul.h"
+
+/* Software prefetch distance of the GEMV weight streams (bytes ahead of the loads; measured: +15–20 %). */
+#ifndef PF_DIST
+#define PF_DIST 512
+#endif
+
+/* From this many activation rows on, the packed GEMM runs; below, the GEMV kernels. */
+#define TP_GEMM_MIN_M 16
+/* Register tile: MR activation rows × NR output columns (4 zmm). */
+#define MR 6
+#define NR 64
+/* Columns per packed weight block (a multiple of NR). */
+#define NC 256
+
+/* ------------------------------------------------------------------------------------------ */
+/* fp8 → bf16, 32 values (exact: every fp8 e4m3fn / e5m2 value is a bf16 value)                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* e4m3fn bytes → bf16 bits: normal s.eeee.mmm → s | (eeee + 120) << 7 | mmm << 4; subnormal m · 2^-9 by table; 0x7F NaN. */
+static inline __m512i e4m3_bf16(__m256i bytes) {
+  const __m512i b = _mm512_cvtepu8_epi16(bytes);
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
+  const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
+  __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+  /* subnormals: m · 2^-9 for m = 0..7 as bf16 bits */
+  const __m512i sub = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       0x3C60, 0x3C40, 0x3C20, 0x3C00, 0x3BC0, 0x3B80, 0x3B00, 0);
+  v = _mm512_mask_permutexvar_epi16(v, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8)), mag, sub);
+  v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7F)), _mm512_set1_epi16(0x7FC0));
+  return _mm512_or_si512(v, sign);
+}
+
+/* e5m2 bytes → bf16 bits: normal → s | (e + 112) << 7 | m << 5; subnormal m · 2^-16; e = 31 inf / NaN. */
+static inline __m512i e5m2_bf16(__m256i bytes) {
+  const __m512i b = _mm512_cvtepu8_epi16(bytes);
+  const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7F));
+  const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8);
+  __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 5), _mm512_set1_epi16(112 << 7));
+  const __m512i sub = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       0, 0, 0, 0, 0x3840, 0x3800, 0x3780, 0);
+  v = _mm512_mask_permutexvar_epi16(v, _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(4)), mag, sub);
+  /* inf (m = 0) and NaN (m != 0: payload kept, quiet bit set) */
+  const __m512i m2 = _mm512_and_si512(mag, _mm512_set1_epi16(3));
+  __m512i special = _mm512_or_si512(_mm512_set1_epi16(0x7F80), _mm512_slli_epi16(m2, 5));
+  special = _mm512_mask_mov_epi16(special, _mm512_test_epi16_mask(m2, m2),
+                                  _mm512_or_si512(special, _mm512_set1_epi16(0x40)));
+  v = _mm512_mask_mov_epi16(v, _mm512_cmpge_epu16_mask(mag, _mm512_set1_epi16(0x7C)), special);
+  return _mm512_or_si512(v, sign);
+}
+
+/* 32 weights of a bf16 / fp8 row from element t (count ≤ 32 valid, the rest zero) as bf16 pairs. */
+static inline __m512i load_bf16w(int32_t fmt, const uint8_t *row, int64_t t, int count) {
+  if (fmt == TP_W_BF16) {
+    const __mmask32 m = count >= 32 ? 0xFFFFFFFFu : ((1u << count) - 1u);
+    return _mm512_maskz_loadu_epi16(m, row + 2 * t);
+  }
+  const __mmask32 m = count >= 32 ? 0xFFFFFFFFu : ((1u << count) - 1u);
+  const __m256i bytes = _mm256_maskz_loadu_epi8(m, row + t);
+  const __m512i v = fmt == TP_W_F8_E4M3FN ? e4m3_bf16(bytes) : e5m2_bf16(bytes);
+  return _mm512_maskz_mov_epi16(m, v); /* zero the padding (fp8 0 → bf16 0 anyway; keeps it explicit) */
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GEMV kernels                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Output value (row i, column j) of a float-format product from its sum. */
+static inline float float_out(const tp_mm *mm, float s, int64_t j) {
+  if (mm->has_scale) s = s * mm->scale;
+  if (mm->bias) s = s + mm->bias[j];
+  return s;
+}
+
+/*
+ * The GEMV kernels below share one shape: R activation rows (1..4, a compile-time constant after
+ * inlining) × 4 weight rows, 16 named accumulators (an array would live in memory: GCC keeps
+ * arrays of vectors indexed in loops on the stack), one pass along k, then a horizontal sum per
+ * (row, column). C(r, c) names accumulator r·4 + c.
+ */
+#define ACC16(T, Z)                                                                              \
+  T c00 = Z, c01 = Z, c02 = Z, c03 = Z, c10 = Z, c11 = Z, c12 = Z, c13 = Z, c20 = Z, c21 = Z, c22 = Z, \
+    c23 = Z, c30 = Z, c31 = Z, c32 = Z, c33 = Z;
+/* Call ST(r, c, acc) for each of the R × C outputs. */
+#define STORE16(ST)                                                              \
+  do {                                                                          \
+    ST(0, 0, c00) ST(0, 1, c01) ST(0, 2, c02) ST(0, 3, c03) ST(1, 0, c10)       \
+    ST(1, 1, c11) ST(1, 2, c12) ST(1, 3, c13) ST(2, 0, c20) ST(2, 1, c21)       \
+    ST(2, 2, c22) ST(2, 3, c23) ST(3, 0, c30) ST(3, 1, c31) ST(3, 2, c32)       \
+    ST(3, 3, c33)                                                               \
+  } while (0)
+
+/* Weight rows j0 .. j0 + 3 (clamped to the last valid one: duplicates are computed, not stored). */
+#define WROWS(mm, j0, c)                                                                          \
+  const uint8_t *w0 = mm->w + (size_t)(j0)*mm->w_row, *w1 = mm->w + (size_t)((j0) + (c > 1)) * mm->w_row, \
+                *w2 = mm->w + (size_t)((j0) + (c > 2 ? 2 : c - 1)) * mm->w_row,                          \
+                *w3 = mm->w + (size_t)((j0) + (c > 3 ? 3 : c - 1)) * mm->w_row
+
+/* bf16 / fp8 weights, bf16 activations: vdpbf16ps over 32 k at a time. */
+static inline __attribute__((always_inline)) void gemv_bf16_rows(const tp_mm *mm, int R, int64_t i0, int64_t n0,
+                                                                  int64_t n1) {
+  const int64_t k = mm->k;
+  const uint16_t *x0 = (const uint16_t *)(mm->xq + (size_t)i0 * mm->xq_row);
+  const uint16_t *x1 = (const uint16_t *)((const uint8_t *)x0 + (R > 1) * mm->xq_row);
+  const uint16_t *x2 = (const uint16_t *)((const uint8_t *)x0 + (R > 2 ? 2 : 0) * mm->xq_row);
+  const uint16_t *x3 = (const uint16_t *)((const uint8_t *)x0 + (R > 3 ? 3 : 0) * mm->xq_row);
+  const int32_t fmt = mm->fmt;
+  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
+    const int c = n1 - j0 < 4 ? (int)(n1 - j0) : 4;
+    WROWS(mm, j0, c);
+    ACC16(__m512, _mm512_setzero_ps())
+    for (int64_t t = 0; t < k; t += 32) {
+      const int cnt = k - t < 32 ? (int)(k - t) : 32;
+      const __mmask32 mk = cnt >= 32 ? 0xFFFFFFFFu : ((1u << cnt) - 1u);
+      __m512i v0, v1, v2, v3;
+      if (fmt == TP_W_BF16) {
+        _mm_prefetch((const char *)(w0 + 2 * t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w1 + 2 * t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w2 + 2 * t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w3 + 2 * t + PF_DIST), _MM_HINT_T0);
+        v0 = _mm512_maskz_loadu_epi16(mk, w0 + 2 * t);
+        v1 = _mm512_maskz_loadu_epi16(mk, w1 + 2 * t);
+        v2 = _mm512_maskz_loadu_epi16(mk, w2 + 2 * t);
+        v3 = _mm512_maskz_loadu_epi16(mk, w3 + 2 * t);
+      } else {
+        v0 = load_bf16w(fmt, w0, t, cnt);
+        v1 = load_bf16w(fmt, w1, t, cnt);
+        v2 = load_bf16w(fmt, w2, t, cnt);
+        v3 = load_bf16w(fmt, w3, t, cnt);
+      }
+#define ROW(r)                                                                  \
+  if (R > r) {                                                                  \
+    const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mk, x##r + t);       \
+    c##r##0 = _mm512_dpbf16_ps(c##r##0, xv, (__m512bh)v0);                     \
+    c##r##1 = _mm512_dpbf16_ps(c##r##1, xv, (__m512bh)v1);                     \
+    c##r##2 = _mm512_dpbf16_ps(c##r##2, xv, (__m512bh)v2);                     \
+    c##r##3 = _mm512_dpbf16_ps(c##r##3, xv, (__m512bh)v3);                     \
+  }
+      ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+    }
+#define ST(r, cc, acc)                                                                                    \
+  if (R > r && c > cc)                                                                                    \
+    mm->y[(size_t)(i0 + r) * (size_t)mm->n + (size_t)(j0 + cc)] = float_out(mm, _mm512_reduce_add_ps(acc), j0 + cc);
+    STORE16(ST);
+#undef ST
+  }
+}
+
+/* 16 f32 weights of an f32 / f16 row from element t (count ≤ 16 valid, the rest zero). */
+static inline __m512 load_f32w(int32_t fmt, const uint8_t *row, int64_t t, __mmask16 m) {
+  if (fmt == TP_W_F32) return _mm512_maskz_loadu_ps(m, row + 4 * t);
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * t));
+}
+
+/* f32 / f16 weights, f32 activations: FMA over 16 k at a time. */
+static inline __attribute__((always_inline)) void gemv_f32_rows(const tp_mm *mm, int R, int64_t i0, int64_t n0,
+                                                                 int64_t n1) {
+  const int64_t k = mm->k;
+  const float *x0 = mm->x + (size_t)i0 * (size_t)k, *x1 = x0 + (R > 1) * k, *x2 = x0 + (R > 2 ? 2 : 0) * k,
+              *x3 = x0 + (R > 3 ? 3 : 0) * k;
+  const int32_t fmt = mm->fmt;
+  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
+    const int c = n1 - j0 < 4 ? (int)(n1 - j0) : 4;
+    WROWS(mm, j0, c);
+    ACC16(__m512, _mm512_setzero_ps())
+    for (int64_t t = 0; t < k; t += 16) {
+      const int cnt = k - t < 16 ? (int)(k - t) : 16;
+      const __mmask16 mk = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1u);
+      _mm_prefetch((const char *)(w0 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
+      _mm_prefetch((const char *)(w1 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
+      _mm_prefetch((const char *)(w2 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
+      _mm_prefetch((const char *)(w3 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
+      const __m512 v0 = load_f32w(fmt, w0, t, mk), v1 = load_f32w(fmt, w1, t, mk), v2 = load_f32w(fmt, w2, t, mk),
+                   v3 = load_f32w(fmt, w3, t, mk);
+#define ROW(r)                                                \
+  if (R > r) {                                                \
+    const __m512 xv = _mm512_maskz_loadu_ps(mk, x##r + t);    \
+    c##r##0 = _mm512_fmadd_ps(xv, v0, c##r##0);               \
+    c##r##1 = _mm512_fmadd_ps(xv, v1, c##r##1);               \
+    c##r##2 = _mm512_fmadd_ps(xv, v2, c##r##2);               \
+    c##r##3 = _mm512_fmadd_ps(xv, v3, c##r##3);               \
+  }
+      ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+    }
+#define ST(r, cc, acc)                                                                                    \
+  if (R > r && c > cc)                                                                                    \
+    mm->y[(size_t)(i0 + r) * (size_t)mm->n + (size_t)(j0 + cc)] = float_out(mm, _mm512_reduce_add_ps(acc), j0 + cc);
+    STORE16(ST);
+#undef ST
+  }
+}
+
+/*
+ * ConvRot GEMV. int8: u = q_w ^ 0x80 (= q_w + 128, unsigned) · q_x (signed) per byte; the sum is
+ * Σ q_w q_x + 128 Σ q_x. int4: the 64 bytes at k/2 hold 128 codes, element 2i in the low nibble: the
+ * low nibbles (n ^ 8 = q + 8) pair with the even activations, the high ones with the odd, so each
+ * activation row is first rearranged per 128 elements into [evens, odds] (xp, zero padded); the sum
+ * is Σ q_w q_x + 8 Σ q_x.
+ */
+static inline __attribute__((always_inline)) void gemv_convrot_rows(const tp_mm *mm, int R, int64_t i0, int64_t n0,
+                                                                     int64_t n1, const int8_t *xp, int64_t kp) {
+  const int64_t k = mm->k;
+  const int int8 = mm->fmt == TP_W_INT8_CONVROT;
+  const int32_t bias_w = int8 ? 128 : 8;
+  const int8_t *x0 = int8 ? (const int8_t *)(mm->xq + (size_t)i0 * mm->xq_row) : xp + (size_t)i0 * (size_t)kp;
+  const size_t xs = int8 ? mm->xq_row : (size_t)kp;
+  const int8_t *x1 = x0 + (R > 1) * xs, *x2 = x0 + (R > 2 ? 2 : 0) * xs, *x3 = x0 + (R > 3 ? 3 : 0) * xs;
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
+    const int c = n1 - j0 < 4 ? (int)(n1 - j0) : 4;
+    WROWS(mm, j0, c);
+    ACC16(__m512i, _mm512_setzero_si512())
+    if (int8) {
+      for (int64_t t = 0; t < k; t += 64) {
+        const int cnt = k - t < 64 ? (int)(k - t) : 64;
+        const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        _mm_prefetch((const char *)(w0 + t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w1 + t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w2 + t + PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w3 + t + PF_DIST), _MM_HINT_T0);
+        const __m512i v0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + t), flip),
+                      v1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + t), flip),
+                      v2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + t), flip),
+                      v3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + t), flip);
+#define ROW(r)                                                    \
+  if (R > r) {                                                    \
+    const __m512i xv = _mm512_maskz_loadu_epi8(mk, x##r + t);     \
+    c##r##0 = _mm512_dpbusd_epi32(c##r##0, v0, xv);               \
+    c##r##1 = _mm512_dpbusd_epi32(c##r##1, v1, xv);               \
+    c##r##2 = _mm512_dpbusd_epi32(c##r##2, v2, xv);               \
+    c##r##3 = _mm512_dpbusd_epi32(c##r##3, v3, xv);               \
+  }
+        ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+      }
+    } else {
+      const int64_t kb = k / 2; /* bytes per weight row */
+      for (int64_t t = 0; t < kb; t += 64) {
+        const int cnt = kb - t < 64 ? (int)(kb - t) : 64;
+        const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
+        const __m512i flip = _mm512_set1_epi8((char)0x88);
+        const __m512i b0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + t), flip),
+                      b1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + t), flip),
+                      b2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + t), flip),
+                      b3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + t), flip);
+        const __m512i l0 = _mm512_and_si512(b0, lo4), l1 = _mm512_and_si512(b1, lo4), l2 = _mm512_and_si512(b2, lo4),
+                      l3 = _mm512_and_si512(b3, lo4);
+        const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), lo4),
+                      h1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), lo4),
+                      h2 = _mm512_and_si512(_mm512_srli_epi16(b2, 4), lo4),
+                      h3 = _mm512_and_si512(_mm512_srli_epi16(b3, 4), lo4);
+#define ROW(r)                                                                               \
+  if (R > r) {                                                                               \
+    const __m512i xe = _mm512_load_si512(x##r + 2 * t), xo = _mm512_load_si512(x##r + 2 * t + 64); \
+    c##r##0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##0, l0, xe), h0, xo);             \
+    c##r##1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##1, l1, xe), h1, xo);             \
+    c##r##2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##2, l2, xe), h2, xo);             \
+    c##r##3 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##3, l3, xe), h3, xo);             \
+  }
+        ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+      }
+    }
+#define ST(r, cc, acc)                                                                             \
+  if (R > r && c > cc) {                                                                           \
+    const int64_t i = i0 + r;                                                                      \
+    const int32_t s = _mm512_reduce_add_epi32(acc) - bias_w * mm->xsum[i];                         \
+    mm->y[(size_t)i * (size_t)mm->n + (size_t)(j0 + cc)] =                                         \
+        tp_convrot_out(int8, s, mm->xs[i], mm->w_scale[j0 + cc], mm->bias, j0 + cc);               \
+  }
+    STORE16(ST);
+#undef ST
+  }
+}
+
+/* R-specialized instances (the accumulators of unused rows are dropped by the compiler). */
+static void gemv_bf16_1(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 1, i0, n0, n1); }
+static void gemv_bf16_2(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 2, i0, n0, n1); }
+static void gemv_bf16_3(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 3, i0, n0, n1); }
+static void gemv_bf16_4(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 4, i0, n0, n1); }
+static void gemv_f32_1(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 1, i0, n0, n1); }
+static void gemv_f32_2(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 2, i0, n0, n1); }
+static void gemv_f32_3(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 3, i0, n0, n1); }
+static void gemv_f32_4(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 4, i0, n0, n1); }
+typedef void (*gemv_fn)(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1);
+static const gemv_fn gemv_bf16s[4] = {gemv_bf16_1, gemv_bf16_2, gemv_bf16_3, gemv_bf16_4};
+static const gemv_fn gemv_f32s[4] = {gemv_f32_1, gemv_f32_2, gemv_f32_3, gemv_f32_4};
+
+static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1) {
+  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_bf16s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
+}
+static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
+  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_f32s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
+}
+
+typedef void (*gemv_cr_fn)(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1, const int8_t *xp, int64_t kp);
+#define CR(R)                                                                                              \
+  static void gemv_cr_##R(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1, const int8_t *xp, int64_t kp) { \
+    gemv_convrot_rows(mm, R, i0, n0, n1, xp, kp);                                                          \
+  }
+CR(1)
+CR(2)
+CR(3)
+CR(4)
+#undef CR
+static const gemv_cr_fn gemv_crs[4] = {gemv_cr_1, gemv_cr_2, gemv_cr_3, gemv_cr_4};
+
+static void gemv_convrot(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  const int64_t k = mm->k;
+  const int int8 = mm->fmt == TP_W_INT8_CONVROT;
+  const int64_t kp = (k + 127) / 128 * 128;
+  int8_t *xp = NULL;
+  if (!int8) {
+    xp = (int8_t *)scratch; /* m < 16 rows of kp: tp_mm_task_scratch */
+    for (int64_t i = 0; i < mm->m; i++) {
+      const int8_t *q = (const int8_t *)(mm->xq + (size_t)i * mm->xq_row);
+      int8_t *p = xp + (size_t)i * (size_t)kp;
+      memset(p, 0, (size_t)kp);
+      for (int64_t t = 0; t < k; t += 2) {
+        const int64_t c = t / 128 * 128, e = (t - c) / 2;
+        p[c + e] = q[t];
+        p[c + 64 + e] = q[t + 1];
+      }
+    }
+  }
+  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_crs[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1, xp, kp);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* packed GEMM                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The three element kinds of the GEMM: int8 codes (4 per lane), bf16 (2 per lane), f32 (1 per lane). */
+enum { G_I8 = 0, G_BF16 = 1, G_F32 = 2 };
+
+/* k per 32-bit lane, bytes per activation element, KC (a multiple of 4: B strip NR × KC fits in L1). */
+static const int g_kstep[3] = {4, 2, 1};
+static const int g_abytes[3] = {1, 2, 4};
+static const int g_kc[3] = {512, 256, 128};
+
+/* One packed lane: step q of the block [k0, k0 + kc) of a weight row (zero past the block). */
+static inline uint32_t pack_one(const tp_mm *mm, int g, const uint8_t *row, int64_t k0, int64_t kc, int64_t q) {
+  if (g == G_I8) {
+    if (mm->fmt == TP_W_INT8_CONVROT) return tp_rd32(row + k0 + 4 * q) ^ 0x80808080u;
+    /* int4: 4 codes from 2 bytes, each nibble n → n ^ 8 (= q + 8) */
+    const uint16_t b2 = tp_rd16(row + (k0 + 4 * q) / 2) ^ 0x8888u;
+    return (uint32_t)(b2 & 15) | (uint32_t)((b2 >> 4) & 15) << 8 | (uint32_t)((b2 >> 8) & 15) << 16 |
+           (uint32_t)(b2 >> 12) << 24;
+  }
+  if (g == G_BF16) {
+    uint16_t v[2] = {0, 0};
+    for (int e = 0; e < 2; e++) {
+      const int64_t t = k0 + 2 * q + e;
+      if (t >= k0 + kc) break;
+      if (mm->fmt == TP_W_BF16) v[e] = tp_rd16(row + 2 * t);
+      else v[e] = (uint16_t)(tp_f32_bits(mm->fmt == TP_W_F8_E4M3FN ? tp_e4m3_f32(row[t]) : tp_e5m2_f32(row[t])) >> 16);
+    }
+    return (uint32_t)v[0] | (uint32_t)v[1] << 16;
+  }
+  const int64_t t = k0 + q;
+  return tp_f32_bits(mm->fmt == TP_W_F32 ? tp_rdf32(row + 4 * t) : tp_f16p(row + 2 * t));
+}
+
+/*
+ * Transpose 16 × 16 dwords in place: r[i] lane j ↔ r[j] lane i (unpack 32, unpack 64, then 128-bit
+ * shuffles in two stages; 64 shuffles for 16 vectors, a few times cheaper than 16 gathers here).
+ */
+static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  /* r[4b + c] now holds, per 128-bit lane L, dword c of rows 4b..4b+3 at the row block of lane L */
+  for (int i = 0; i < 4; i++) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+    r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xDD);
+  }
+}
+
+/*
+ * Steps [0, 2·pairs) of 16 whole columns (row pointers at w + (j + c)·w_row) with gathers: each 32-bit
+ * gather reads 4 bytes of every row at the same offset. Writes out[q · NR + c] for c < 16. Returns the
+ * number of steps done (the caller packs the rest with pack_one).
+ */
+static int64_t pack16(const tp_mm *mm, int g, int64_t j, int64_t k0, int64_t kc, uint32_t *out) {
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32((int32_t)mm->w_row));
+  const uint8_t *base = mm->w + (size_t)j * mm->w_row;
+  /* evens / odds of the dword pairs (c, c') of unpacked 128-bit lanes: see the int4 / fp8 cases */
+  const __m512i even = _mm512_set_epi32(30, 28, 14, 12, 26, 24, 10, 8, 22, 20, 6, 4, 18, 16, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  int64_t q = 0;
+  if (mm->w_row > (size_t)INT32_MAX / 16) return 0; /* gather offsets are 32-bit */
+  if (g == G_BF16 && mm->fmt != TP_W_BF16) {
+    /* fp8: 32 bytes (16 steps of 2) of each of the 16 rows, widened to bf16 exactly, transposed */
+    const int e4 = mm->fmt == TP_W_F8_E4M3FN;
+    const int64_t steps = kc / 2;
+    for (; q + 16 <= steps; q += 16) {
+      __m512i r[16];
+      for (int c = 0; c < 16; c++) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(base + (size_t)c * mm->w_row + (size_t)(k0 + 2 * q)));
+        r[c] = e4 ? e4m3_bf16(b) : e5m2_bf16(b);
+      }
+      transpose16(r);
+      for (int i = 0; i < 16; i++) _mm512_store_si512(out + (q + i) * NR, r[i]);
+    }
+  }
+  if ((g == G_I8 && mm->fmt == TP_W_INT8_CONVROT) || (g == G_BF16 && mm->fmt == TP_W_BF16)) {
+    /* 16 steps at a time: 64 bytes of each of the 16 rows, transposed */
+    const int64_t bytes = g == G_I8 ? 1 : 2; /* per k */
+    const int64_t steps = g == G_I8 ? kc / 4 : kc / 2;
+    const __m512i flip = g == G_I8 ? _mm512_set1_epi32((int32_t)0x80808080u) : _mm512_setzero_si512();
+    for (; q + 16 <= steps; q += 16) {
+      __m512i r[16];
+      for (int c = 0; c < 16; c++) r[c] = _mm512_loadu_si512(base + (size_t)c * mm->w_row + (size_t)(bytes * (k0 + 4 / bytes * q)));
+      transpose16(r);
+      for (int i = 0; i < 16; i++) _mm512_store_si512(out + (q + i) * NR, _mm512_xor_si512(r[i], flip));
+    }
+  }
+  if (g == G_I8 && mm->fmt == TP_W_INT8_CONVROT) {
+    const int64_t steps = kc / 4;
+    for (; q < steps; q++) {
+      const __m512i v = _mm512_i32gather_epi32(rows, base + k0 + 4 * q, 1);
+      _mm512_store_si512(out + q * NR, _mm512_xor_si512(v, _mm512_set1_epi32((int32_t)0x80808080u)));
+    }
+  } else if (g == G_I8) {
+    /* int4: 4 bytes = 8 codes = steps q, q + 1 */
+    const int64_t pairs = kc / 8;
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    for (int64_t p = 0; p < pairs; p++, q += 2) {
+      const __m512i v = _mm512_xor_si512(_mm512_i32gather_epi32(rows, base + (k0 + 8 * p) / 2, 1),
+                                         _mm512_set1_epi32((int32_t)0x88888888u));
+      const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+      /* per 128-bit lane of columns c0..c3: L = [c0 q, c0 q', c1 q, c1 q'], H = [c2 q, c2 q', c3 q, c3 q'] */
+      const __m512i L = _mm512_unpacklo_epi8(lo, hi), H = _mm512_unpackhi_epi8(lo, hi);
+      _mm512_store_si512(out + q * NR, _mm512_permutex2var_epi32(L, even, H));
+      _mm512_store_si512(out + (q + 1) * NR, _mm512_permutex2var_epi32(L, odd, H));
+    }
+  } else if (g == G_BF16 && mm->fmt == TP_W_BF16) {
+    const int64_t steps = kc / 2; /* whole pairs; an odd tail reads past the row: pack_one */
+    for (; q < steps; q++) _mm512_store_si512(out + q * NR, _mm512_i32gather_epi32(rows, base + 2 * (k0 + 2 * q), 1));
+  } else if (g == G_BF16) {
+    /* fp8: 4 bytes = 4 values = steps q, q + 1 (after the transposed blocks above: q is a multiple of 16) */
+    const int64_t pairs = kc / 4;
+    const int e4 = mm->fmt == TP_W_F8_E4M3FN;
+    for (int64_t p = q / 2; p < pairs; p++, q += 2) {
+      const __m512i v = _mm512_i32gather_epi32(rows, base + k0 + 4 * p, 1);
+      const __m256i v0 = _mm512_castsi512_si256(v), v1 = _mm512_extracti64x4_epi64(v, 1);
+      /* A: columns 0..7, dwords (c q, c q'); B: columns 8..15 */
+      const __m512i A = e4 ? e4m3_bf16(v0) : e5m2_bf16(v0), B = e4 ? e4m3_bf16(v1) : e5m2_bf16(v1);
+      const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+      _mm512_store_si512(out + q * NR, _mm512_permutex2var_epi32(A, ev, B));
+      _mm512_store_si512(out + (q + 1) * NR, _mm512_permutex2var_epi32(A, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), B));
+    }
+  } else if (mm->fmt == TP_W_F32) {
+    for (; q < kc; q++) _mm512_store_si512(out + q * NR, _mm512_i32gather_epi32(rows, base + 4 * (k0 + q), 1));
+  } else {
+    /* f16: 4 bytes = steps q, q + 1 */
+    const int64_t pairs = kc / 2;
+    for (int64_t p = 0; p < pairs; p++, q += 2) {
+      const __m512i v = _mm512_i32gather_epi32(rows, base + 2 * (k0 + 2 * p), 1);
+      _mm512_store_ps((float *)(out + q * NR), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+      _mm512_store_ps((float *)(out + (q + 1) * NR), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
+    }
+  }
+  return q;
+}
+
+/*
+ * Pack weight rows [j0, j0 + nc) × inputs [k0, k0 + kc) into nc/NR strips; strip s holds, for each
+ * step q (kstep inputs), NR lanes of 32 bits: lane c = inputs k0 + q·kstep .. of column j0 + s·NR + c.
+ * Columns past nc and inputs past the block are zero.
+ */
+static void pack_b(const tp_mm *mm, int g, int64_t j0, int64_t nc, int64_t k0, int64_t kc, uint8_t *dst) {
+  const int64_t steps = (kc + g_kstep[g] - 1) / g_kstep[g];
+  const int64_t strips = (nc + NR - 1) / NR;
+  for (int64_t s = 0; s < strips; s++) {
+    uint32_t *out = (uint32_t *)(dst + (size_t)s * (size_t)steps * NR * 4);
+    for (int64_t v = 0; v < NR / 16; v++) {
+      const int64_t c0 = s * NR + 16 * v;
+      const int64_t done = c0 + 16 <= nc ? pack16(mm, g, j0 + c0, k0, kc, out + 16 * v) : 0;
+      for (int64_t c = c0; c < c0 + 16; c++) {
+        if (c >= nc) {
+          for (int64_t q = 0; q < steps; q++) out[q * NR + (c - s * NR)] = 0;
+          continue;
+        }
+        const uint8_t *row = mm->w + (size_t)(j0 + c) * mm->w_row;
+        for (int64_t q = done; q < steps; q++) out[q * NR + (c - s * NR)] = pack_one(mm, g, row, k0, kc, q);
+      }
+    }
+  }
+}
+
+/* Lanes of column vector v (0..3) of a tile with `ncols` valid columns. */
+static inline __mmask16 col_mask(int ncols, int v) {
+  const int left = ncols - 16 * v;
+  return left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+}
+
+/*
+ * Epilogue of one 16-column vector of a tile: row i, columns j + 16v .. (`ncols` valid from j). first:
+ * the tile started from zero (else add what y holds); last: write the final value (else the partial
+ * sum, int32 for G_I8).
+ */
+static inline __attribute__((always_inline)) void tile_store(const tp_mm *mm, int g, __m512i s, int64_t i, int64_t j,
+                                                             int v, int ncols, int first, int last) {
+  const __mmask16 cm = col_mask(ncols, v);
+  if (cm == 0) return;
+  float *yv = mm->y + (size_t)i * (size_t)mm->n + (size_t)(j + 16 * v);
+  if (!first) {
+    const __m512i old = _mm512_maskz_loadu_epi32(cm, yv);
+    s = g == G_I8 ? _mm512_add_epi32(s, old)
+                  : _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(s), _mm512_castsi512_ps(old)));
+  }
+  if (!last) {
+    _mm512_mask_storeu_epi32(yv, cm, s);
+    return;
+  }
+  __m512 out;
+  if (g == G_I8) {
+    const int int8 = mm->fmt == TP_W_INT8_CONVROT;
+    const __m512i exact = _mm512_sub_epi32(s, _mm512_set1_epi32((int8 ? 128 : 8) * mm->xsum[i]));
+    const __m512 f = _mm512_cvtepi32_ps(exact);
+    const __m512 sw = _mm512_maskz_loadu_ps(cm, mm->w_scale + j + 16 * v);
+    const __m512 sx = _mm512_set1_ps(mm->xs[i]);
+    out = int8 ? _mm512_mul_ps(f, _mm512_mul_ps(sx, sw)) : _mm512_mul_ps(_mm512_mul_ps(f, sx), sw);
+  } else {
+    out = _mm512_castsi512_ps(s);
+    if (mm->has_scale) out = _mm512_mul_ps(out, _mm512_set1_ps(mm->scale));
+  }
+  if (mm->bias) out = _mm512_add_ps(out, _mm512_maskz_loadu_ps(cm, mm->bias + j + 16 * v));
+  _mm512_mask_storeu_ps(yv, cm, out);
+}
+
+/* acc += b · broadcast(a) for the element kind g, on __m512i registers (bit casts are free). */
+static inline __attribute__((always_inline)) __m512i madd(int g, __m512i acc, __m512i b, __m512i a) {
+  if (g == G_I8) return _mm512_dpbusd_epi32(acc, b, a);
+  if (g == G_BF16)
+    return _mm512_castps_si512(_mm512_dpbf16_ps(_mm512_castsi512_ps(acc), (__m512bh)a, (__m512bh)b));
+  return _mm512_castps_si512(
+      _mm512_fmadd_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), _mm512_castsi512_ps(acc)));
+}
+
+/*
+ * One register tile: rows [i0, i0 + mr) × columns [j, j + ncols) of y over `steps` packed steps. a:
+ * the activations of row i0 at the block's first input (row stride lda bytes, 4 bytes per step); b: the
+ * packed strip (NR lanes of 4 bytes per step). Accumulators are named variables, not an array, so
+ * that they stay in registers.
+ */
+static inline __attribute__((always_inline)) void tile(const tp_mm *mm, int g, int mr, const uint8_t *a, size_t lda,
+                                                       const uint8_t *b, int64_t steps, int64_t i0, int64_t j,
+                                                       int ncols, int first, int last) {
+#define ACC_DECL(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
+  ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
+#undef ACC_DECL
+  const uint8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+  for (int64_t q = 0; q < steps; q++) {
+    const __m512i *bq = (const __m512i *)(b + (size_t)q * NR * 4);
+    const __m512i b0 = _mm512_load_si512(bq), b1 = _mm512_load_si512(bq + 1), b2 = _mm512_load_si512(bq + 2),
+                  b3 = _mm512_load_si512(bq + 3);
+#define ROW(r)                                                                     \
+  if (mr > r) {                                                                    \
+    const __m512i av = _mm512_set1_epi32((int32_t)tp_rd32(a##r + 4 * (size_t)q)); \
+    c##r##0 = madd(g, c##r##0, b0, av);                                            \
+    c##r##1 = madd(g, c##r##1, b1, av);                                            \
+    c##r##2 = madd(g, c##r##2, b2, av);                                            \
+    c##r##3 = madd(g, c##r##3, b3, av);                                            \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
+#undef ROW
+  }
+#define STORE(r)                                                   \
+  if (mr > r) {                                                    \
+    tile_store(mm, g, c##r##0, i0 + r, j, 0, ncols, first, last); \
+    tile_store(mm, g, c##r##1, i0 + r, j, 1, ncols, first, last); \
+    tile_store(mm, g, c##r##2, i0 + r, j, 2, ncols, first, last); \
+    tile_store(mm, g, c##r##3, i0 + r, j, 3, ncols, first, last); \
+  }
+  STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
+#undef STORE
+}
+
+#define TILE_FN(G, R)                                                                                          \
+  static void tile_##G##_##R(const tp_mm *mm, const uint8_t *a, size_t lda, const uint8_t *b, int64_t steps, \
+                             int64_t i0, int64_t j, int ncols, int first, int last) {                          \
+    tile(mm, G, R, a, lda, b, steps, i0, j, ncols, first, last);                                               \
+  }
+#define TILE_FNS(G) TILE_FN(G, 1) TILE_FN(G, 2) TILE_FN(G, 3) TILE_FN(G, 4) TILE_FN(G, 5) TILE_FN(G, 6)
+TILE_FNS(G_I8)
+TILE_FNS(G_BF16)
+TILE_FNS(G_F32)
+
+typedef void (*tile_fn)(const tp_mm *mm, const uint8_t *a, size_t lda, const uint8_t *b, int64_t steps, int64_t i0,
+                        int64_t j, int ncols, int first, int last);
+static const tile_fn tiles[3][MR + 1] = {
+    {NULL, tile_G_I8_1, tile_G_I8_2, tile_G_I8_3, tile_G_I8_4, tile_G_I8_5, tile_G_I8_6},
+    {NULL, tile_G_BF16_1, tile_G_BF16_2, tile_G_BF16_3, tile_G_BF16_4, tile_G_BF16_5, tile_G_BF16_6},
+    {NULL, tile_G_F32_1, tile_G_F32_2, tile_G_F32_3, tile_G_F32_4, tile_G_F32_5, tile_G_F32_6},
+};
+
+/* GEMM of output columns [n0, n1) (see the file comment for the loop order). */
+static void gemm(const tp_mm *mm, int g, int64_t n0, int64_t n1, uint8_t *scratch) {
+  const int64_t k = mm->k;
+  const int64_t kc_max = g_kc[g];
+  const int kstep = g_kstep[g];
+  uint8_t *bp = scratch; /* NC × KC × 4 bytes: TP_MM_PANEL_BYTES */
+  const uint8_t *abase = g == G_F32 ? (const uint8_t *)mm->x : mm->xq;
+  const size_t lda = g == G_F32 ? (size_t)k * 4 : mm->xq_row;
+  for (int64_t jc = n0; jc < n1; jc += NC) {
+    const int64_t nc = n1 - jc < NC ? n1 - jc : NC;
+    for (int64_t pc = 0; pc < k || pc == 0; pc += kc_max) {
+      const int64_t kc = k - pc < kc_max ? k - pc : kc_max;
+      const int64_t steps = (kc + kstep - 1) / kstep;
+      pack_b(mm, g, jc, nc, pc, kc, bp);
+      const int first = pc == 0, last = pc + kc >= k;
+      for (int64_t i0 = 0; i0 < mm->m; i0 += MR) {
+        const int mr = mm->m - i0 < MR ? (int)(mm->m - i0) : MR;
+        const uint8_t *a = abase + (size_t)i0 * lda + (size_t)pc * (size_t)g_abytes[g];
+        for (int64_t s = 0; s * NR < nc; s++) {
+          const int ncols = nc - s * NR < NR ? (int)(nc - s * NR) : NR;
+          tiles[g][mr](mm, a, lda, bp + (size_t)s * (size_t)steps * NR * 4, steps, i0, jc + s * NR, ncols, first,
+                       last);
+        }
+      }
+      if (k == 0) break;
+    }
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* family entry points                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+void tp_mm_convrot_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  if (mm->m < TP_GEMM_MIN_M) gemv_convrot(mm, n0, n1, scratch);
+  else gemm(mm, G_I8, n0, n1, scratch);
+}
+
+void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  const int bf16 = mm->act == TP_ACT_BF16;
+  if (mm->m < TP_GEMM_MIN_M) {
+    if (bf16) gemv_bf16(mm, n0, n1);
+    else gemv_f32(mm, n0, n1);
+  } else {
+    gemm(mm, bf16 ? G_BF16 : G_F32, n0, n1, scratch);
+  }
+}

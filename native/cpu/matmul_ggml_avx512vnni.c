@@ -1,0 +1,452 @@
+/*
+ * GGUF block dot products with AVX-512 BW + VNNI on 512-bit vectors: several weight blocks per
+ * instruction, against activations that each task first lays out for these kernels (from the ggml
+ * Q8_0 / Q8_1 / Q8_K blocks matmul.c prepared; same integer codes, so the sums are the same exact
+ * integers as the scalar kernels'). Q2_K, Q3_K and the blocks left over at the end of a row use the
+ * 256-bit body (matmul_ggml_body.h) with vpdpbusd.
+ *
+ * 32-element formats, 4 blocks per step (Q8_0: 2): two loads cover the blocks, one vpermt2w gathers
+ * their codes (and one their f16 scales) into place; the nibbles of Q4_x / Q5_x are the unsigned
+ * operand of vpdpbusd (n, or n + 16·high bit), with the offsets (−8, −16; Q8_0: the codes + 128) taken
+ * off through the activation block sums; int32 lanes 4b..4b+3 hold block b, scaled in f32 by
+ * d_w·d_a per lane. Q4_1 / Q5_1 add m_w · s_a (the f16 sum of the Q8_1 block) per block.
+ *
+ * k-quants, one super-block per step: the unsigned codes (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63) times
+ * the activations with vpmaddubsw (int16 pairs, at most 2·63·127 — no saturation), then vpdpwssd with
+ * the sub-block scales as int16 lanes: the super-block's integer sum in int32, scaled once by
+ * d_w·d_a. Mins (Q4_K, Q5_K) use the per-32 activation sums; Q6_K's −32 offset the per-16 sums.
+ *
+ * Source: llm.md §2.6 (the identities); ggml-cpu/arch/x86/quants.c (the same identities with AVX2).
+ */
+#include <immintrin.h>
+
+#include "matmul.h"
+
+static inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+#define GGML_FN ggml_ymm
+#define GGML_FN_STORAGE static
+#include "matmul_ggml_body.h"
+
+/* binary16 → f32 with F16C (exact, as tp_f16p). */
+static inline float f16h(const uint8_t *p) { return _cvtsh_ss(tp_rd16(p)); }
+
+/* Activation rows prepared per chunk of rows (bounded scratch: tp_mm_task_scratch). */
+#define XA_ROWS 16
+
+/* ---- prepared activations ------------------------------------------------------------------ */
+
+/*
+ * 32-element formats, per group of 4 blocks (GS bytes):
+ *   [0, 128)    codes: nibble formats [e 0..15 of blocks 0..3 | e 16..31 of blocks 0..3]; Q8_0 natural
+ *   [128, 256)  d_a per int32 lane: nibble formats 16 f32 (lanes 4b..4b+3 = block b) at 128;
+ *               Q8_0 two vectors (lanes 8b'.. of each pair) at 128 and 192
+ *   [256, 384)  int32 offsets to add: nibble formats one vector at 256 (lane 4b: −B·Σq_a(b));
+ *               Q8_0 two at 256, 320 (lane 8b': −128·Σq_a)
+ *   [384, 448)  Q8_1 s_a per lane (lane 4b: s_a(b), else 0)
+ * k-quants Q4_K / Q5_K, per super-block (KS bytes): codes in the order of the nibbles [sb0, sb2, sb1,
+ * sb3, sb4, sb6, sb5, sb7] (256), Σq_a per 32 as 8 int16 (16), d_a f32 (4).
+ */
+#define GS 448
+#define KS 320
+
+static void prep32(const tp_mm *mm, const uint8_t *a, int64_t nb, uint8_t *out) {
+  const int32_t fmt = mm->fmt;
+  const int q81 = fmt == TP_W_Q4_1 || fmt == TP_W_Q5_1;
+  const size_t ab = q81 ? 36 : 34;
+  const int32_t off = fmt == TP_W_Q4_0 ? 8 : fmt == TP_W_Q5_0 ? 16 : fmt == TP_W_Q8_0 ? 128 : 0;
+  for (int64_t g = 0; g < nb / 4; g++) {
+    uint8_t *o = out + (size_t)g * GS;
+    float *dv = (float *)(o + 128), *sv = (float *)(o + 384);
+    int32_t *cv = (int32_t *)(o + 256);
+    memset(o + 128, 0, GS - 128);
+    for (int b = 0; b < 4; b++) {
+      const uint8_t *blk = a + (size_t)(4 * g + b) * ab;
+      const int8_t *q = (const int8_t *)(blk + ab - 32);
+      const float d = tp_f16p(blk);
+      int32_t sum = 0;
+      for (int e = 0; e < 32; e++) sum += q[e];
+      if (fmt == TP_W_Q8_0) {
+        memcpy(o + 32 * b, q, 32);
+        /* pair b >> 1, lanes 8 (b & 1) .. + 7 */
+        for (int l = 0; l < 8; l++) dv[16 * (b >> 1) + 8 * (b & 1) + l] = d;
+        cv[16 * (b >> 1) + 8 * (b & 1)] = -off * sum;
+      } else {
+        memcpy(o + 16 * b, q, 16);
+        memcpy(o + 64 + 16 * b, q + 16, 16);
+        for (int l = 0; l < 4; l++) dv[4 * b + l] = d;
+        cv[4 * b] = -off * sum;
+        if (q81) sv[4 * b] = tp_f16p(blk + 2);
+      }
+    }
+  }
+}
+
+static void prepk45(const uint8_t *a, int64_t nb, uint8_t *out) {
+  static const int order[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int64_t s = 0; s < nb; s++) {
+    const uint8_t *ab = a + (size_t)s * 292;
+    uint8_t *o = out + (size_t)s * KS;
+    for (int c = 0; c < 8; c++) memcpy(o + 32 * c, ab + 4 + 32 * order[c], 32);
+    int16_t bs[8];
+    for (int t = 0; t < 8; t++) bs[t] = (int16_t)(q8k_bsum(ab, 2 * t) + q8k_bsum(ab, 2 * t + 1));
+    memcpy(o + 256, bs, 16);
+    memcpy(o + 272, ab, 4); /* d_a */
+  }
+}
+
+/* Bytes of one prepared row (0: the kernel reads the ggml blocks as they are). */
+static size_t xa_row_bytes(int32_t fmt, int64_t k) {
+  if (fmt == TP_W_Q4_K || fmt == TP_W_Q5_K) return (size_t)(k / 256) * KS;
+  if (tp_wformats[fmt].block == 32) return (size_t)(k / 128) * GS;
+  return 0;
+}
+
+/* Constant index / shift / shuffle vectors (generated; see the kernels for their meaning). */
+static const int8_t SEL_02[64] __attribute__((aligned(64))) = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5};
+static const int8_t SEL_13[64] __attribute__((aligned(64))) = {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7};
+static const int8_t SEL_46[64] __attribute__((aligned(64))) = {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13};
+static const int8_t SEL_57[64] __attribute__((aligned(64))) = {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15};
+static const int8_t SEL_0123[64] __attribute__((aligned(64))) = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7};
+static const int8_t SEL_4567[64] __attribute__((aligned(64))) = {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15};
+static const int16_t SH_02[32] __attribute__((aligned(64))) = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+static const int16_t SH_13[32] __attribute__((aligned(64))) = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
+static const int16_t SH_46[32] __attribute__((aligned(64))) = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6};
+static const int16_t SH_57[32] __attribute__((aligned(64))) = {5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+#define CV(t) _mm512_load_si512(t)
+
+/* ---- 32-element formats --------------------------------------------------------------------- */
+
+/* Word indices (16-bit lanes) for vpermt2w over two loads Z0 = bytes [0, 64), Z1 = [64, 128) of a group. */
+typedef struct perm32 {
+  __m512i qs;   /* the 4 × 16 code bytes of the group */
+  __m512i d;    /* positions 0..15: d of block p / 4 */
+  __m512i m;    /* the same for m (Q4_1 / Q5_1) */
+  __m512i qh;   /* 128-bit lane b: [qh_b low word, qh_b high word] (Q5_x) */
+  __mmask64 z1; /* bytes of Z1 that belong to the group */
+} perm32;
+
+static inline __m512i words(int b0, int b1, int b2, int b3, int len, int step_inside) {
+  int16_t w[32];
+  for (int i = 0; i < 32; i++) w[i] = 0;
+  const int base[4] = {b0, b1, b2, b3};
+  for (int b = 0; b < 4; b++)
+    for (int i = 0; i < len && b * len + i < 32; i++) w[b * len + i] = (int16_t)(base[b] + i * step_inside);
+  return _mm512_loadu_si512(w);
+}
+
+static perm32 perm_for(int32_t fmt) {
+  perm32 p;
+  const int bw = tp_wformats[fmt].block_bytes / 2; /* words per block */
+  int qs = 0, d = 0, m = 1, qh = 0;
+  switch (fmt) {
+    case TP_W_Q4_0: qs = 1; break;
+    case TP_W_Q4_1: qs = 2; break;
+    case TP_W_Q5_0: qs = 3; qh = 1; break;
+    default: qs = 4; qh = 2; /* Q5_1 */
+  }
+  p.qs = words(qs, qs + bw, qs + 2 * bw, qs + 3 * bw, 8, 1);
+  p.d = words(d, d + bw, d + 2 * bw, d + 3 * bw, 4, 0);
+  p.m = words(m, m + bw, m + 2 * bw, m + 3 * bw, 4, 0);
+  {
+    int16_t w[32];
+    for (int i = 0; i < 32; i++) w[i] = 0;
+    for (int b = 0; b < 4; b++) {
+      w[8 * b] = (int16_t)(qh + b * bw);
+      w[8 * b + 1] = (int16_t)(qh + b * bw + 1);
+    }
+    p.qh = _mm512_loadu_si512(w);
+  }
+  const int group = 4 * tp_wformats[fmt].block_bytes;
+  p.z1 = group >= 128 ? ~(__mmask64)0 : (((__mmask64)1 << (group - 64)) - 1);
+  return p;
+}
+
+/*
+ * Rows [i0, i0 + R) × one weight row: the 4-block groups with 512-bit vectors, then the leftover
+ * blocks with the 256-bit body. xa: the prepared rows (row stride xs); a: the ggml rows (stride mm->xq_row).
+ */
+static inline __attribute__((always_inline)) void dot32_4(const tp_mm *mm, int R, const perm32 *p,
+                                                           const uint8_t *w, int64_t nb, const uint8_t *xa,
+                                                           size_t xs, const uint8_t *a, float *out) {
+  const int32_t fmt = mm->fmt;
+  const int q81 = fmt == TP_W_Q4_1 || fmt == TP_W_Q5_1;
+  const int five = fmt == TP_W_Q5_0 || fmt == TP_W_Q5_1;
+  const size_t gb = 4 * (size_t)tp_wformats[fmt].block_bytes;
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  /* Q5: byte e of block lane b tests bit e (low word → elements 0..15) */
+  const __m512i sel_lo = _mm512_set4_epi32(0x01010101, 0x01010101, 0x00000000, 0x00000000);
+  const __m512i sel_hi = _mm512_set4_epi32(0x03030303, 0x03030303, 0x02020202, 0x02020202);
+  const __m512i bits = _mm512_set1_epi64((long long)0x8040201008040201ULL);
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, m0 = a0, m1 = a0, m2 = a0, m3 = a0;
+  const int64_t ng = nb / 4;
+  for (int64_t g = 0; g < ng; g++) {
+    const uint8_t *gp = w + (size_t)g * gb;
+    /* the group's codes, d (and m, qh) gathered with one vpermt2w each from two loads */
+    const __m512i z0 = _mm512_loadu_si512(gp), z1 = _mm512_maskz_loadu_epi8(p->z1, gp + 64);
+    const __m512i q = _mm512_permutex2var_epi16(z0, p->qs, z1);
+    __m512i lo = _mm512_and_si512(q, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), lo4);
+    if (five) {
+      const __m512i h = _mm512_permutex2var_epi16(z0, p->qh, z1);
+      lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_lo), bits), lo, sixteen);
+      hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_hi), bits), hi, sixteen);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(z0, p->d, z1)));
+    const __m512 mw = q81 ? _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(z0, p->m, z1)))
+                          : _mm512_setzero_ps();
+#define ROW(r)                                                                                              \
+  if (R > r) {                                                                                              \
+    const uint8_t *x = xa + (size_t)(r)*xs + (size_t)g * GS;                                                \
+    __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(x + 256), lo, _mm512_load_si512(x));                \
+    s = _mm512_dpbusd_epi32(s, hi, _mm512_load_si512(x + 64));                                              \
+    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_load_ps((const float *)(x + 128))), a##r); \
+    if (q81) m##r = _mm512_fmadd_ps(mw, _mm512_load_ps((const float *)(x + 384)), m##r);                    \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+  float tail[4] = {0, 0, 0, 0};
+  if (nb % 4) {
+    const uint8_t *ta[4];
+    for (int r = 0; r < 4; r++) ta[r] = a + (size_t)(r < R ? r : 0) * mm->xq_row + (size_t)(4 * ng) * (q81 ? 36 : 34);
+    dots[fmt][R - 1](w + (size_t)ng * gb, nb % 4, ta, tail);
+  }
+  if (R > 0) out[0] = _mm512_reduce_add_ps(a0) + _mm512_reduce_add_ps(m0) + tail[0];
+  if (R > 1) out[1] = _mm512_reduce_add_ps(a1) + _mm512_reduce_add_ps(m1) + tail[1];
+  if (R > 2) out[2] = _mm512_reduce_add_ps(a2) + _mm512_reduce_add_ps(m2) + tail[2];
+  if (R > 3) out[3] = _mm512_reduce_add_ps(a3) + _mm512_reduce_add_ps(m3) + tail[3];
+}
+
+/* Q8_0, 2 blocks per vector: codes + 128 (unsigned) against q_a, −128 Σq_a per block from the prepared offsets. */
+static inline __attribute__((always_inline)) void dot_q80(int R, const uint8_t *w, int64_t nb, const uint8_t *xa,
+                                                           size_t xs, float *out) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const int64_t np = nb / 2;
+  for (int64_t pr = 0; pr < np; pr++) {
+    const uint8_t *gp = w + (size_t)pr * 68;
+    /* codes of the two blocks (bytes 2..33 and 36..67), and their d broadcast to 8 lanes each */
+    const __m512i u = _mm512_xor_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(gp + 2))),
+                           _mm256_loadu_si256((const __m256i *)(gp + 36)), 1),
+        flip);
+    const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)tp_rd16(gp))),
+                                               _mm_set1_epi16((short)tp_rd16(gp + 34)), 1);
+    const __m512 dw = _mm512_cvtph_ps(dh);
+    const size_t go = (size_t)(pr >> 1) * GS, half = (size_t)(pr & 1);
+#define ROW(r)                                                                                          \
+  if (R > r) {                                                                                          \
+    const uint8_t *x = xa + (size_t)(r)*xs + go;                                                        \
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(x + 256 + 64 * half), u, _mm512_load_si512(x + 64 * half)); \
+    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_load_ps((const float *)(x + 128 + 64 * half))), a##r); \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+  if (R > 0) out[0] = _mm512_reduce_add_ps(a0);
+  if (R > 1) out[1] = _mm512_reduce_add_ps(a1);
+  if (R > 2) out[2] = _mm512_reduce_add_ps(a2);
+  if (R > 3) out[3] = _mm512_reduce_add_ps(a3);
+}
+
+/* ---- k-quants ---------------------------------------------------------------------------------- */
+
+
+
+/* 8 scales (bytes 0..7) and 8 mins (8..15) of Q4_K / Q5_K from the 12 packed bytes (ggml's utmp trick). */
+static inline void k4_unpack(const uint8_t *s, uint32_t u[4]) {
+  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+  memcpy(u, s, 12);
+  u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+  const uint32_t aux = u[1] & km1;
+  u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+  u[2] = aux;
+  u[0] &= km1;
+}
+
+static inline __attribute__((always_inline)) void dot_k45(const tp_mm *mm, int R, const uint8_t *w, int64_t nb,
+                                                           const uint8_t *xa, size_t xs, float *out) {
+  const int five = mm->fmt == TP_W_Q5_K;
+  const size_t wb = five ? 176 : 144;
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+  /* the int16 scale of 128-bit lanes [a, a, b, b] from the 8 scales broadcast to every lane (pshufb) */
+  const __m512i i0 = CV(SEL_02), i1 = CV(SEL_13), i2 = CV(SEL_46), i3 = CV(SEL_57);
+  /* Q5_K: high bit of sub-block sb = bit sb of qh[l]; shift counts per 256-bit half */
+  const __m512i h0 = CV(SH_02), h1 = CV(SH_13), h2 = CV(SH_46), h3 = CV(SH_57);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  __m128 m0 = _mm_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
+  for (int64_t s = 0; s < nb; s++) {
+    const uint8_t *b = w + (size_t)s * wb;
+    const uint8_t *qs = b + (five ? 48 : 16);
+    const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+    __m512i u0 = _mm512_and_si512(q0, lo4), u1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
+    __m512i u2 = _mm512_and_si512(q1, lo4), u3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
+    if (five) {
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+      u0 = _mm512_or_si512(u0, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h0), one), 4));
+      u1 = _mm512_or_si512(u1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h1), one), 4));
+      u2 = _mm512_or_si512(u2, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h2), one), 4));
+      u3 = _mm512_or_si512(u3, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h3), one), 4));
+    }
+    uint32_t u[4];
+    k4_unpack(b + 4, u);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
+    const __m512i s0 = _mm512_shuffle_epi8(sc, i0), s1 = _mm512_shuffle_epi8(sc, i1), s2 = _mm512_shuffle_epi8(sc, i2),
+                  s3 = _mm512_shuffle_epi8(sc, i3);
+    const float d = f16h(b), dmin = f16h(b + 2);
+#define ROW(r)                                                                                               \
+  if (R > r) {                                                                                               \
+    const uint8_t *x = xa + (size_t)(r)*xs + (size_t)s * KS;                                                 \
+    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(u0, _mm512_load_si512(x)), s0); \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u1, _mm512_load_si512(x + 64)), s1);                     \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u2, _mm512_load_si512(x + 128)), s2);                    \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u3, _mm512_load_si512(x + 192)), s3);                    \
+    const float da = tp_rdf32(x + 272);                                                                      \
+    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * da), a##r);                            \
+    const __m128i mm4 = _mm_madd_epi16(mn, _mm_load_si128((const __m128i *)(x + 256)));                     \
+    m##r = _mm_fmadd_ps(_mm_cvtepi32_ps(mm4), _mm_set1_ps(dmin * da), m##r);                                 \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+#define HS4(v) (_mm_cvtss_f32(_mm_add_ss(_mm_add_ps(v, _mm_movehl_ps(v, v)), _mm_movehdup_ps(_mm_add_ps(v, _mm_movehl_ps(v, v))))))
+  if (R > 0) out[0] = _mm512_reduce_add_ps(a0) - HS4(m0);
+  if (R > 1) out[1] = _mm512_reduce_add_ps(a1) - HS4(m1);
+  if (R > 2) out[2] = _mm512_reduce_add_ps(a2) - HS4(m2);
+  if (R > 3) out[3] = _mm512_reduce_add_ps(a3) - HS4(m3);
+#undef HS4
+}
+
+/* Q6_K against the ggml Q8_K blocks as they are (natural order). */
+static inline __attribute__((always_inline)) void dot_q6k(int R, const uint8_t *w, int64_t nb, const uint8_t *a,
+                                                           size_t as, float *out) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
+  const __m512i c02 = CV(SH_02), c46 = CV(SH_46);
+  /* 128-bit lane t of u0 / u2 takes scale t of 8, of u1 / u3 scale 4 + t (pshufb of broadcast halves) */
+  const __m512i ilo = CV(SEL_0123), ihi = CV(SEL_4567);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t s = 0; s < nb; s++) {
+    const uint8_t *b = w + (size_t)s * 210;
+    const __m512i ql0 = _mm512_loadu_si512(b), ql1 = _mm512_loadu_si512(b + 64);
+    const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128)));
+    const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 160)));
+    /* elements 0..63, 64..127 (half 0), 128..191, 192..255 (half 1): u = q + 32, 0..63 */
+    const __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql0, lo4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c02), three), 4));
+    const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), lo4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c46), three), 4));
+    const __m512i u2 = _mm512_or_si512(_mm512_and_si512(ql1, lo4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c02), three), 4));
+    const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), lo4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c46), three), 4));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+    const __m512i b0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16)),
+                  b1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1));
+    const __m512i s0 = _mm512_shuffle_epi8(b0, ilo), s1 = _mm512_shuffle_epi8(b0, ihi), s2 = _mm512_shuffle_epi8(b1, ilo),
+                  s3 = _mm512_shuffle_epi8(b1, ihi);
+    const float d = f16h(b + 208);
+#define ROW(r)                                                                                               \
+  if (R > r) {                                                                                               \
+    const uint8_t *x = a + (size_t)(r)*as + (size_t)s * 292;                                                 \
+    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(u0, _mm512_loadu_si512(x + 4)), s0); \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u1, _mm512_loadu_si512(x + 68)), s1);                    \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u2, _mm512_loadu_si512(x + 132)), s2);                   \
+    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u3, _mm512_loadu_si512(x + 196)), s3);                   \
+    /* the +32 of u: − 32 Σ_t scale_t · Σ q_a over group t */                                                \
+    const __m256i c = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x + 260)));              \
+    t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(c, 5)));                                \
+    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * tp_rdf32(x)), a##r);                  \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+  if (R > 0) out[0] = _mm512_reduce_add_ps(a0);
+  if (R > 1) out[1] = _mm512_reduce_add_ps(a1);
+  if (R > 2) out[2] = _mm512_reduce_add_ps(a2);
+  if (R > 3) out[3] = _mm512_reduce_add_ps(a3);
+}
+
+/* ---- the family kernel ------------------------------------------------------------------------- */
+
+typedef struct rows_ctx {
+  const tp_mm *mm;
+  const perm32 *p;
+  const uint8_t *xa; /* prepared rows of this chunk (stride xs) */
+  size_t xs;
+  const uint8_t *a;  /* ggml rows of this chunk (stride mm->xq_row) */
+} rows_ctx;
+
+static inline __attribute__((always_inline)) void dot_rows(const rows_ctx *c, int R, const uint8_t *w, float *out) {
+  const tp_mm *mm = c->mm;
+  const int64_t nb = mm->k / tp_wformats[mm->fmt].block;
+  switch (mm->fmt) {
+    case TP_W_Q8_0: {
+      /* whole groups of 4 blocks (2 pairs) with 512 bits, the rest with the 256-bit body */
+      const int64_t ng = nb / 4;
+      dot_q80(R, w, 4 * ng, c->xa, c->xs, out); /* nb multiple of 2 here */
+      if (nb % 4) {
+        const uint8_t *ta[4];
+        float tail[4];
+        for (int r = 0; r < 4; r++) ta[r] = c->a + (size_t)(r < R ? r : 0) * mm->xq_row + (size_t)(4 * ng) * 34;
+        dots[TP_W_Q8_0][R - 1](w + (size_t)(4 * ng) * 34, nb % 4, ta, tail);
+        for (int r = 0; r < R; r++) out[r] += tail[r];
+      }
+      break;
+    }
+    case TP_W_Q4_K:
+    case TP_W_Q5_K: dot_k45(mm, R, w, nb, c->xa, c->xs, out); break;
+    case TP_W_Q6_K: dot_q6k(R, w, nb, c->a, mm->xq_row, out); break;
+    default: dot32_4(mm, R, c->p, w, nb, c->xa, c->xs, c->a, out);
+  }
+}
+
+#define DOT_R(R) \
+  static void dot_rows_##R(const rows_ctx *c, const uint8_t *w, float *out) { dot_rows(c, R, w, out); }
+DOT_R(1)
+DOT_R(2)
+DOT_R(3)
+DOT_R(4)
+#undef DOT_R
+typedef void (*dot_rows_fn)(const rows_ctx *c, const uint8_t *w, float *out);
+static const dot_rows_fn dot_rows_r[4] = {dot_rows_1, dot_rows_2, dot_rows_3, dot_rows_4};
+
+/* Weight rows per block of the loop nest: they stay in L1 / L2 while the chunk's activation rows pass. */
+#define ROWS_PER_BLOCK 16
+
+void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  if (mm->fmt == TP_W_Q2_K || mm->fmt == TP_W_Q3_K) {
+    ggml_ymm(mm, n0, n1, scratch);
+    return;
+  }
+  const int64_t nb = mm->k / tp_wformats[mm->fmt].block;
+  const size_t xs = (xa_row_bytes(mm->fmt, mm->k) + 63) / 64 * 64;
+  const perm32 p = tp_wformats[mm->fmt].block == 32 && mm->fmt != TP_W_Q8_0 ? perm_for(mm->fmt) : perm_for(TP_W_Q4_0);
+  for (int64_t c0 = 0; c0 < mm->m; c0 += XA_ROWS) {
+    const int64_t rows = mm->m - c0 < XA_ROWS ? mm->m - c0 : XA_ROWS;
+    const uint8_t *a = mm->xq + (size_t)c0 * mm->xq_row;
+    /* lay the chunk's activation rows out for the kernels */
+    for (int64_t i = 0; i < rows && xs > 0; i++) {
+      const uint8_t *ai = a + (size_t)i * mm->xq_row;
+      if (mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K) prepk45(ai, nb, scratch + (size_t)i * xs);
+      else prep32(mm, ai, nb, scratch + (size_t)i * xs);
+    }
+    for (int64_t jb = n0; jb < n1; jb += ROWS_PER_BLOCK) {
+      const int64_t je = jb + ROWS_PER_BLOCK < n1 ? jb + ROWS_PER_BLOCK : n1;
+      for (int64_t i0 = 0; i0 < rows; i0 += 4) {
+        const int r = rows - i0 < 4 ? (int)(rows - i0) : 4;
+        const rows_ctx c = {.mm = mm, .p = &p, .xa = scratch + (size_t)i0 * xs, .xs = xs, .a = a + (size_t)i0 * mm->xq_row};
+        for (int64_t j = jb; j < je; j++) {
+          float out[4];
+          dot_rows_r[r - 1](&c, mm->w + (size_t)j * mm->w_row, out);
+          for (int t = 0; t < r; t++) {
+            float v = out[t];
+            if (mm->bias) v = v + mm->bias[j];
+            mm->y[(size_t)(c0 + i0 + t) * (size_t)mm->n + (size_t)j] = v;
+          }
+        }
+      }
+    }
+  }
+}

@@ -1,0 +1,84 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// matmul of INT8 / INT4 ConvRot weights (ComfyUI W8A8 / W4A4; @tp/quant convrot-linear.ts): exact
+// integer dot products of the activation codes (convrot_quantize.comp) with the weight codes, then
+//   int8: y = f32(f32(acc) · f32(s_x · s_w)),   int4: y = f32(f32(f32(acc) · s_x) · s_w),
+// then + bias. Weight codes: int8 one byte per element; int4 two's-complement nibbles, element 2k in
+// bits 0..3 of byte k (krea2.md §1.8). Tiled as matmul.comp (32 × 32 tiles, 64 invocations, integer
+// accumulators).
+// Bindings: 0 y, 1 codes (i32 [M, K]), 2 w (words), 3 bias, 4 s_x (f32 [M]), 5 s_w (f32 [N]).
+// Groups: (ceil(N / 32), ceil(M / 32)).
+#include "common.glsl"
+
+layout(push_constant) uniform Push {
+  uint M;
+  uint N;
+  uint K;
+  uint b_off;
+  uint has_bias;
+  uint w_off;  // bytes
+  uint bits;   // 8 or 4
+  uint sw_off;
+} pc;
+
+layout(std430, binding = 0) writeonly buffer Y { float y[]; };
+layout(std430, binding = 1) readonly buffer C { int codes[]; };
+layout(std430, binding = 2) readonly buffer W { uint wq[]; };
+layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
+layout(std430, binding = 4) readonly buffer SX { float sx[]; };
+layout(std430, binding = 5) readonly buffer SW { float sw[]; };
+
+uint wb(uint b) { return (wq[b >> 2] >> ((b & 3u) << 3)) & 0xffu; }
+
+int w_code(uint n, uint k) {
+  if (pc.bits == 8u) return int(wb(pc.w_off + n * pc.K + k) << 24) >> 24;
+  uint byte_ = wb(pc.w_off + n * (pc.K / 2u) + k / 2u);
+  uint nib = (k & 1u) == 0u ? byte_ & 15u : byte_ >> 4;
+  return int(nib ^ 8u) - 8;
+}
+
+const uint TM = 32u;
+const uint TN = 32u;
+const uint TK = 32u;
+shared int xs[TM * TK];
+shared int ws[TN * TK];
+
+void main() {
+  // 64 invocations as 8 × 8, each a 4 × 4 block of the tile (as matmul.comp).
+  uint lid = gl_LocalInvocationID.x;
+  uint tx = lid % 8u;
+  uint ty = lid / 8u;
+  uint n0 = gl_WorkGroupID.x * TN;
+  uint m0 = gl_WorkGroupID.y * TM;
+  ivec4 acc[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
+  for (uint k0 = 0u; k0 < pc.K; k0 += TK) {
+    for (uint t = lid; t < TM * TK; t += 64u) {
+      uint r = t / TK;
+      uint k = k0 + t % TK;
+      xs[t] = (m0 + r < pc.M && k < pc.K) ? codes[(m0 + r) * pc.K + k] : 0;
+      ws[t] = (n0 + r < pc.N && k < pc.K) ? w_code(n0 + r, k) : 0;
+    }
+    barrier();
+    for (uint kk = 0u; kk < TK; kk++) {
+      ivec4 a = ivec4(xs[ty * TK + kk], xs[(ty + 8u) * TK + kk], xs[(ty + 16u) * TK + kk], xs[(ty + 24u) * TK + kk]);
+      ivec4 b = ivec4(ws[tx * TK + kk], ws[(tx + 8u) * TK + kk], ws[(tx + 16u) * TK + kk], ws[(tx + 24u) * TK + kk]);
+      acc[0] += a.x * b;
+      acc[1] += a.y * b;
+      acc[2] += a.z * b;
+      acc[3] += a.w * b;
+    }
+    barrier();
+  }
+  for (uint i = 0u; i < 4u; i++) {
+    uint m = m0 + ty + 8u * i;
+    if (m >= pc.M) continue;
+    for (uint j = 0u; j < 4u; j++) {
+      uint n = n0 + tx + 8u * j;
+      if (n >= pc.N) continue;
+      float a = float(acc[i][j]);
+      float v = pc.bits == 8u ? a * (sx[m] * sw[pc.sw_off + n]) : (a * sx[m]) * sw[pc.sw_off + n];
+      if (pc.has_bias != 0u) v += bias[pc.b_off + n];
+      y[m * pc.N + n] = v;
+    }
+  }
+}

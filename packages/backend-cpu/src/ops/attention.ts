@@ -1,0 +1,89 @@
+/**
+ * Scaled dot-product attention of the cpu backend: GQA, masks none / causal / causal with a full
+ * prefix / sliding window, query offset, logit softcap, scale. q [batch, num_heads, Sq, head_dim],
+ * k [batch, num_kv_heads, Skv, head_dim], v [batch, num_kv_heads, Skv, head_dim_v], all f32; strided
+ * views are copied first. Kernel: native/cpu/attention.c (tiled online softmax, O(tile) memory).
+ *
+ * Key j is visible to query i (at position p = qOffset + i) when j < fullPrefix, or when there is no
+ * causal mask, or when j ≤ p and (no window, or j > p − window). A query that sees no key returns
+ * zeros. `window` needs `causal`.
+ * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023; softcap: Gemma 2 (Team et al. 2024).
+ */
+import { type AttentionOptions, formatShape, type Tensor } from "@tp/tensor";
+import {
+  argError,
+  type CpuOpHost,
+  checkTensors,
+  finite,
+  integer,
+  produce,
+  scoped,
+  shapeError,
+} from "./common.ts";
+import { attentionF32 } from "./native.ts";
+
+/**
+ * softmax(q·kᵀ·scale + mask)·v per head (see the module comment for the mask rules) →
+ * [batch, num_heads, Sq, head_dim_v] f32.
+ * @throws TpError E_SHAPE naming q, k, v when ranks, batch, head_dim, Skv or the head grouping do not
+ *   fit; E_ARG for a bad option; E_STATE; E_UNSUPPORTED (not f32)
+ */
+export function attention(
+  host: CpuOpHost,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  options: AttentionOptions = {},
+): Tensor {
+  const op = "attention";
+  checkTensors(host, op, ["f32"], { q, k, v });
+  const all = `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)}`;
+  if (q.rank !== 4 || k.rank !== 4 || v.rank !== 4) {
+    throw shapeError(op, `${all}: each must be [batch, heads, seq_len, head_dim]`);
+  }
+  const [batch, heads, sq, d] = q.shape as [number, number, number, number];
+  const [kb, kvHeads, skv, kd] = k.shape as [number, number, number, number];
+  const [vb, vh, vs, dv] = v.shape as [number, number, number, number];
+  if (kb !== batch || vb !== batch) throw shapeError(op, `${all}: batch sizes differ`);
+  if (kd !== d) throw shapeError(op, `${all}: q and k head_dim differ (${d} vs ${kd})`);
+  if (vh !== kvHeads || vs !== skv) throw shapeError(op, `${all}: k and v differ in heads or seq_len`);
+  if (kvHeads === 0 ? heads !== 0 : heads % kvHeads !== 0) {
+    throw shapeError(op, `${all}: ${heads} query heads are not a multiple of ${kvHeads} kv heads`);
+  }
+  const scale =
+    options.scale === undefined ? (d > 0 ? 1 / Math.sqrt(d) : 1) : finite(op, "scale", options.scale);
+  const causal = options.causal ?? false;
+  if (typeof causal !== "boolean") throw argError(op, `causal must be a boolean, got ${String(causal)}`);
+  const qOffset = integer(op, "qOffset", options.qOffset ?? skv - sq, -(2 ** 52), 2 ** 52);
+  const window = options.window === undefined ? 0 : integer(op, "window", options.window, 1);
+  if (window > 0 && !causal)
+    throw argError(op, "window needs causal: true (a sliding window limits a causal mask)");
+  const fullPrefix = options.fullPrefix === undefined ? 0 : integer(op, "fullPrefix", options.fullPrefix, 0);
+  const softcap = options.softcap === undefined ? 0 : finite(op, "softcap", options.softcap);
+  if (softcap < 0 || (options.softcap !== undefined && softcap === 0)) {
+    throw argError(op, `softcap must be positive, got ${softcap}`);
+  }
+  if (batch * heads * sq * dv === 0) return host.alloc([batch, heads, sq, dv], "f32", q.name);
+  return scoped(host, op, (s) => {
+    const qr = s.contiguous(q);
+    const kr = s.contiguous(k);
+    const vr = s.contiguous(v);
+    return produce(host, op, [batch, heads, sq, dv], "f32", q.name, (out) =>
+      attentionF32(host.ctx, qr, kr, vr, out, {
+        batch,
+        heads,
+        kvHeads,
+        sq,
+        skv,
+        headDim: d,
+        headDimV: dv,
+        scale,
+        qOffset,
+        causal,
+        window,
+        fullPrefix,
+        softcap,
+      }),
+    );
+  });
+}

@@ -1,0 +1,121 @@
+/**
+ * matmul of the cpu backend: y = x · Wᵀ (+ bias) for a {@link Weight} in any format of
+ * {@link CPU_WEIGHT_FORMATS}, with the native kernels of native/cpu/matmul*.c (tp.h tp_cpu_matmul).
+ * The weight is read in its own format straight from `Weight.data` (the mapping of the checkpoint):
+ * nothing is copied or expanded per weight. Each call prepares the activations once — quantized to
+ * Q8_0 / Q8_1 / Q8_K for GGUF types, rotated and quantized per row for ConvRot, rounded to bf16 for
+ * bf16 and fp8 — in scratch memory the native context keeps between calls (up to 64 MiB, outside
+ * the backend's memory account, like the packing panels of the GEMM).
+ *
+ * Numerics (the tolerances the tests state): ConvRot equals @tp/quant convRotLinear bit for bit; GGUF
+ * equals ggml's integer block dot products (llm.md §2.6) up to f32 summation order; the float formats
+ * differ from an f64 reference by f32 summation order (and bf16 rounding of x for bf16 / fp8).
+ */
+import { toArrayBuffer } from "bun:ffi";
+import {
+  type DTypeName,
+  formatShape,
+  type OpName,
+  type Tensor,
+  TpError,
+  type Weight,
+  type WeightFormat,
+} from "@tp/tensor";
+import { NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
+import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./common.ts";
+import type { NativeRegion } from "./native.ts";
+
+/** The weight formats matmul and embedding take on this backend. */
+export const CPU_WEIGHT_FORMATS: readonly WeightFormat[] = Object.keys(
+  NATIVE_WEIGHT_FORMATS,
+) as WeightFormat[];
+
+/** Tensor dtypes besides the weight formats: f32 activations and bias (matmul), i32 ids (embedding). */
+const WEIGHT_OP_DTYPES: Readonly<Record<"matmul" | "embedding", readonly DTypeName[]>> = {
+  matmul: ["f32"],
+  embedding: ["i32"],
+};
+
+/**
+ * supports("matmul" | "embedding", formats): every entry is a weight format of
+ * {@link CPU_WEIGHT_FORMATS} or a tensor dtype the op takes (f32 x and bias; i32 ids).
+ */
+export function supportsWeightOp(op: "matmul" | "embedding", formats: readonly string[]): boolean {
+  return formats.every(
+    (f) =>
+      (CPU_WEIGHT_FORMATS as readonly string[]).includes(f) || WEIGHT_OP_DTYPES[op].includes(f as DTypeName),
+  );
+}
+
+/** "weight blk.0.ffn_up.weight q4_k [N, K]" in messages. */
+export function shownWeight(w: Weight): string {
+  return `weight ${w.name} ${w.format} ${formatShape(w.shape)}`;
+}
+
+/**
+ * The native view of a weight: format, shape, bytes, scales and rotation group.
+ * @throws TpError E_UNSUPPORTED naming op, backend and format for a format this backend lacks, or for
+ *   scales the kernels do not take (a row-scaled fp8 weight, a scaled bf16 / GGUF weight)
+ */
+export function nativeWeight(op: OpName, w: Weight): NativeWeight {
+  if (!Object.hasOwn(NATIVE_WEIGHT_FORMATS, w.format)) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op ${op} on backend cpu does not support weight format ${w.format} (${shownWeight(w)}); supported: ${CPU_WEIGHT_FORMATS.join(", ")}`,
+    );
+  }
+  const format = w.format as NativeWeightFormat;
+  const convrot = format === "int8_convrot" || format === "int4_convrot";
+  const fp8 = format === "f8_e4m3fn" || format === "f8_e5m2";
+  let scale: Float32Array | null = null;
+  if (convrot) {
+    scale = (w.scale as { kind: "row"; values: Float32Array }).values; // Weight checks it is [N] row scales
+  } else if (w.scale !== undefined) {
+    if (!fp8 || w.scale.kind !== "tensor") {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op ${op} on backend cpu does not support ${w.scale.kind} scales on ${format} weights (${shownWeight(w)}); ` +
+          "only fp8 takes one, a per-tensor scale",
+      );
+    }
+    scale = Float32Array.of(w.scale.value);
+  }
+  return { format, n: w.n, k: w.k, data: w.data, scale, group: convrot ? (w.rotationGroup as number) : 0 };
+}
+
+/** A Float32Array over `count` f32 values of a native region (empty for 0). */
+export function f32View(r: NativeRegion, count: number): Float32Array {
+  if (count === 0 || r.ptr === null) return new Float32Array(0);
+  return new Float32Array(toArrayBuffer(r.ptr, 0, count * 4));
+}
+
+/**
+ * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: [N, K];
+ * bias: [N] f32 → [..., N] f32.
+ * @throws TpError E_SHAPE when x's last dimension is not K or the bias is not [N] (naming the shapes);
+ *   E_UNSUPPORTED naming op, backend and format for a weight format or scale this backend lacks, or a
+ *   non-f32 x / bias; E_STATE for a freed or foreign tensor; E_OOM
+ */
+export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options: { bias?: Tensor } = {}): Tensor {
+  const op = "matmul";
+  const bias = options.bias;
+  checkTensors(host, op, ["f32"], { x, bias });
+  const nw = nativeWeight(op, w);
+  const [n, k] = w.shape;
+  if (x.rank < 1 || x.shape[x.rank - 1] !== k) {
+    throw shapeError(op, `x ${formatShape(x.shape)} does not end in K = ${k} of ${shownWeight(w)}`);
+  }
+  if (bias !== undefined && (bias.rank !== 1 || bias.shape[0] !== n)) {
+    throw shapeError(op, `bias ${formatShape(bias.shape)} is not [N] = [${n}] of ${shownWeight(w)}`);
+  }
+  let m = 1;
+  for (let d = 0; d < x.rank - 1; d++) m *= x.shape[d] as number;
+  const outShape = [...x.shape.slice(0, -1), n];
+  return scoped(host, op, (s) => {
+    const xr = s.contiguous(x);
+    const br = bias === undefined ? null : s.contiguous(bias);
+    return produce(host, op, outShape, "f32", undefined, (out) =>
+      host.ctx.matmul(f32View(xr, m * k), m, nw, br === null ? null : f32View(br, n), f32View(out, m * n)),
+    );
+  });
+}

@@ -1,0 +1,527 @@
+/**
+ * Checked wrappers of the op kernels of libtp_cpu.so (symbols in `./symbols.ts`, loaded by
+ * `../ffi.ts`). Each wrapper checks, before anything crosses bun:ffi, that every count is a
+ * non-negative safe integer, that every region holds what the kernel will touch (for strided views:
+ * the farthest element the strides reach), that f32 / i32 pointers are 4-byte aligned and that no
+ * pointer is null where elements are read; then it calls the kernel and turns its status into a
+ * TpError with {@link check}. The native side checks its arguments again.
+ *
+ * Ownership (tp.h): the caller owns every region; native code keeps no pointer after a call.
+ */
+import { TpError } from "@tp/tensor";
+import { check, type NativeContext, type Pointer } from "../ffi.ts";
+
+/** Native memory a kernel may touch: the address of the first element and the bytes available from it. */
+export interface NativeRegion {
+  /** Address of the first element; null only when nothing is read or written. */
+  readonly ptr: Pointer | null;
+  /** Bytes readable / writable from `ptr` onward. */
+  readonly bytes: number;
+}
+
+/** Highest rank of the strided kernels (tp.h: rank <= 16). */
+export const MAX_RANK = 16;
+
+function count(op: string, name: string, v: number): number {
+  if (!Number.isSafeInteger(v) || v < 0) {
+    throw new TpError("E_ARG", `${op}: ${name} must be a non-negative safe integer, got ${v}`);
+  }
+  return v;
+}
+
+/** Check that `r` holds `bytes` bytes aligned to `align`; returns the pointer (null when bytes is 0). */
+function region(op: string, name: string, r: NativeRegion, bytes: number, align: number): Pointer | null {
+  if (bytes === 0) return r.ptr;
+  if (r.ptr === null) throw new TpError("E_ARG", `${op}: ${name} is null but ${bytes} bytes are needed`);
+  if (!Number.isSafeInteger(r.bytes) || r.bytes < bytes) {
+    throw new TpError("E_ARG", `${op}: ${name} holds ${r.bytes} bytes, ${bytes} are needed`);
+  }
+  if (r.ptr % align !== 0) throw new TpError("E_ARG", `${op}: ${name} is not aligned to ${align} bytes`);
+  return r.ptr;
+}
+
+/** An optional region (null: the kernel gets NULL). */
+function optRegion(op: string, name: string, r: NativeRegion | null, bytes: number): Pointer | null {
+  return r === null ? null : region(op, name, r, bytes, 4);
+}
+
+/**
+ * Check a strided view: rank, non-negative integer strides, and that the farthest element it reaches
+ * lies inside `r`. Returns the elements available from the pointer and the strides as i64.
+ */
+function strided(
+  op: string,
+  name: string,
+  r: NativeRegion,
+  elemBytes: number,
+  shape: readonly number[],
+  strides: readonly number[],
+): { ptr: Pointer | null; len: number; strides: BigInt64Array } {
+  if (strides.length !== shape.length) {
+    throw new TpError("E_ARG", `${op}: ${name} has ${strides.length} strides for rank ${shape.length}`);
+  }
+  let last = 0;
+  let empty = false;
+  for (let d = 0; d < shape.length; d++) {
+    const n = count(op, "shape", shape[d] as number);
+    const s = count(op, `${name} stride`, strides[d] as number);
+    if (n === 0) empty = true;
+    else last += (n - 1) * s;
+  }
+  const ptr = region(op, name, r, empty ? 0 : (last + 1) * elemBytes, elemBytes);
+  return {
+    ptr,
+    len: Math.floor(r.bytes / elemBytes),
+    strides: BigInt64Array.from(strides, (s) => BigInt(s)),
+  };
+}
+
+function shapeArg(op: string, shape: readonly number[]): BigInt64Array {
+  if (shape.length > MAX_RANK) throw new TpError("E_ARG", `${op}: rank ${shape.length} is above ${MAX_RANK}`);
+  return BigInt64Array.from(shape, (d) => BigInt(count(op, "shape", d)));
+}
+
+function product(op: string, ...dims: number[]): number {
+  let n = 1;
+  for (const d of dims) n *= count(op, "size", d);
+  if (!Number.isSafeInteger(n)) throw new TpError("E_ARG", `${op}: ${dims.join(" × ")} is too large`);
+  return n;
+}
+
+/** dst[i] = src[i] over `shape`, elements of 1, 2, 4 or 8 bytes (tp_cpu_copy). */
+export function copyStrided(
+  ctx: NativeContext,
+  src: NativeRegion,
+  srcStrides: readonly number[],
+  dst: NativeRegion,
+  dstStrides: readonly number[],
+  shape: readonly number[],
+  elemBytes: 1 | 2 | 4 | 8,
+): void {
+  const op = "copy";
+  const dims = shapeArg(op, shape);
+  const s = strided(op, "src", src, elemBytes, shape, srcStrides);
+  const d = strided(op, "dst", dst, elemBytes, shape, dstStrides);
+  const raw = ctx.lib.raw;
+  check(
+    ctx,
+    raw.tp_cpu_copy(
+      ctx.handle,
+      s.ptr,
+      s.len,
+      s.strides,
+      d.ptr,
+      d.len,
+      d.strides,
+      dims,
+      shape.length,
+      elemBytes,
+    ),
+  );
+}
+
+/** Unary f32 kernels over n contiguous elements. */
+export type UnaryKernel = "silu" | "sigmoid" | "gelu_erf" | "gelu_tanh";
+
+/** y = f(x) over n f32 elements (tp_cpu_silu_f32, tp_cpu_sigmoid_f32, tp_cpu_gelu_f32). */
+export function unary(
+  ctx: NativeContext,
+  kernel: UnaryKernel,
+  x: NativeRegion,
+  y: NativeRegion,
+  n: number,
+): void {
+  const op = kernel;
+  const bytes = count(op, "n", n) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const py = region(op, "y", y, bytes, 4);
+  const raw = ctx.lib.raw;
+  const h = ctx.handle;
+  const status =
+    kernel === "silu"
+      ? raw.tp_cpu_silu_f32(h, px, py, n)
+      : kernel === "sigmoid"
+        ? raw.tp_cpu_sigmoid_f32(h, px, py, n)
+        : raw.tp_cpu_gelu_f32(h, px, py, n, kernel === "gelu_tanh" ? 1 : 0);
+  check(ctx, status);
+}
+
+/** y = x · s over n f32 elements (tp_cpu_scale_f32; s is rounded to f32). */
+export function scaleF32(ctx: NativeContext, x: NativeRegion, y: NativeRegion, n: number, s: number): void {
+  const bytes = count("scale", "n", n) * 4;
+  const px = region("scale", "x", x, bytes, 4);
+  const py = region("scale", "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_scale_f32(ctx.handle, px, py, n, s));
+}
+
+/** y = silu(gate) · up over n f32 elements (tp_cpu_swiglu_f32). */
+export function swigluF32(
+  ctx: NativeContext,
+  gate: NativeRegion,
+  up: NativeRegion,
+  y: NativeRegion,
+  n: number,
+): void {
+  const bytes = count("swiglu", "n", n) * 4;
+  const pg = region("swiglu", "gate", gate, bytes, 4);
+  const pu = region("swiglu", "up", up, bytes, 4);
+  const py = region("swiglu", "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_swiglu_f32(ctx.handle, pg, pu, py, n));
+}
+
+/** A strided f32 operand: its region and element strides over the output shape (0 where broadcast). */
+export interface StridedOperand {
+  readonly region: NativeRegion;
+  readonly strides: readonly number[];
+}
+
+/** out (contiguous) = a ∘ b over `shape` (tp_cpu_add_f32 / sub / mul). */
+export function binaryF32(
+  ctx: NativeContext,
+  op: "add" | "sub" | "mul",
+  a: StridedOperand,
+  b: StridedOperand,
+  out: NativeRegion,
+  shape: readonly number[],
+): void {
+  const dims = shapeArg(op, shape);
+  const sa = strided(op, "a", a.region, 4, shape, a.strides);
+  const sb = strided(op, "b", b.region, 4, shape, b.strides);
+  const po = region(op, "out", out, product(op, ...shape) * 4, 4);
+  const raw = ctx.lib.raw;
+  const fn = op === "add" ? raw.tp_cpu_add_f32 : op === "sub" ? raw.tp_cpu_sub_f32 : raw.tp_cpu_mul_f32;
+  check(ctx, fn(ctx.handle, sa.ptr, sa.len, sa.strides, sb.ptr, sb.len, sb.strides, po, dims, shape.length));
+}
+
+/** out (contiguous) = x · (1 + scale) + shift over `shape` (tp_cpu_modulate_f32). */
+export function modulateF32(
+  ctx: NativeContext,
+  x: StridedOperand,
+  scale: StridedOperand,
+  shift: StridedOperand,
+  out: NativeRegion,
+  shape: readonly number[],
+): void {
+  const op = "modulate";
+  const dims = shapeArg(op, shape);
+  const sx = strided(op, "x", x.region, 4, shape, x.strides);
+  const ss = strided(op, "scale", scale.region, 4, shape, scale.strides);
+  const sh = strided(op, "shift", shift.region, 4, shape, shift.strides);
+  const po = region(op, "out", out, product(op, ...shape) * 4, 4);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_modulate_f32(
+      ctx.handle,
+      sx.ptr,
+      sx.len,
+      sx.strides,
+      ss.ptr,
+      ss.len,
+      ss.strides,
+      sh.ptr,
+      sh.len,
+      sh.strides,
+      po,
+      dims,
+      shape.length,
+    ),
+  );
+}
+
+/** Softmax over the middle axis of [outer, dim, inner] f32 (tp_cpu_softmax_f32). */
+export function softmaxF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  y: NativeRegion,
+  outer: number,
+  dim: number,
+  inner: number,
+): void {
+  const bytes = product("softmax", outer, dim, inner) * 4;
+  const px = region("softmax", "x", x, bytes, 4);
+  const py = region("softmax", "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_softmax_f32(ctx.handle, px, py, outer, dim, inner));
+}
+
+/** RMSNorm of rows × dim f32 (tp_cpu_rms_norm_f32); weight [dim] or null. */
+export function rmsNormF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  weight: NativeRegion | null,
+  y: NativeRegion,
+  rows: number,
+  dim: number,
+  eps: number,
+  unitOffset: boolean,
+): void {
+  const op = "rms_norm";
+  const bytes = product(op, rows, dim) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const pw = optRegion(op, "weight", weight, dim * 4);
+  const py = region(op, "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_rms_norm_f32(ctx.handle, px, pw, py, rows, dim, eps, unitOffset ? 1 : 0));
+}
+
+/** LayerNorm of rows × dim f32 (tp_cpu_layer_norm_f32); weight, bias [dim] or null. */
+export function layerNormF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  weight: NativeRegion | null,
+  bias: NativeRegion | null,
+  y: NativeRegion,
+  rows: number,
+  dim: number,
+  eps: number,
+): void {
+  const op = "layer_norm";
+  const bytes = product(op, rows, dim) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const pw = optRegion(op, "weight", weight, dim * 4);
+  const pb = optRegion(op, "bias", bias, dim * 4);
+  const py = region(op, "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_layer_norm_f32(ctx.handle, px, pw, pb, py, rows, dim, eps));
+}
+
+/** GroupNorm of [batch, channels, spatial] f32 (tp_cpu_group_norm_f32); weight, bias [channels] or null. */
+export function groupNormF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  weight: NativeRegion | null,
+  bias: NativeRegion | null,
+  y: NativeRegion,
+  dims: { batch: number; channels: number; spatial: number; groups: number },
+  eps: number,
+): void {
+  const op = "group_norm";
+  const bytes = product(op, dims.batch, dims.channels, dims.spatial) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const pw = optRegion(op, "weight", weight, dims.channels * 4);
+  const pb = optRegion(op, "bias", bias, dims.channels * 4);
+  const py = region(op, "y", y, bytes, 4);
+  count(op, "groups", dims.groups);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_group_norm_f32(
+      ctx.handle,
+      px,
+      pw,
+      pb,
+      py,
+      dims.batch,
+      dims.channels,
+      dims.spatial,
+      dims.groups,
+      eps,
+    ),
+  );
+}
+
+/** Arguments of {@link ropeF32} besides the buffers. */
+export interface RopeDims {
+  readonly batch: number;
+  readonly seq: number;
+  readonly heads: number;
+  readonly headDim: number;
+  /** Section sizes in pairs ([] for one section). */
+  readonly sections: readonly number[];
+  readonly ropeDims: number;
+  /** 0: neox, 1: interleaved (tp.h TP_ROPE_*). */
+  readonly mode: 0 | 1;
+  readonly theta: number;
+  readonly freqScale: number;
+}
+
+/** RoPE on [batch, seq, heads, head_dim] f32 with i32 positions [axes, seq] (tp_cpu_rope_f32). */
+export function ropeF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  positions: NativeRegion,
+  y: NativeRegion,
+  d: RopeDims,
+): void {
+  const op = "rope";
+  const bytes = product(op, d.batch, d.seq, d.heads, d.headDim) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const py = region(op, "y", y, bytes, 4);
+  const axes = Math.max(1, d.sections.length);
+  const pp = region(op, "positions", positions, bytes === 0 ? 0 : product(op, axes, d.seq) * 4, 4);
+  const sections = Int32Array.from(d.sections, (s) => count(op, "section", s));
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_rope_f32(
+      ctx.handle,
+      px,
+      py,
+      d.batch,
+      d.seq,
+      d.heads,
+      d.headDim,
+      pp,
+      sections.length > 0 ? sections : null,
+      sections.length,
+      count(op, "ropeDims", d.ropeDims),
+      d.mode,
+      d.theta,
+      d.freqScale,
+    ),
+  );
+}
+
+/** Sizes and options of {@link attentionF32} (tp.h tp_cpu_attention_f32). */
+export interface AttentionDims {
+  readonly batch: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly sq: number;
+  readonly skv: number;
+  readonly headDim: number;
+  readonly headDimV: number;
+  readonly scale: number;
+  readonly qOffset: number;
+  readonly causal: boolean;
+  /** 0: no window. */
+  readonly window: number;
+  readonly fullPrefix: number;
+  /** 0: no softcap. */
+  readonly softcap: number;
+}
+
+/** Tiled online-softmax attention on contiguous f32 q, k, v (tp_cpu_attention_f32). */
+export function attentionF32(
+  ctx: NativeContext,
+  q: NativeRegion,
+  k: NativeRegion,
+  v: NativeRegion,
+  out: NativeRegion,
+  d: AttentionDims,
+): void {
+  const op = "attention";
+  const pq = region(op, "q", q, product(op, d.batch, d.heads, d.sq, d.headDim) * 4, 4);
+  const pk = region(op, "k", k, product(op, d.batch, d.kvHeads, d.skv, d.headDim) * 4, 4);
+  const pv = region(op, "v", v, product(op, d.batch, d.kvHeads, d.skv, d.headDimV) * 4, 4);
+  const po = region(op, "out", out, product(op, d.batch, d.heads, d.sq, d.headDimV) * 4, 4);
+  if (!Number.isSafeInteger(d.qOffset))
+    throw new TpError("E_ARG", `${op}: qOffset ${d.qOffset} is not an integer`);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_attention_f32(
+      ctx.handle,
+      pq,
+      pk,
+      pv,
+      po,
+      d.batch,
+      d.heads,
+      d.kvHeads,
+      d.sq,
+      d.skv,
+      d.headDim,
+      d.headDimV,
+      d.scale,
+      d.qOffset,
+      d.causal ? 1 : 0,
+      count(op, "window", d.window),
+      count(op, "fullPrefix", d.fullPrefix),
+      d.softcap,
+    ),
+  );
+}
+
+/** Sizes of {@link conv2dF32}. */
+export interface Conv2dDims {
+  readonly batch: number;
+  readonly cIn: number;
+  readonly h: number;
+  readonly w: number;
+  readonly cOut: number;
+  readonly kh: number;
+  readonly kw: number;
+  readonly oh: number;
+  readonly ow: number;
+  readonly stride: readonly [number, number];
+  readonly padding: readonly [number, number];
+}
+
+/** 2-D convolution on contiguous f32 (tp_cpu_conv2d_f32). */
+export function conv2dF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  weight: NativeRegion,
+  bias: NativeRegion | null,
+  y: NativeRegion,
+  d: Conv2dDims,
+): void {
+  const op = "conv2d";
+  const px = region(op, "x", x, product(op, d.batch, d.cIn, d.h, d.w) * 4, 4);
+  const pw = region(op, "weight", weight, product(op, d.cOut, d.cIn, d.kh, d.kw) * 4, 4);
+  const pb = optRegion(op, "bias", bias, d.cOut * 4);
+  const py = region(op, "y", y, product(op, d.batch, d.cOut, d.oh, d.ow) * 4, 4);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_conv2d_f32(
+      ctx.handle,
+      px,
+      pw,
+      pb,
+      py,
+      d.batch,
+      d.cIn,
+      d.h,
+      d.w,
+      d.cOut,
+      d.kh,
+      d.kw,
+      d.stride[0],
+      d.stride[1],
+      d.padding[0],
+      d.padding[1],
+    ),
+  );
+}
+
+/** Nearest upsampling of planes × [h, w] f32 by `factor` (tp_cpu_upsample_nearest2d_f32). */
+export function upsampleNearest2dF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  y: NativeRegion,
+  planes: number,
+  h: number,
+  w: number,
+  factor: number,
+): void {
+  const op = "upsample_nearest2d";
+  const px = region(op, "x", x, product(op, planes, h, w) * 4, 4);
+  const py = region(op, "y", y, product(op, planes, h, w, factor, factor) * 4, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_upsample_nearest2d_f32(ctx.handle, px, py, planes, h, w, factor));
+}
+
+/** Per row of n f32: the index of the largest value (tp_cpu_argmax_f32). */
+export function argmaxF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  out: NativeRegion,
+  rows: number,
+  n: number,
+): void {
+  const op = "argmax";
+  const px = region(op, "x", x, product(op, rows, n) * 4, 4);
+  const po = region(op, "out", out, count(op, "rows", rows) * 4, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_argmax_f32(ctx.handle, px, po, rows, n));
+}
+
+/** Per row of n f32: the k largest values, descending, and their i32 indices (tp_cpu_top_k_f32). */
+export function topKF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  values: NativeRegion,
+  indices: NativeRegion,
+  rows: number,
+  n: number,
+  k: number,
+): void {
+  const op = "top_k";
+  const px = region(op, "x", x, product(op, rows, n) * 4, 4);
+  const pv = region(op, "values", values, product(op, rows, k) * 4, 4);
+  const pi = region(op, "indices", indices, product(op, rows, k) * 4, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_top_k_f32(ctx.handle, px, pv, pi, rows, n, k));
+}

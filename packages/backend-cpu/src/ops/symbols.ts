@@ -1,0 +1,98 @@
+/**
+ * The bun:ffi symbol table of the op kernels of libtp_cpu.so (native/include/tp.h, "ops on f32
+ * activations"), spread into the table of `../ffi.ts`, which is the one file that calls `dlopen`.
+ * Argument lists follow tp.h one for one; every entry point returns a tp_status (i32). The checked
+ * wrappers are in `./native.ts`.
+ */
+
+/** Symbols of the ops: copy, elementwise, norms, softmax, rope, attention, conv2d, upsample, sampling. */
+export const OP_SYMBOLS = {
+  // layout
+  tp_cpu_copy: {
+    args: ["ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "i32", "i32"],
+    returns: "i32",
+  },
+  tp_cpu_upsample_nearest2d_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64", "u64", "i32"], returns: "i32" },
+  // elementwise
+  tp_cpu_silu_f32: { args: ["ptr", "ptr", "ptr", "u64"], returns: "i32" },
+  tp_cpu_sigmoid_f32: { args: ["ptr", "ptr", "ptr", "u64"], returns: "i32" },
+  tp_cpu_gelu_f32: { args: ["ptr", "ptr", "ptr", "u64", "i32"], returns: "i32" },
+  tp_cpu_scale_f32: { args: ["ptr", "ptr", "ptr", "u64", "f32"], returns: "i32" },
+  tp_cpu_swiglu_f32: { args: ["ptr", "ptr", "ptr", "ptr", "u64"], returns: "i32" },
+  tp_cpu_add_f32: {
+    args: ["ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "ptr", "i32"],
+    returns: "i32",
+  },
+  tp_cpu_sub_f32: {
+    args: ["ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "ptr", "i32"],
+    returns: "i32",
+  },
+  tp_cpu_mul_f32: {
+    args: ["ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "ptr", "i32"],
+    returns: "i32",
+  },
+  tp_cpu_modulate_f32: {
+    args: ["ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "u64", "ptr", "ptr", "ptr", "i32"],
+    returns: "i32",
+  },
+  // normalisation, softmax, position
+  tp_cpu_softmax_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64", "u64"], returns: "i32" },
+  tp_cpu_rms_norm_f32: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "u64", "f32", "u32"], returns: "i32" },
+  tp_cpu_layer_norm_f32: { args: ["ptr", "ptr", "ptr", "ptr", "ptr", "u64", "u64", "f32"], returns: "i32" },
+  tp_cpu_group_norm_f32: {
+    args: ["ptr", "ptr", "ptr", "ptr", "ptr", "u64", "u64", "u64", "u64", "f32"],
+    returns: "i32",
+  },
+  tp_cpu_rope_f32: {
+    args: ["ptr", "ptr", "ptr", "u64", "u64", "u64", "u64", "ptr", "ptr", "i32", "i32", "i32", "f64", "f64"],
+    returns: "i32",
+  },
+  // attention, convolution
+  tp_cpu_attention_f32: {
+    args: [
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "f32",
+      "i64",
+      "i32",
+      "i64",
+      "i64",
+      "f32",
+    ],
+    returns: "i32",
+  },
+  tp_cpu_conv2d_f32: {
+    args: [
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "i32",
+      "i32",
+      "i32",
+      "i32",
+    ],
+    returns: "i32",
+  },
+  // sampling helpers
+  tp_cpu_argmax_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64"], returns: "i32" },
+  tp_cpu_top_k_f32: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "u64", "u64"], returns: "i32" },
+} as const;

@@ -1,0 +1,248 @@
+// The vulkan Backend beyond the conformance suite (which checks every op's values): registry, device
+// selection, capabilities and E_UNSUPPORTED messages, memory accounting and budgets, device limits,
+// tensors freed while queued work uses them, batching, resident weights, views of buffers past
+// maxStorageBufferRange, and disposal. Skips, saying why, where the backend cannot start.
+import { afterAll, describe, expect, test } from "bun:test";
+import { isTpError, loadBackend, type Tensor, type TpErrorCode, Weight } from "@tp/tensor";
+import { createBackend, parseDeviceSelector, VulkanBackend } from "./backend.ts";
+import type { VulkanBuffer } from "./ffi.ts";
+
+function errorOf(fn: () => unknown): { code: TpErrorCode; message: string } {
+  try {
+    fn();
+  } catch (e) {
+    if (isTpError(e)) return { code: e.code, message: e.message };
+    throw e;
+  }
+  throw new Error("expected a TpError");
+}
+
+let backend: VulkanBackend | null = null;
+let why = "";
+try {
+  backend = createBackend();
+} catch (e) {
+  why = e instanceof Error ? e.message : String(e);
+}
+afterAll(() => backend?.dispose());
+const b = () => backend as VulkanBackend;
+
+if (backend === null) test.skip(`vulkan backend cannot start here: ${why}`, () => {});
+
+test("device selectors: digits are an index, anything else part of a name", () => {
+  expect(parseDeviceSelector("1")).toEqual({ deviceIndex: 1 });
+  expect(parseDeviceSelector(" RTX 4090 ")).toEqual({ deviceName: "RTX 4090" });
+  expect(parseDeviceSelector(undefined)).toEqual({});
+  expect(errorOf(() => parseDeviceSelector(" ")).code).toBe("E_ARG");
+});
+
+test("a missing shim is E_UNSUPPORTED naming the build, never a fallback", () => {
+  const saved = process.env.TP_VULKAN_LIB;
+  process.env.TP_VULKAN_LIB = "/nonexistent/libtp_vulkan.so";
+  try {
+    const e = errorOf(() => createBackend());
+    expect(e.code).toBe("E_UNSUPPORTED");
+    expect(e.message).toContain("vulkan");
+  } finally {
+    if (saved === undefined) delete process.env.TP_VULKAN_LIB;
+    else process.env.TP_VULKAN_LIB = saved;
+  }
+});
+
+describe.skipIf(backend === null)("vulkan backend", () => {
+  test("loads through the registry and names its device", async () => {
+    const v = await loadBackend("vulkan");
+    expect(v).toBeInstanceOf(VulkanBackend);
+    expect(v.name).toBe("vulkan");
+    expect(v.device).toContain(b().info.name);
+    v.dispose();
+  });
+
+  test("no loader, or no such device: E_UNSUPPORTED with the reason", () => {
+    const e1 = errorOf(() => createBackend({ loader: "/nonexistent/libvulkan.so.1" }));
+    expect(e1.code).toBe("E_UNSUPPORTED");
+    expect(e1.message).toContain("Vulkan loader");
+    const e2 = errorOf(() => createBackend({ device: "42" }));
+    expect(e2.code).toBe("E_UNSUPPORTED");
+    expect(e2.message).toContain("out of range");
+    const e3 = errorOf(() => createBackend({ device: "no such GPU" }));
+    expect(e3.message).toContain(b().info.name);
+  });
+
+  test("supports() answers per op, dtype and weight format", () => {
+    expect(b().supports("silu", ["f32"])).toBe(true);
+    expect(b().supports("silu", ["f16"])).toBe(false);
+    expect(b().supports("copy", ["u8"])).toBe(true);
+    expect(b().supports("matmul", ["q4_k", "f32"])).toBe(true);
+    expect(b().supports("matmul", ["int4_convrot"])).toBe(true);
+    expect(b().supports("embedding", ["int4_convrot"])).toBe(false);
+    expect(b().supports("matmul", ["iq2_xxs"])).toBe(false);
+    const caps = b().capabilities();
+    for (const op of caps.ops) expect(b().supports(op)).toBe(true);
+    expect(caps.weightFormats).toContain("q6_k");
+  });
+
+  test("what is missing is E_UNSUPPORTED naming op, backend and format", () => {
+    const x = b().upload(new Float32Array(32), [1, 32], "f32");
+    const w = new Weight({ name: "w", format: "iq4_nl", shape: [2, 32], data: new Uint8Array(36) });
+    const e = errorOf(() => b().matmul(x, w));
+    expect(e.code).toBe("E_UNSUPPORTED");
+    expect(e.message).toMatch(/op matmul on backend vulkan does not support weight format iq4_nl/);
+    const i = b().upload(new Int32Array(4), [4], "i32");
+    expect(errorOf(() => b().silu(i)).message).toContain("does not support dtype i32");
+    expect(errorOf(() => b().cast(i, "f32")).message).toContain("no conversion i32 → f32");
+    b().free(x);
+    b().free(i);
+  });
+
+  test("memory is accounted, budgets hold, device limits name the device", () => {
+    const before = b().memory.current;
+    const t = b().alloc([256], "f32");
+    expect(b().memory.current - before).toBe(1024);
+    b().free(t);
+    expect(b().memory.current).toBe(before);
+    const small = createBackend({ memoryBudget: 4096 });
+    try {
+      small.alloc([1024], "f32");
+      expect(errorOf(() => small.alloc([1], "f32")).code).toBe("E_OOM");
+    } finally {
+      small.dispose();
+    }
+    const e = errorOf(() => b().alloc([b().info.maxMemoryAllocationSize + 16], "u8"));
+    expect(e.code).toBe("E_OOM");
+    expect(e.message).toContain(b().info.name);
+    expect(b().memory.current).toBe(before);
+  });
+
+  test("ops are recorded and run at read; freeing an input before that is safe", async () => {
+    const stats0 = b().ctx.stats();
+    const x = b().upload(Float32Array.from([1, -1, 2, -2]), [4], "f32");
+    let y: Tensor = x;
+    for (let i = 0; i < 20; i++) y = b().add(y, x);
+    const s = b().scale(y, 0.5);
+    b().free(x); // the queued ops still use its buffer: freed once they have run
+    const stats1 = b().ctx.stats();
+    expect(stats1.dispatches - stats0.dispatches).toBe(21);
+    expect(stats1.batches).toBe(stats0.batches);
+    expect([...((await b().read(s)) as Float32Array)]).toEqual([10.5, -10.5, 21, -21]);
+    expect(b().ctx.stats().pendingFrees).toBe(0);
+  });
+
+  test("a resident weight is uploaded once and accounted; streaming frees its copy", async () => {
+    const w = new Weight({
+      name: "w",
+      format: "f32",
+      shape: [2, 4],
+      data: new Uint8Array(Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]).buffer),
+    });
+    const x = b().upload(Float32Array.from([1, 1, 1, 1]), [1, 4], "f32");
+    const before = b().memory.current;
+    const y1 = b().matmul(x, w);
+    expect(b().memory.current - before).toBe(8); // the output only: the streamed copy is gone
+    b().makeResident(w);
+    expect(b().isResident(w)).toBe(true);
+    expect(b().memory.current - before).toBe(8 + 32);
+    const y2 = b().matmul(x, w);
+    expect([...((await b().read(y1)) as Float32Array)]).toEqual([10, 26]);
+    expect([...((await b().read(y2)) as Float32Array)]).toEqual([10, 26]);
+    b().evict(w);
+    expect(b().memory.current - before).toBe(16);
+    for (const t of [x, y1, y2]) b().free(t);
+  });
+
+  test("views of a buffer past maxStorageBufferRange are bound in windows, work split to fit", async () => {
+    const range = b().info.maxStorageBufferRange;
+    if (range > 2 ** 28) return; // only where that is cheap to allocate (llvmpipe: 128 MiB)
+    const n = range / 4 + 1024;
+    const big = b().alloc([n], "f32", "big");
+    const tail = Float32Array.from({ length: 64 }, (_, i) => i - 32);
+    const buffer = (big.storage.handle as { buffer: VulkanBuffer }).buffer;
+    b().ctx.write(buffer, (n - 64) * 4, new Uint8Array(tail.buffer));
+    const view = big.slice(0, n - 64, n);
+    const y = b().scale(view, 2);
+    expect([...((await b().read(y)) as Float32Array)]).toEqual([...tail].map((v) => v * 2));
+    // the whole buffer: the work is split in pieces that fit
+    const all = b().scale(big, 2);
+    expect([...((await b().read(all.slice(0, n - 64, n))) as Float32Array)]).toEqual(
+      [...tail].map((v) => v * 2),
+    );
+    // a transposed view: split by columns, each piece within the limit
+    const col = Float32Array.from({ length: 64 }, (_, i) => 1000 + i);
+    b().ctx.write(buffer, (n - 2048) * 4, new Uint8Array(col.buffer)); // row 32767 of [32768, 1024]
+    const tr = b().copy(
+      big
+        .slice(0, 0, n - 1024)
+        .reshape(-1, 1024)
+        .transpose(0, 1),
+    ); // [1024, 32768]
+    const last = (await b().read(tr.slice(1, 32767, 32768).slice(0, 0, 64))) as Float32Array;
+    expect([...last]).toEqual([...col]);
+    b().free(tr);
+    for (const x of [y, all, big]) b().free(x);
+  });
+
+  test("grids past 65535 workgroups wrap into a second dimension", async () => {
+    const n = 65536 * 256 + 300; // one more workgroup row than one dimension holds at 256 per group
+    const data = new Float32Array(n);
+    for (let i = 0; i < n; i++) data[i] = i % 1000;
+    const x = b().upload(data, [n], "f32");
+    const y = b().scale(x, 2);
+    const out = (await b().read(y)) as Float32Array;
+    for (const i of [0, 999, 65535 * 256 + 5, n - 1]) expect(out[i]).toBe((i % 1000) * 2);
+    const rows = 65600; // row kernels: one workgroup per row
+    const pairs = new Float32Array(2 * rows);
+    for (let i = 1; i < 2 * rows; i += 2) pairs[i] = 1;
+    const r = b().upload(pairs, [rows, 2], "f32");
+    const am = (await b().read(b().argmax(r))) as Int32Array;
+    expect(am.length).toBe(rows);
+    expect(am.every((v) => v === 1)).toBe(true);
+    for (const t of [x, y, r]) b().free(t);
+  });
+
+  test("matmul: the subgroup kernels and their shared-memory fallbacks agree with a plain loop", async () => {
+    const [m, n, k] = [3, 37, 96];
+    const xs = Float32Array.from({ length: m * k }, (_, i) => Math.sin(i));
+    const ws = Float32Array.from({ length: n * k }, (_, i) => Math.cos(i * 0.7));
+    const w = new Weight({ name: "w", format: "f32", shape: [n, k], data: new Uint8Array(ws.buffer) });
+    const want = Array.from({ length: m * n }, (_, o) => {
+      let s = 0;
+      for (let t = 0; t < k; t++)
+        s += (xs[Math.floor(o / n) * k + t] as number) * (ws[(o % n) * k + t] as number);
+      return s;
+    });
+    for (const subgroups of [true, false]) {
+      const v = createBackend({ subgroups });
+      expect(v.subgroups).toBe(subgroups && v.info.features.includes("subgroup"));
+      const got = (await v.read(v.matmul(v.upload(xs, [m, k], "f32"), w))) as Float32Array;
+      for (let i = 0; i < m * n; i++)
+        expect(Math.abs((got[i] as number) - (want[i] as number))).toBeLessThan(1e-4);
+      v.dispose();
+    }
+  });
+
+  test("a weight or table past maxStorageBufferRange is bound in windows of whole rows", async () => {
+    const range = b().info.maxStorageBufferRange;
+    if (range > 2 ** 28) return; // only where that is cheap (llvmpipe: 128 MiB)
+    const k = 256;
+    const n = range / (4 * k) + 100; // rows of 1 KiB: past one window
+    const data = new Float32Array(n * k);
+    for (let r = 0; r < n; r++) data[r * k + (r % k)] = (r % 7) + 1;
+    const w = new Weight({ name: "big", format: "f32", shape: [n, k], data: new Uint8Array(data.buffer) });
+    const x = b().upload(new Float32Array(k).fill(1), [1, k], "f32");
+    const y = (await b().read(b().matmul(x, w))) as Float32Array;
+    for (const r of [0, 1, n / 2, range / (4 * k) - 1, range / (4 * k), n - 1])
+      expect(y[r]).toBe((r % 7) + 1);
+    b().free(x);
+  });
+
+  test("tensors of another backend, freed tensors and a disposed backend are E_STATE", () => {
+    const other = createBackend();
+    const x = other.upload(new Float32Array(4), [4], "f32");
+    expect(errorOf(() => b().silu(x)).code).toBe("E_STATE");
+    other.free(x);
+    expect(errorOf(() => other.silu(x)).code).toBe("E_STATE");
+    other.dispose();
+    expect(errorOf(() => other.alloc([1], "f32")).code).toBe("E_STATE");
+    other.dispose(); // twice is fine
+  });
+});

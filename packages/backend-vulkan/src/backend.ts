@@ -1,0 +1,392 @@
+/**
+ * The `vulkan` backend: tensors live in Vulkan storage buffers (one buffer per tensor; mapped directly
+ * where the device's memory is host-visible, copied through a staging buffer elsewhere), and ops are
+ * compute kernels (native/vulkan/shaders/<op>.comp, SPIR-V built with the package) recorded into
+ * command batches: many dispatches are recorded, submitted once, and `read` / `synchronize` wait.
+ * `loadBackend("vulkan")` in @tp/tensor imports this package and calls {@link createBackend}.
+ *
+ * An op, dtype or weight format this build lacks is TpError E_UNSUPPORTED naming op, backend and
+ * format — never a fallback to another backend. `supports()` and `capabilities()` list exactly what
+ * runs here (./ops/capabilities.ts).
+ *
+ * Environment: TP_VULKAN_DEVICE (an index, or part of a device name), TP_VULKAN_LOADER (the loader's
+ * path), TP_VULKAN_VALIDATION=1 (Khronos validation layer), TP_VULKAN_STAGING=1 (copy through staging
+ * even where memory is host-visible), TP_VULKAN_SUBGROUPS=0 (no subgroup kernels), TP_VULKAN_LIB /
+ * TP_VULKAN_SHADERS (prebuilt files).
+ *
+ * Source: native/vulkan/tp_vk.h; @tp/tensor backend.ts for the op contracts.
+ */
+
+import { existsSync, readdirSync } from "node:fs";
+import {
+  type AttentionOptions,
+  BackendBase,
+  type BackendCapabilities,
+  type BackendOptions,
+  type Conv2dOptions,
+  type DTypeName,
+  dtypeBytes,
+  type OpName,
+  type RopeOptions,
+  storageSpan,
+  type Tensor,
+  TpError,
+  type Weight,
+  type WeightFormat,
+} from "@tp/tensor";
+import {
+  type ContextOptions,
+  defaultShaderDir,
+  loadVulkanLibrary,
+  roundUp,
+  type VulkanBuffer,
+  type VulkanContext,
+  type VulkanDeviceInfo,
+} from "./ffi.ts";
+import { KernelCache } from "./kernels.ts";
+import { attention } from "./ops/attention.ts";
+import { supportsOp, VK_OP_DTYPES, VK_WEIGHT_FORMATS } from "./ops/capabilities.ts";
+import type { BoundTensor, VkOpHost } from "./ops/common.ts";
+import { conv2d } from "./ops/conv.ts";
+import * as elementwise from "./ops/elementwise.ts";
+import * as layout from "./ops/layout.ts";
+import { embedding, matmul, type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
+import * as norm from "./ops/norm.ts";
+import { rope } from "./ops/rope.ts";
+import * as sample from "./ops/sample.ts";
+import { softmax } from "./ops/softmax.ts";
+
+/** A tensor's storage: a device buffer, or none for 0 bytes. */
+interface DeviceStorage {
+  readonly buffer: VulkanBuffer | null;
+}
+
+/** Options of the vulkan backend: those of every backend, plus the loader and debugging switches. */
+export interface VulkanBackendOptions extends BackendOptions {
+  /**
+   * Device: an index ("0", "1"), or part of a device name ("RTX", "llvmpipe"); default
+   * TP_VULKAN_DEVICE, else the best device (discrete GPU, integrated, virtual, CPU).
+   */
+  device?: string;
+  /** Path of the Vulkan loader; default TP_VULKAN_LOADER, else "libvulkan.so.1". */
+  loader?: string;
+  /** Enable the Khronos validation layer; default TP_VULKAN_VALIDATION=1. */
+  validation?: boolean;
+  /** Copy through a staging buffer even where device memory is mapped; default TP_VULKAN_STAGING=1. */
+  forceStaging?: boolean;
+  /**
+   * Use kernels with subgroup operations where the device has them (default); false uses the
+   * shared-memory fallbacks everywhere (also TP_VULKAN_SUBGROUPS=0).
+   */
+  subgroups?: boolean;
+}
+
+/**
+ * Parse a device selector (TP_VULKAN_DEVICE or `options.device`): digits are an index, anything
+ * else part of a device name.
+ * @throws TpError E_ARG for an empty selector
+ */
+export function parseDeviceSelector(
+  selector: string | undefined,
+): Pick<ContextOptions, "deviceIndex" | "deviceName"> {
+  if (selector === undefined) return {};
+  const s = String(selector).trim();
+  if (s === "")
+    throw new TpError(
+      "E_ARG",
+      "TP_VULKAN_DEVICE / --device is empty; give an index or part of a device name",
+    );
+  if (/^\d{1,4}$/.test(s)) return { deviceIndex: Number(s) };
+  return { deviceName: s };
+}
+
+/**
+ * The Vulkan backend. Create it with {@link createBackend} or `loadBackend("vulkan", options)`.
+ * @see BackendBase for memory semantics; Backend (in @tp/tensor) for the op contracts.
+ */
+export class VulkanBackend extends BackendBase implements VkOpHost {
+  readonly name = "vulkan";
+  readonly device: string;
+  /** The native context: device, buffers, pipelines, batches. */
+  readonly ctx: VulkanContext;
+  /** The device report. */
+  readonly info: VulkanDeviceInfo;
+  /** Pipelines by kernel. */
+  readonly kernels: KernelCache;
+  /** Invocations per workgroup of the 1-D kernels. */
+  readonly workgroup: number;
+  /** Kernels use subgroup operations (see {@link VulkanBackendOptions.subgroups}). */
+  readonly subgroups: boolean;
+  readonly #resident = new Map<Weight, ResidentWeight>();
+
+  /**
+   * @throws TpError E_UNSUPPORTED when the backend was not built (naming what the build lacked), or
+   *   there is no Vulkan loader, no device, no device matching the selector; E_IO for damaged files
+   */
+  constructor(options: VulkanBackendOptions = {}) {
+    super("vulkan", options);
+    const env = process.env;
+    const shaders = defaultShaderDir();
+    try {
+      const lib = loadVulkanLibrary();
+      if (!existsSync(shaders) || !readdirSync(shaders).some((f) => f.endsWith(".spv"))) {
+        throw new TpError("E_UNSUPPORTED", `no compiled kernels in ${shaders}; run 'bun run build'`);
+      }
+      this.ctx = lib.createContext({
+        ...parseDeviceSelector(options.device ?? env.TP_VULKAN_DEVICE),
+        ...((options.loader ?? env.TP_VULKAN_LOADER)
+          ? { loader: options.loader ?? env.TP_VULKAN_LOADER }
+          : {}),
+        verbose: options.verbose === true,
+        validation: options.validation ?? env.TP_VULKAN_VALIDATION === "1",
+        forceStaging: options.forceStaging ?? env.TP_VULKAN_STAGING === "1",
+      });
+    } catch (e) {
+      // One form for every reason, "backend vulkan …: why", keeping the code (E_UNSUPPORTED, E_IO, E_ARG).
+      if (!(e instanceof TpError) || e.message.startsWith("backend vulkan")) throw e;
+      throw new TpError(e.code, `backend vulkan cannot start: ${e.message}`, {
+        ...(e.file === undefined ? {} : { file: e.file }),
+        cause: e,
+      });
+    }
+    this.info = this.ctx.info;
+    this.kernels = new KernelCache(this.ctx, shaders);
+    // A power of two (the tree reductions halve it); Vulkan guarantees at least 128.
+    this.workgroup =
+      2 **
+      Math.floor(Math.log2(Math.min(256, this.info.maxWorkgroupInvocations, this.info.maxWorkgroupSize[0])));
+    // The subgroup kernels keep one slot per subgroup for up to 32 subgroups of a 128-wide workgroup.
+    this.subgroups =
+      (options.subgroups ?? env.TP_VULKAN_SUBGROUPS !== "0") &&
+      this.info.features.includes("subgroup") &&
+      this.info.subgroupSize >= 4;
+    this.device = `${this.info.name} (${this.info.type}, Vulkan ${this.info.apiVersion})`;
+  }
+
+  capabilities(): BackendCapabilities {
+    const dtypes = [...new Set(Object.values(VK_OP_DTYPES).flat())] as DTypeName[];
+    return { ops: Object.keys(VK_OP_DTYPES) as OpName[], weightFormats: VK_WEIGHT_FORMATS, dtypes };
+  }
+
+  /** Per op: the dtypes and weight formats of ./ops/capabilities.ts. */
+  override supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {
+    return supportsOp(op, formats);
+  }
+
+  // ---- storage --------------------------------------------------------------------------------------
+
+  protected allocStorage(bytes: number): DeviceStorage {
+    return { buffer: bytes === 0 ? null : this.ctx.createBuffer(bytes) };
+  }
+
+  protected freeStorage(handle: unknown): void {
+    const b = (handle as DeviceStorage).buffer;
+    if (b !== null && !this.ctx.destroyed) this.ctx.destroyBuffer(b);
+  }
+
+  protected writeStorage(handle: unknown, offset: number, data: Uint8Array): void {
+    const b = (handle as DeviceStorage).buffer;
+    if (b !== null) this.ctx.write(b, offset, data);
+  }
+
+  protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
+    const b = (handle as DeviceStorage).buffer;
+    return b === null ? new Uint8Array(length) : this.ctx.read(b, offset, length);
+  }
+
+  /** Submit the recorded work and wait for it. */
+  override async synchronize(): Promise<void> {
+    this.assertUsable();
+    this.ctx.wait();
+  }
+
+  /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
+  check(t: Tensor): void {
+    this.own(t);
+  }
+
+  /**
+   * The device buffer of a live tensor of this backend.
+   * @throws TpError E_STATE for a freed or foreign tensor; E_INTERNAL for a tensor without storage
+   *   (0 bytes: ops never bind those)
+   */
+  bufferOf(t: Tensor, op: string): VulkanBuffer {
+    this.own(t);
+    const buffer = (t.storage.handle as DeviceStorage).buffer;
+    if (buffer === null) {
+      throw new TpError("E_INTERNAL", `op ${op} on backend vulkan: ${t.describe()} has no storage to bind`);
+    }
+    return buffer;
+  }
+
+  /**
+   * The binding of a live tensor of this backend for a kernel: its whole buffer, or — when the buffer is
+   * past maxStorageBufferRange — the aligned window the view spans, with the element offset inside it.
+   * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED when the view itself spans
+   *   more than maxStorageBufferRange (naming op, tensor, device and limit)
+   */
+  bind(t: Tensor, op: string): BoundTensor {
+    const buffer = this.bufferOf(t, op);
+    const size = dtypeBytes(t.dtype);
+    const total = roundUp(buffer.bytes, 16);
+    const info = this.info;
+    if (total <= info.maxStorageBufferRange) {
+      return { binding: { buffer, offset: 0, range: total }, offset: t.layout.offset };
+    }
+    const { lo, hi } = storageSpan(t.layout);
+    const align = Math.max(info.minStorageBufferOffsetAlignment, size, 4);
+    const start = Math.floor((lo * size) / align) * align;
+    const end = Math.min(total, roundUp(hi * size, 4));
+    if (end - start > info.maxStorageBufferRange) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op ${op} on backend vulkan: ${t.describe()} spans ${end - start} bytes, past maxStorageBufferRange ` +
+          `(${info.maxStorageBufferRange} bytes) of ${info.name}; split it`,
+      );
+    }
+    return { binding: { buffer, offset: start, range: end - start }, offset: (lo * size - start) / size };
+  }
+
+  // ---- weights ------------------------------------------------------------------------------------
+
+  /**
+   * Upload a weight and keep it on the device (accounted in `memory`), so that matmul / embedding use
+   * it without copying it again; without this they copy the weight from its mapping on every call
+   * (streaming). Calling it twice is a no-op.
+   * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_OOM over the budget
+   */
+  makeResident(w: Weight): void {
+    this.assertUsable();
+    if (this.#resident.has(w)) return;
+    this.#resident.set(w, uploadWeight(this, w, "makeResident"));
+  }
+
+  /** Free a weight uploaded by {@link makeResident} (no-op when it is not resident). */
+  evict(w: Weight): void {
+    const r = this.#resident.get(w);
+    if (r === undefined) return;
+    this.#resident.delete(w);
+    for (const t of r.tensors) if (!t.storage.freed) this.free(t);
+  }
+
+  /** True when {@link makeResident} holds `w`. */
+  isResident(w: Weight): boolean {
+    return this.#resident.has(w);
+  }
+
+  /** @internal the resident copy of a weight, if any (ops/matmul.ts). */
+  residentWeight(w: Weight): ResidentWeight | undefined {
+    return this.#resident.get(w);
+  }
+
+  // ---- ops (implementations in ./ops; contracts in @tp/tensor Backend) ----------------------------
+
+  override silu(x: Tensor): Tensor {
+    return elementwise.silu(this, x);
+  }
+  override sigmoid(x: Tensor): Tensor {
+    return elementwise.sigmoid(this, x);
+  }
+  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor {
+    return elementwise.gelu(this, x, options);
+  }
+  override scale(x: Tensor, s: number): Tensor {
+    return elementwise.scale(this, x, s);
+  }
+  override add(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "add", a, b);
+  }
+  override sub(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "sub", a, b);
+  }
+  override mul(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "mul", a, b);
+  }
+  override swiglu(gate: Tensor, up: Tensor): Tensor {
+    return elementwise.swiglu(this, gate, up);
+  }
+  override modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
+    return elementwise.modulate(this, x, scale, shift);
+  }
+  override copy(x: Tensor): Tensor {
+    return layout.copy(this, x);
+  }
+  override slice(x: Tensor, dim: number, start: number, end: number): Tensor {
+    return layout.slice(this, x, dim, start, end);
+  }
+  override concat(tensors: readonly Tensor[], dim: number): Tensor {
+    return layout.concat(this, tensors, dim);
+  }
+  override upsampleNearest2d(x: Tensor, factor: number): Tensor {
+    return layout.upsampleNearest2d(this, x, factor);
+  }
+  override cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean }): Tensor {
+    return layout.cast(this, x, dtype, options);
+  }
+  override softmax(x: Tensor, options?: { dim?: number }): Tensor {
+    return softmax(this, x, options);
+  }
+  override rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
+    return norm.rmsNorm(this, x, weight, options);
+  }
+  override layerNorm(
+    x: Tensor,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor {
+    return norm.layerNorm(this, x, weight, bias, options);
+  }
+  override groupNorm(
+    x: Tensor,
+    groups: number,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor {
+    return norm.groupNorm(this, x, groups, weight, bias, options);
+  }
+  override rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
+    return rope(this, x, positions, options);
+  }
+  /** y = x · Wᵀ (+ bias) for the weight formats of ./ops/capabilities.ts (./ops/matmul.ts). */
+  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor {
+    return matmul(this, x, w, options);
+  }
+  /** Rows of a weight table at i32 ids, dequantized to f32 (./ops/matmul.ts). */
+  override embedding(table: Weight, ids: Tensor): Tensor {
+    return embedding(this, table, ids);
+  }
+  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Tensor {
+    return attention(this, q, k, v, options);
+  }
+  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions): Tensor {
+    return conv2d(this, x, weight, bias, options);
+  }
+  override argmax(x: Tensor): Tensor {
+    return sample.argmax(this, x);
+  }
+  override topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
+    return sample.topK(this, x, k);
+  }
+
+  override dispose(): void {
+    if (this.ctx.destroyed) return;
+    this.#resident.clear();
+    super.dispose();
+    this.ctx.destroy();
+  }
+}
+
+/**
+ * Create the `vulkan` backend.
+ * @param options.device device index or part of its name (default TP_VULKAN_DEVICE, else the best)
+ * @param options.memoryBudget bytes the backend may hold at once (E_OOM past it)
+ * @param options.verbose print the device and its limits on stderr
+ * @throws TpError E_UNSUPPORTED when the backend was not built here (naming what was missing: the
+ *   Vulkan headers, glslangValidator, a C compiler), or there is no Vulkan loader or device, or no
+ *   device matches the selector (listing the devices); E_ARG for bad options
+ */
+export function createBackend(options: VulkanBackendOptions = {}): VulkanBackend {
+  return new VulkanBackend(options);
+}

@@ -1,0 +1,374 @@
+/**
+ * matmul and embedding of the vulkan backend (shaders/matmul.comp, shaders/embedding.comp). Weights
+ * stay in their checkpoint format on the device and are decoded in the kernels (shaders/weights.glsl):
+ * f32, f16, bf16, fp8 e4m3fn / e5m2 (raw, or with a per-tensor scale), and the GGUF block types Q8_0,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K.
+ *
+ * A weight is a host object (a view on the checkpoint's mapping). `VulkanBackend.makeResident(w)`
+ * uploads it once and keeps it (accounted); otherwise each call copies it to a scratch buffer for the
+ * call (streaming), freed when the op returns. A weight larger than maxStorageBufferRange is bound in
+ * windows of whole rows, one dispatch per window.
+ *
+ * Numerics: f32 accumulation of x · decode(w) with x in f32 — for GGUF types this is closer to the
+ * exact product than ggml's (which also quantizes x to Q8), and within the suite's NMSE 5e-4 of it.
+ */
+import { formatShape, rowBytes, type Tensor, TpError, type Weight, type WeightFormat } from "@tp/tensor";
+import type { Binding } from "../ffi.ts";
+import {
+  checkTensors,
+  dispatch1d,
+  dispatchGroups,
+  grid,
+  type OpScope,
+  Push,
+  produce,
+  scoped,
+  shapeError,
+  type VkOpHost,
+} from "./common.ts";
+import { contiguous, copyInto } from "./layout.ts";
+
+/** Activation rows up to which matmul uses the split-K kernel (shaders/matmul_vec.comp MR). */
+const VEC_ROWS = 8;
+/** Weight rows per workgroup of matmul_vec (its NR). */
+const VEC_WEIGHT_ROWS = 4;
+/** Invocations per workgroup of matmul_vec (a power of two every device has). */
+const VEC_WORKGROUP = 128;
+/** Invocations per workgroup of the tiled kernels: 8 × 8, each a 4 × 4 block of a 32 × 32 tile. */
+const TILE_WORKGROUP = 64;
+
+/** Workgroups of the tiled kernels: (⌈rows / 32⌉, ⌈M / 32⌉). @throws TpError E_UNSUPPORTED past the device's counts */
+function tiles(
+  host: VkOpHost,
+  op: string,
+  m: number,
+  rows: number,
+  k: number,
+  n: number,
+): [number, number, number] {
+  const groupsN = Math.ceil(rows / 32);
+  const groupsM = Math.ceil(m / 32);
+  if (groupsN > host.info.maxWorkgroupCount[0] || groupsM > host.info.maxWorkgroupCount[1]) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op ${op} on backend vulkan: [${m}, ${k}] · [${n}, ${k}]ᵀ needs too many workgroups`,
+    );
+  }
+  return [groupsN, groupsM, 1];
+}
+
+/** Weight formats of shaders/weights.glsl and their FORMAT codes. */
+export const WEIGHT_FORMAT_CODES: Readonly<Partial<Record<WeightFormat, number>>> = {
+  f32: 0,
+  f16: 1,
+  bf16: 2,
+  f8_e4m3fn: 3,
+  f8_e5m2: 4,
+  q8_0: 5,
+  q4_0: 6,
+  q4_1: 7,
+  q5_0: 8,
+  q5_1: 9,
+  q2_k: 10,
+  q3_k: 11,
+  q4_k: 12,
+  q5_k: 13,
+  q6_k: 14,
+};
+
+/** ConvRot formats (matmul only): codes with one f32 scale per row, Hadamard-rotated columns. */
+export const CONVROT_FORMATS: readonly WeightFormat[] = ["int8_convrot", "int4_convrot"];
+
+/** A weight on the device: its bytes as a u8 tensor, ConvRot row scales, and every tensor to free. */
+export interface ResidentWeight {
+  readonly data: Tensor;
+  /** ConvRot: the row scales, f32 [N]. */
+  readonly scale: Tensor | null;
+  readonly tensors: Tensor[];
+}
+
+/** What a kernel needs to know about a weight: format code, row bytes and the f32 scale. */
+interface WeightInfo {
+  readonly code: number;
+  readonly rowBytes: number;
+  readonly scale: number;
+}
+
+/** "weight blk.0.ffn_up.weight q4_k [N, K]" in messages. */
+function shownWeight(w: Weight): string {
+  return `weight ${w.name} ${w.format} ${formatShape(w.shape)}`;
+}
+
+/**
+ * Check that this backend decodes `w` and return its kernel parameters.
+ * @throws TpError E_UNSUPPORTED naming op, backend and format (and what is supported) for a format or
+ *   a scale this backend lacks
+ */
+function weightInfo(op: string, w: Weight): WeightInfo {
+  if (op !== "embedding" && CONVROT_FORMATS.includes(w.format))
+    return { code: -1, rowBytes: rowBytes(w.format, w.k), scale: 1 };
+  const code = WEIGHT_FORMAT_CODES[w.format];
+  if (code === undefined) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op ${op} on backend vulkan does not support weight format ${w.format} (${shownWeight(w)}); supported: ${Object.keys(WEIGHT_FORMAT_CODES).join(", ")}`,
+    );
+  }
+  const fp8 = w.format === "f8_e4m3fn" || w.format === "f8_e5m2";
+  let scale = 1;
+  if (w.scale !== undefined) {
+    if (!fp8 || w.scale.kind !== "tensor") {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op ${op} on backend vulkan does not support ${w.scale.kind} scales on ${w.format} weights (${shownWeight(w)}); only fp8 takes one, a per-tensor scale`,
+      );
+    }
+    scale = w.scale.value;
+  }
+  return { code, rowBytes: rowBytes(w.format, w.k), scale };
+}
+
+/**
+ * Upload a weight's bytes as a device tensor (u8 [bytes]).
+ * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_OOM over the budget
+ */
+export function uploadWeight(host: VkOpHost, w: Weight, op: string): ResidentWeight {
+  weightInfo(op, w);
+  const bytes = Math.max(w.data.byteLength, 1);
+  const data =
+    w.data.byteLength === 0
+      ? host.alloc([bytes], "u8", `${w.name} (weight)`)
+      : host.upload(w.data, [w.data.byteLength], "u8", `${w.name} (weight)`);
+  if (w.scale?.kind !== "row" || !CONVROT_FORMATS.includes(w.format))
+    return { data, scale: null, tensors: [data] };
+  try {
+    const scale = host.upload(w.scale.values, [w.scale.values.length], "f32", `${w.name} (row scales)`);
+    return { data, scale, tensors: [data, scale] };
+  } catch (e) {
+    host.free(data);
+    throw e;
+  }
+}
+
+/** The device copy of `w`: resident, or uploaded for this op (freed with the scope). */
+function deviceWeight(host: VkOpHost, s: OpScope, w: Weight): ResidentWeight {
+  const resident = host.residentWeight(w);
+  if (resident !== undefined) return resident;
+  const r = uploadWeight(host, w, s.op);
+  for (const t of r.tensors) s.keep(t);
+  return r;
+}
+
+/**
+ * Windows of whole weight rows that each fit one binding: [first row, rows, binding, byte offset of
+ * the first row inside the binding].
+ */
+function weightWindows(
+  host: VkOpHost,
+  op: string,
+  data: Tensor,
+  n: number,
+  rowB: number,
+): { n0: number; rows: number; binding: Binding; offset: number }[] {
+  const buffer = host.bufferOf(data, op);
+  const info = host.info;
+  if (Math.ceil(buffer.bytes / 16) * 16 <= info.maxStorageBufferRange) {
+    const whole = host.bind(data, op);
+    return [{ n0: 0, rows: n, binding: whole.binding, offset: whole.offset }];
+  }
+  const align = Math.max(info.minStorageBufferOffsetAlignment, 4);
+  const rowsPer = Math.floor((info.maxStorageBufferRange - align) / rowB);
+  if (rowsPer < 1) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op ${op} on backend vulkan: one weight row of ${rowB} bytes is past maxStorageBufferRange ${info.maxStorageBufferRange} of ${info.name}`,
+    );
+  }
+  const out = [];
+  for (let n0 = 0; n0 < n; n0 += rowsPer) {
+    const rows = Math.min(rowsPer, n - n0);
+    const first = n0 * rowB;
+    const start = Math.floor(first / align) * align;
+    const end = Math.min(Math.ceil(((n0 + rows) * rowB) / 4) * 4, Math.ceil(buffer.bytes / 16) * 16);
+    out.push({ n0, rows, binding: { buffer, offset: start, range: end - start }, offset: first - start });
+  }
+  return out;
+}
+
+/**
+ * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: [N, K] in a
+ * format of {@link WEIGHT_FORMAT_CODES}; bias: [N] f32 → [..., N] f32.
+ * @throws TpError E_SHAPE when x does not end in K or the bias is not [N]; E_UNSUPPORTED naming op,
+ *   backend and format for a weight format or scale this backend lacks; E_STATE; E_OOM
+ */
+export function matmul(host: VkOpHost, x: Tensor, w: Weight, options: { bias?: Tensor } = {}): Tensor {
+  const op = "matmul";
+  const bias = options?.bias;
+  checkTensors(host, op, ["f32"], { x, bias });
+  const wi = weightInfo(op, w);
+  const [n, k] = w.shape;
+  if (x.rank < 1 || x.shape[x.rank - 1] !== k) {
+    throw shapeError(op, `x ${formatShape(x.shape)} does not end in K = ${k} of ${shownWeight(w)}`);
+  }
+  if (bias !== undefined && (bias.rank !== 1 || bias.shape[0] !== n)) {
+    throw shapeError(op, `bias ${formatShape(bias.shape)} is not [N] = [${n}] of ${shownWeight(w)}`);
+  }
+  const m = x.numel / Math.max(k, 1);
+  const outShape = [...x.shape.slice(0, -1), n];
+  return scoped(host, op, (s) =>
+    produce(host, outShape, "f32", undefined, (out) => {
+      if (out.numel === 0) return;
+      if (k === 0) {
+        // An empty sum: y = bias, or 0.
+        if (bias !== undefined) copyInto(host, op, bias.broadcastTo(outShape), out);
+        else host.ctx.fill(host.bind(out, op).binding.buffer, 0, Math.ceil(out.byteLength / 4) * 4, 0);
+        return;
+      }
+      const xc = contiguous(host, s, x);
+      const bc = bias === undefined ? null : contiguous(host, s, bias);
+      if (wi.code < 0) {
+        convRotMatmul(host, s, xc, w, bc, out, m);
+        return;
+      }
+      const data = deviceWeight(host, s, w).data;
+      const a = host.bind(xc, op);
+      const y = host.bind(out, op);
+      const b = bc === null ? null : host.bind(bc, op);
+      // Few rows: the split-K kernel; else 32 × 32 tiles.
+      const vec = m <= VEC_ROWS;
+      const pipeline = vec
+        ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m], host.subgroups ? "subgroup" : "")
+        : host.kernels.get("matmul", [TILE_WORKGROUP, wi.code]);
+      for (const win of weightWindows(host, op, data, n, wi.rowBytes)) {
+        const push = new Push(44)
+          .u32(m)
+          .u32(win.rows)
+          .u32(k)
+          .u32(a.offset)
+          .u32(b?.offset ?? 0)
+          .u32(b === null ? 0 : 1)
+          .u32(win.offset)
+          .u32(wi.rowBytes)
+          .f32(wi.scale)
+          .u32(n)
+          .u32(win.n0);
+        const groups = vec
+          ? grid(host.info, Math.ceil(win.rows / VEC_WEIGHT_ROWS), op)
+          : tiles(host, op, m, win.rows, k, n);
+        host.ctx.dispatch(
+          pipeline,
+          [y.binding, a.binding, win.binding, (b ?? a).binding],
+          push.bytes(),
+          groups,
+        );
+      }
+    }),
+  );
+}
+
+/**
+ * Rows of a weight table ([vocab, D], a format of {@link WEIGHT_FORMAT_CODES}) at i32 ids [...]
+ * → [..., D] f32 (ggml get_rows). An id outside [0, vocab) gives a row of NaN (ids are not read back).
+ * A table past maxStorageBufferRange is read in windows of whole rows, one dispatch each.
+ * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_STATE; E_OOM
+ */
+export function embedding(host: VkOpHost, table: Weight, ids: Tensor): Tensor {
+  const op = "embedding";
+  checkTensors(host, op, ["i32"], { ids });
+  const wi = weightInfo(op, table);
+  const [vocab, d] = table.shape;
+  return scoped(host, op, (s) =>
+    produce(host, [...ids.shape, d], "f32", undefined, (out) => {
+      if (out.numel === 0) return;
+      const idc = contiguous(host, s, ids);
+      const data = deviceWeight(host, s, table).data;
+      const i = host.bind(idc, op);
+      const y = host.bind(out, op);
+      for (const win of weightWindows(host, op, data, vocab, wi.rowBytes)) {
+        const push = new Push(36)
+          .u32(out.numel)
+          .u32(d)
+          .u32(vocab)
+          .u32(i.offset)
+          .u32(win.offset)
+          .u32(wi.rowBytes)
+          .f32(wi.scale)
+          .u32(win.n0)
+          .u32(win.rows);
+        dispatch1d(host, op, "embedding", [wi.code], [y.binding, i.binding, win.binding], push, out.numel);
+      }
+    }),
+  );
+}
+
+/** Columns per Hadamard group the quantize kernel holds in shared memory. */
+const MAX_ROTATION_GROUP = 4096;
+
+/**
+ * y = x · Wᵀ (+ bias) for an INT8 / INT4 ConvRot weight, as ComfyUI's W8A8 / W4A4 linear: rotate and
+ * quantize x per row (shaders/convrot_quantize.comp, bit for bit as @tp/quant), then integer dot
+ * products and the rescale (shaders/matmul_convrot.comp). x: contiguous [M, K] f32.
+ */
+function convRotMatmul(
+  host: VkOpHost,
+  s: OpScope,
+  x: Tensor,
+  w: Weight,
+  bias: Tensor | null,
+  out: Tensor,
+  m: number,
+): void {
+  const op = "matmul";
+  const [n, k] = w.shape;
+  const g = w.rotationGroup as number;
+  if (g > MAX_ROTATION_GROUP) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op matmul on backend vulkan: ConvRot rotation group ${g} of ${shownWeight(w)} is past ${MAX_ROTATION_GROUP}`,
+    );
+  }
+  const bits = w.format === "int8_convrot" ? 8 : 4;
+  const dw = deviceWeight(host, s, w);
+  const codes = s.keep(host.alloc([m, k], "i32", "activation codes"));
+  const rotated = s.keep(host.alloc([m, k], "f32", "rotated activations"));
+  const sx = s.keep(host.alloc([m], "f32", "activation scales"));
+  const a = host.bind(x, op);
+  const c = host.bind(codes, op);
+  const r = host.bind(rotated, op);
+  const sxb = host.bind(sx, op);
+  const q = new Push(24)
+    .u32(m)
+    .u32(k)
+    .u32(g)
+    .u32(Math.round(Math.log(g) / Math.log(4)))
+    .u32(bits)
+    .u32(a.offset);
+  dispatchGroups(
+    host,
+    op,
+    "convrot_quantize",
+    [host.workgroup, g],
+    [c.binding, sxb.binding, a.binding, r.binding],
+    q,
+    m,
+  );
+  const wd = host.bind(dw.data, op);
+  const sw = host.bind(dw.scale as Tensor, op);
+  const b = bias === null ? null : host.bind(bias, op);
+  const y = host.bind(out, op);
+  const push = new Push(32)
+    .u32(m)
+    .u32(n)
+    .u32(k)
+    .u32(b?.offset ?? 0)
+    .u32(b === null ? 0 : 1)
+    .u32(wd.offset)
+    .u32(bits)
+    .u32(sw.offset);
+  host.ctx.dispatch(
+    host.kernels.get("matmul_convrot", [TILE_WORKGROUP]),
+    [y.binding, c.binding, wd.binding, (b ?? y).binding, sxb.binding, sw.binding],
+    push.bytes(),
+    tiles(host, op, m, n, k, n),
+  );
+}
