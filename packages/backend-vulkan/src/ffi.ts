@@ -13,11 +13,12 @@
  * Source: native/vulkan/tp_vk.h; ../shared/STYLE.md §4.
  */
 import { dlopen, type Library, type Pointer } from "bun:ffi";
-import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { TpError, type TpErrorCode } from "@tp/tensor";
+import { checkLibraryFile, TpError, type TpErrorCode } from "@tp/tensor";
 
 export type { Pointer } from "bun:ffi";
+export { checkLibraryFile };
 
 /** tp_vk.h TP_VK_ABI_VERSION this file was written for; libraries of another version are refused. */
 export const TP_VK_ABI_VERSION = 1;
@@ -126,66 +127,6 @@ export function defaultShaderDir(): string {
 export function buildUnavailableReason(): string | null {
   const path = resolve(import.meta.dir, "../build/unavailable.txt");
   return existsSync(path) ? readFileSync(path, "utf8").trim() : null;
-}
-
-/**
- * Check, before dlopen, that `path` is a regular file holding a complete 64-bit little-endian ELF
- * shared object: dlopen of a truncated library dies of SIGBUS on first touch and dlopen of a FIFO
- * blocks, so both are refused here (the checks of @tp/backend-cpu's ffi.ts).
- * Source: the System V ABI, ELF-64 Object File Format.
- * @throws TpError E_IO naming the file and what is wrong with it
- */
-export function checkLibraryFile(path: string): void {
-  const bad = (why: string): never => {
-    throw new TpError(
-      "E_IO",
-      `${path} is not a usable shared library: ${why}; rebuild it with 'bun run build'`,
-      {
-        file: path,
-      },
-    );
-  };
-  let size = 0;
-  try {
-    const st = statSync(path);
-    if (!st.isFile()) bad("not a regular file");
-    size = st.size;
-  } catch (e) {
-    if (e instanceof TpError) throw e;
-    bad(e instanceof Error ? e.message : String(e));
-  }
-  const fd = openSync(path, "r");
-  try {
-    const read = (offset: number, length: number): DataView => {
-      if (offset + length > size) bad(`truncated: ${size} bytes, the ELF tables need ${offset + length}`);
-      const buf = new Uint8Array(length);
-      if (readSync(fd, buf, 0, length, offset) !== length) bad("short read");
-      return new DataView(buf.buffer);
-    };
-    const h = read(0, 64);
-    if (h.getUint32(0, false) !== 0x7f454c46) bad("no ELF magic");
-    if (h.getUint8(4) !== 2 || h.getUint8(5) !== 1) bad("not a 64-bit little-endian ELF file");
-    if (h.getUint16(16, true) !== 3) bad("not a shared object (ELF type ET_DYN)");
-    const phoff = Number(h.getBigUint64(32, true));
-    const shoff = Number(h.getBigUint64(40, true));
-    const phentsize = h.getUint16(54, true);
-    const phnum = h.getUint16(56, true);
-    const shentsize = h.getUint16(58, true);
-    const shnum = h.getUint16(60, true);
-    if (phentsize < 56 || phnum === 0) bad("no program headers");
-    if (shoff !== 0 && shoff + shentsize * shnum > size)
-      bad(`truncated: section headers end past ${size} bytes`);
-    const ph = read(phoff, phentsize * phnum);
-    for (let i = 0; i < phnum; i++) {
-      const at = i * phentsize;
-      const type = ph.getUint32(at, true);
-      if (type !== 1 && type !== 2) continue; // PT_LOAD, PT_DYNAMIC
-      const end = Number(ph.getBigUint64(at + 8, true)) + Number(ph.getBigUint64(at + 32, true));
-      if (end > size) bad(`truncated: segment ${i} ends at byte ${end} of ${size}`);
-    }
-  } finally {
-    closeSync(fd);
-  }
 }
 
 const loaded = new Map<string, VulkanLibrary>();

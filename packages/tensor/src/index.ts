@@ -4,6 +4,7 @@ export * from "./convert.ts";
 export * from "./dtype.ts";
 export * from "./errors.ts";
 export * from "./memory.ts";
+export * from "./native-library.ts";
 export * from "./registry.ts";
 export * from "./shape.ts";
 export * from "./tensor.ts";
