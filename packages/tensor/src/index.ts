@@ -5,6 +5,7 @@ export * from "./dtype.ts";
 export * from "./errors.ts";
 export * from "./memory.ts";
 export * from "./native-library.ts";
+export * from "./op-args.ts";
 export * from "./registry.ts";
 export * from "./shape.ts";
 export * from "./tensor.ts";

@@ -5,7 +5,17 @@
  * option), and temporaries: inputs that are strided views are copied to contiguous scratch tensors
  * (accounted like any tensor) and freed when the op returns.
  */
-import { type DTypeName, dtypeBytes, formatShape, type Shape, type Tensor, TpError } from "@tp/tensor";
+import {
+  type DTypeName,
+  dtypeBytes,
+  finiteOption,
+  formatShape,
+  integerOption,
+  opError,
+  type Shape,
+  type Tensor,
+  TpError,
+} from "@tp/tensor";
 import type { NativeContext, Pointer } from "../ffi.ts";
 import { copyStrided, type NativeRegion } from "./native.ts";
 
@@ -30,12 +40,12 @@ export interface CpuOpHost {
 
 /** A TpError E_SHAPE for op `op`. */
 export function shapeError(op: string, message: string): TpError {
-  return new TpError("E_SHAPE", `op ${op} on backend cpu: ${message}`);
+  return opError("E_SHAPE", "cpu", op, message);
 }
 
 /** A TpError E_ARG for op `op`. */
 export function argError(op: string, message: string): TpError {
-  return new TpError("E_ARG", `op ${op} on backend cpu: ${message}`);
+  return opError("E_ARG", "cpu", op, message);
 }
 
 /** "x f32 [2, 3]": a tensor in messages. */
@@ -147,11 +157,9 @@ export function scoped<T>(host: CpuOpHost, op: string, body: (s: OpScope) => T):
   }
 }
 
-/** A finite number, else E_ARG naming the option. */
+/** `v` as a finite number, else E_ARG naming the option. */
 export function finite(op: string, name: string, v: unknown): number {
-  if (typeof v !== "number" || !Number.isFinite(v))
-    throw argError(op, `${name} must be a finite number, got ${String(v)}`);
-  return v;
+  return finiteOption("cpu", op, name, v);
 }
 
 /** An integer in [lo, hi], else E_ARG naming the option. */
@@ -162,11 +170,7 @@ export function integer(
   lo: number,
   hi = Number.MAX_SAFE_INTEGER,
 ): number {
-  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < lo || v > hi) {
-    const range = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in [${lo}, ${hi}]`;
-    throw argError(op, `${name} must be an integer ${range}, got ${String(v)}`);
-  }
-  return v;
+  return integerOption("cpu", op, name, v, lo, hi);
 }
 
 /** Product of sizes. */

@@ -9,7 +9,10 @@
 import {
   type DTypeName,
   dtypeBytes,
+  finiteOption,
   formatShape,
+  integerOption,
+  opError,
   type Shape,
   type Tensor,
   TpError,
@@ -65,12 +68,12 @@ export interface VkOpHost {
 
 /** A TpError E_SHAPE for op `op`. */
 export function shapeError(op: string, message: string): TpError {
-  return new TpError("E_SHAPE", `op ${op} on backend vulkan: ${message}`);
+  return opError("E_SHAPE", "vulkan", op, message);
 }
 
 /** A TpError E_ARG for op `op`. */
 export function argError(op: string, message: string): TpError {
-  return new TpError("E_ARG", `op ${op} on backend vulkan: ${message}`);
+  return opError("E_ARG", "vulkan", op, message);
 }
 
 /** A TpError E_UNSUPPORTED for op `op`. */
@@ -254,16 +257,8 @@ export function splitForBindings(
   return pieces;
 }
 
-/** Row-major strides of a shape. */
-export function contiguousStrides(shape: readonly number[]): number[] {
-  const s = new Array<number>(shape.length);
-  let acc = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    s[i] = acc;
-    acc *= shape[i] as number;
-  }
-  return s;
-}
+/** Row-major strides of a shape (the one of @tp/tensor). */
+export { contiguousStrides } from "@tp/tensor";
 
 /**
  * Workgroup counts for `groups` workgroups: x up to the device's limit, the rest in y (kernels
@@ -364,11 +359,9 @@ export function produce(
   return out;
 }
 
-/** A finite number, else E_ARG naming the option. */
+/** `v` as a finite number, else E_ARG naming the option. */
 export function finite(op: string, name: string, v: unknown): number {
-  if (typeof v !== "number" || !Number.isFinite(v))
-    throw argError(op, `${name} must be a finite number, got ${String(v)}`);
-  return v;
+  return finiteOption("vulkan", op, name, v);
 }
 
 /** An integer in [lo, hi], else E_ARG naming the option. */
@@ -379,11 +372,7 @@ export function integer(
   lo: number,
   hi = Number.MAX_SAFE_INTEGER,
 ): number {
-  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < lo || v > hi) {
-    const range = hi === Number.MAX_SAFE_INTEGER ? `>= ${lo}` : `in [${lo}, ${hi}]`;
-    throw argError(op, `${name} must be an integer ${range}, got ${String(v)}`);
-  }
-  return v;
+  return integerOption("vulkan", op, name, v, lo, hi);
 }
 
 /** Product of sizes. */
