@@ -302,6 +302,9 @@ export class CpuBackend extends BackendBase {
   override copy(x: Tensor): Tensor {
     return ops.copy(this, x);
   }
+  override set(dst: Tensor, src: Tensor): void {
+    ops.set(this, dst, src);
+  }
   override argmax(x: Tensor): Tensor {
     return ops.argmax(this, x);
   }

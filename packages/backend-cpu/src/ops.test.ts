@@ -69,6 +69,19 @@ describe("shape errors name the shapes", () => {
   });
 });
 
+describe("set: the checks of @tp/tensor checkSetArgs", () => {
+  test("shape and dtype mismatches, a broadcast or shared-storage dst; the target is left unchanged", async () => {
+    const dst = f32([4, 3], 7);
+    expect(thrown(() => b.set(dst.slice(0, 0, 2), f32([3, 2]))).code).toBe("E_SHAPE");
+    const half = b.upload(new Uint16Array(6), [2, 3], "f16");
+    const e = thrown(() => b.set(dst.slice(0, 0, 2), half));
+    expect([e.code, e.message.includes("f16")]).toEqual(["E_ARG", true]);
+    expect(thrown(() => b.set(f32([1, 3]).broadcastTo([4, 3]), f32([4, 3]))).message).toContain("broadcast");
+    expect(thrown(() => b.set(dst.slice(0, 0, 2), dst.slice(0, 2, 4))).message).toContain("share storage");
+    expect(Array.from((await b.read(dst)) as Float32Array)).toEqual(new Array(12).fill(7));
+  });
+});
+
 describe("bad options are E_ARG naming the option", () => {
   test.each([
     ["gelu approximate", () => b.gelu(f32([2]), { approximate: "fast" as "tanh" }), "approximate"],

@@ -311,6 +311,9 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   override copy(x: Tensor): Tensor {
     return layout.copy(this, x);
   }
+  override set(dst: Tensor, src: Tensor): void {
+    layout.set(this, dst, src);
+  }
   override slice(x: Tensor, dim: number, start: number, end: number): Tensor {
     return layout.slice(this, x, dim, start, end);
   }

@@ -42,6 +42,7 @@ export const OP_NAMES = [
   "concat",
   "slice",
   "copy",
+  "set",
   "cast",
   "argmax",
   "top_k",
@@ -244,6 +245,15 @@ export interface Backend {
   slice(x: Tensor, dim: number, start: number, end: number): Tensor;
   /** A contiguous copy of any view (materialises permute / transpose / broadcast views). */
   copy(x: Tensor): Tensor;
+  /**
+   * In-place write (ggml_set / ggml_cpy into a view): copy `src` element for element into `dst`, which
+   * may be any non-broadcast view of a tensor of this backend (e.g. rows [len, len + n) of a KV cache).
+   * The only op that writes an existing tensor; it is ordered with the other ops like any op.
+   * dst, src: the same shape and dtype, any dtype; src may be any view.
+   * @throws TpError E_SHAPE when shapes differ; E_ARG when dtypes differ, when dst is a broadcast view
+   *   (stride 0 over a dimension longer than 1), or when dst and src share storage; E_STATE
+   */
+  set(dst: Tensor, src: Tensor): void;
   /** Elementwise dtype conversion with the rounding rules of @tp/tensor convert.ts. */
   cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean }): Tensor;
 
@@ -278,6 +288,7 @@ export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
   concat: "concat",
   slice: "slice",
   copy: "copy",
+  set: "set",
   cast: "cast",
   argmax: "argmax",
   top_k: "topK",

@@ -350,6 +350,9 @@ export abstract class BackendBase implements Backend {
   copy(_x: Tensor): Tensor {
     return this.unsupported("copy");
   }
+  set(_dst: Tensor, _src: Tensor): void {
+    this.unsupported("set");
+  }
   cast(_x: Tensor, _d: DTypeName, _o?: { saturate?: boolean }): Tensor {
     return this.unsupported("cast");
   }

@@ -3,6 +3,7 @@
  * reports a bad option with the same words: `op NAME on backend B: …`.
  */
 import { TpError } from "./errors.ts";
+import type { Tensor } from "./tensor.ts";
 
 /** A TpError with `code` for op `op` on backend `backend`. */
 export function opError(
@@ -42,4 +43,26 @@ export function integerOption(
     throw opError("E_ARG", backend, op, `${name} must be an integer ${range}, got ${String(v)}`);
   }
   return v;
+}
+
+/**
+ * The checks of the `set` op (Backend.set): same shape and dtype, a dst that is not a broadcast view,
+ * and no storage shared between dst and src.
+ * @throws TpError E_SHAPE when shapes differ; E_ARG for different dtypes, a broadcast dst or shared
+ *   storage — each naming backend and op
+ */
+export function checkSetArgs(backend: string, dst: Tensor, src: Tensor): void {
+  const op = "set";
+  if (dst.shape.length !== src.shape.length || dst.shape.some((n, i) => n !== src.shape[i])) {
+    throw opError("E_SHAPE", backend, op, `dst ${dst.describe()} and src ${src.describe()} differ in shape`);
+  }
+  if (dst.dtype !== src.dtype) {
+    throw opError("E_ARG", backend, op, `dst is ${dst.dtype} but src is ${src.dtype}; cast src first`);
+  }
+  if (dst.shape.some((n, i) => n > 1 && dst.strides[i] === 0)) {
+    throw opError("E_ARG", backend, op, `dst ${dst.describe()} is a broadcast view; it cannot be written`);
+  }
+  if (dst.storage === src.storage && dst.numel > 0) {
+    throw opError("E_ARG", backend, op, `dst and src share storage (${dst.describe()}); copy src first`);
+  }
 }

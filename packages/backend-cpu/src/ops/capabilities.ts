@@ -30,6 +30,7 @@ export const CPU_OP_DTYPES: Readonly<Partial<Record<OpName, readonly DTypeName[]
   concat: DTYPE_NAMES,
   slice: DTYPE_NAMES,
   copy: DTYPE_NAMES,
+  set: DTYPE_NAMES,
   argmax: F32,
   top_k: F32,
 };

@@ -7,7 +7,7 @@ export { CPU_OP_DTYPES } from "./capabilities.ts";
 export type { CpuOpHost } from "./common.ts";
 export { conv2d } from "./conv2d.ts";
 export { binary, gelu, modulate, scale, sigmoid, silu, swiglu } from "./elementwise.ts";
-export { concat, copy, slice, upsampleNearest2d } from "./layout.ts";
+export { concat, copy, set, slice, upsampleNearest2d } from "./layout.ts";
 export type { NativeRegion } from "./native.ts";
 export { groupNorm, layerNorm, rmsNorm } from "./norm.ts";
 export { rope } from "./rope.ts";

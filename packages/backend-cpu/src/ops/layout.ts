@@ -3,7 +3,7 @@
  * range along one dimension), concat (any dtype; inputs may be views) and upsampleNearest2d (f32).
  * copy / slice / concat run the strided copy kernel (native/cpu/layout.c).
  */
-import { dtypeBytes, formatShape, normalizeDim, type Tensor, TpError } from "@tp/tensor";
+import { checkSetArgs, dtypeBytes, formatShape, normalizeDim, type Tensor, TpError } from "@tp/tensor";
 import {
   argError,
   type CpuOpHost,
@@ -37,6 +37,18 @@ export function copy(host: CpuOpHost, x: Tensor): Tensor {
     throw e;
   }
   return out;
+}
+
+/**
+ * Backend.set: write `src` into the view `dst` in place (same shape and dtype, any dtype) with the
+ * strided copy kernel. @throws TpError E_SHAPE, E_ARG (see checkSetArgs), E_STATE
+ */
+export function set(host: CpuOpHost, dst: Tensor, src: Tensor): void {
+  const op = "set";
+  checkCopyable(host, op, dst);
+  checkCopyable(host, op, src);
+  checkSetArgs("cpu", dst, src);
+  if (src.numel > 0) copyInto(host, src, dst);
 }
 
 /**

@@ -26,6 +26,7 @@ export const VK_OP_DTYPES: Readonly<Partial<Record<OpName, readonly DTypeName[]>
   swiglu: F32,
   modulate: F32,
   copy: DTYPE_NAMES,
+  set: DTYPE_NAMES,
   slice: DTYPE_NAMES,
   concat: DTYPE_NAMES,
   upsample_nearest2d: F32,

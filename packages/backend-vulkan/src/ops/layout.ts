@@ -4,7 +4,16 @@
  * upsample_nearest2d (a broadcast view in), and contiguous copies of strided inputs for the kernels
  * that take contiguous rows. Plus cast (shaders/cast.comp), with @tp/tensor's rounding rules.
  */
-import { type DTypeName, dtypeBytes, formatShape, normalizeDim, type Tensor, TpError } from "@tp/tensor";
+import {
+  checkSetArgs,
+  DTYPE_NAMES,
+  type DTypeName,
+  dtypeBytes,
+  formatShape,
+  normalizeDim,
+  type Tensor,
+  TpError,
+} from "@tp/tensor";
 import {
   checkTensors,
   dispatch1d,
@@ -72,6 +81,16 @@ export function contiguous(host: VkOpHost, scope: OpScope, t: Tensor): Tensor {
 export function copy(host: VkOpHost, x: Tensor): Tensor {
   host.check(x);
   return produce(host, x.shape, x.dtype, x.name, (out) => copyInto(host, "copy", x, out));
+}
+
+/**
+ * Backend.set: write `src` into the view `dst` in place (same shape and dtype, any dtype), recorded on
+ * the device like any op. @throws TpError E_SHAPE, E_ARG (see checkSetArgs), E_STATE
+ */
+export function set(host: VkOpHost, dst: Tensor, src: Tensor): void {
+  checkTensors(host, "set", DTYPE_NAMES, { dst, src });
+  checkSetArgs("vulkan", dst, src);
+  copyInto(host, "set", src, dst);
 }
 
 /** A contiguous copy of elements [start, end) along `dim` (Tensor.slice rules). */

@@ -305,10 +305,113 @@ function topKCases(): ConformanceCase[] {
   );
 }
 
+/**
+ * `set` writes src into a view of dst in place; each case returns a copy of the whole of dst, so the
+ * elements outside the view are checked unchanged too. The reference writes the view's elements on the
+ * host by index: element i of src goes to dst[offset + Σ index_d · stride_d].
+ */
+function setCases(): ConformanceCase[] {
+  const cases: {
+    dtype: DTypeName;
+    dst: number[];
+    src: number[];
+    srcView?: InputSpec["view"];
+    what: string;
+    /** The view of dst written, and its (offset, strides) in dst's row-major elements. */
+    view: (t: Tensor) => Tensor;
+    offset: number;
+    strides: number[];
+  }[] = [
+    // a KV-cache append: rows [2, 5) of [capacity 6, kv_heads 2, head_dim 4]
+    {
+      dtype: "f32",
+      dst: [6, 2, 4],
+      src: [3, 2, 4],
+      what: "rows 2..5",
+      view: (t) => t.slice(0, 2, 5),
+      offset: 16,
+      strides: [8, 4, 1],
+    },
+    // a transposed, sliced view of dst from a permuted src
+    {
+      dtype: "f16",
+      dst: [4, 6],
+      src: [3, 4],
+      srcView: { kind: "permute", perm: [1, 0] },
+      what: "transpose + slice",
+      view: (t) => t.transpose(0, 1).slice(0, 1, 4),
+      offset: 1,
+      strides: [1, 6],
+    },
+    // every other element of dst from every other element of src
+    {
+      dtype: "i32",
+      dst: [5, 8],
+      src: [5, 4],
+      srcView: { kind: "stride2" },
+      what: "stride 2",
+      view: (t) => t.slice(-1, 0, 8, 2),
+      offset: 0,
+      strides: [8, 2],
+    },
+    {
+      dtype: "u8",
+      dst: [7],
+      src: [0],
+      what: "empty",
+      view: (t) => t.slice(0, 3, 3),
+      offset: 3,
+      strides: [1],
+    },
+  ];
+  return cases.map((c, i) => {
+    const dstSpec: InputSpec = {
+      name: "dst",
+      dtype: c.dtype,
+      shape: c.dst,
+      data: hostData(c.dtype, numelOf(c.dst), 2100 + i),
+    };
+    const srcSpec: InputSpec = {
+      name: "src",
+      dtype: c.dtype,
+      shape: c.src,
+      data: hostData(c.dtype, numelOf(c.src), 2200 + i),
+      ...(c.srcView === undefined ? {} : { view: c.srcView }),
+    };
+    return defineCase({
+      op: "set",
+      name: `set ${c.dtype} [${c.src}] into [${c.dst}] (${c.what})${viewName(c.srcView)}`,
+      formats: [c.dtype],
+      tolerance: EXACT,
+      inputs: [dstSpec, srcSpec],
+      call: (b, [dst, src]) => {
+        b.set(c.view(dst as Tensor), src as Tensor);
+        return b.copy(dst as Tensor);
+      },
+      reference: ([dst, src]) => {
+        const out = Array.from(toNumbers((dst as { data: HostArray }).data));
+        const from = toNumbers((src as { data: HostArray }).data);
+        for (let e = 0; e < from.length; e++) {
+          let at = c.offset;
+          let rest = e;
+          for (let d = c.src.length - 1; d >= 0; d--) {
+            const n = c.src[d] as number;
+            at += (rest % n) * (c.strides[d] as number);
+            rest = Math.floor(rest / n);
+          }
+          out[at] = from[e] as number;
+        }
+        return [{ shape: c.dst, dtype: c.dtype, data: out }];
+      },
+    });
+  });
+}
+
 /** Every layout, cast and sampling case. */
 export function layoutCases(): ConformanceCase[] {
   return [
     ...copyCases(),
+    ...setCases(),
     ...sliceCases(),
     ...concatCases(),
     ...castCases(),
