@@ -17,13 +17,6 @@ import { SentencePieceEncoder, spmByteTokenIds } from "./spm.ts";
 import { type SpecialTokenIds, TOKENIZER_MODELS, Tokenizer, type TokenizerModel } from "./tokenizer.ts";
 import { ByteVocab, TOKEN_TYPE } from "./vocab.ts";
 
-/** Byte spans of a GGUF string array: element i is `blob[start[i], start[i] + length[i])`. */
-interface StringSpans {
-  blob: Uint8Array;
-  start: Uint32Array;
-  length: Uint32Array;
-}
-
 function formatErr(message: string, file: string): TpError {
   return new TpError("E_FORMAT", message, { file });
 }
@@ -47,57 +40,6 @@ function typeName(t: number): string {
       : t === GGUF_TYPE.FLOAT32
         ? "f32"
         : String(t);
-}
-
-/**
- * The strings of a GGUF `str` array as byte spans. Reads the array's bytes as they lie in the file
- * (`u64 length` + UTF-8 bytes per element) when the reader kept them; otherwise encodes the decoded
- * strings (arrays built in memory with `GgufArray.of`).
- */
-function stringSpans(arr: GgufArray): StringSpans {
-  const raw = arr.rawBytes;
-  const n = arr.length;
-  if (raw === null) {
-    const texts = arr.toArray() as string[];
-    const enc = new TextEncoder();
-    const parts = texts.map((t) => enc.encode(t));
-    const blob = new Uint8Array(parts.reduce((s, p) => s + p.length, 0));
-    const start = new Uint32Array(n);
-    const length = new Uint32Array(n);
-    let at = 0;
-    parts.forEach((p, i) => {
-      blob.set(p, at);
-      start[i] = at;
-      length[i] = p.length;
-      at += p.length;
-    });
-    return { blob, start, length };
-  }
-  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-  const start = new Uint32Array(n);
-  const length = new Uint32Array(n);
-  let p = 0;
-  for (let i = 0; i < n; i++) {
-    // u64 length; the GGUF reader has already checked every length against the file
-    const len = dv.getUint32(p, true) + dv.getUint32(p + 4, true) * 4294967296;
-    start[i] = p + 8;
-    length[i] = len;
-    p += 8 + len;
-  }
-  return { blob: raw, start, length };
-}
-
-/** An i32 or f32 array as a typed array (little-endian bytes read through a DataView). */
-function numberArray<T extends Int32Array | Float32Array>(arr: GgufArray, out: T): T {
-  const raw = arr.rawBytes;
-  if (raw === null) {
-    for (let i = 0; i < arr.length; i++) out[i] = Number(arr.get(i));
-    return out;
-  }
-  const dv = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
-  const f32 = arr.type === GGUF_TYPE.FLOAT32;
-  for (let i = 0; i < arr.length; i++) out[i] = f32 ? dv.getFloat32(4 * i, true) : dv.getInt32(4 * i, true);
-  return out;
 }
 
 const SPECIAL_KEYS: readonly [keyof SpecialTokenIds, string][] = [
@@ -147,8 +89,8 @@ export function tokenizerFromGguf(source: GgufFile | GgufMetadata | string): Tok
   const tokens = requireArray(meta, "tokenizer.ggml.tokens", GGUF_TYPE.STRING, file);
   const n = tokens.length;
   if (n === 0) throw formatErr("'tokenizer.ggml.tokens' is empty", file);
-  const spans = stringSpans(tokens);
-  const vocab = new ByteVocab(spans.blob, spans.start, spans.length);
+  const spans = tokens.utf8Spans();
+  const vocab = new ByteVocab(spans.bytes, spans.start, spans.length);
 
   const types = new Uint8Array(n).fill(TOKEN_TYPE.NORMAL);
   if (meta.has("tokenizer.ggml.token_type")) {
@@ -158,7 +100,7 @@ export function tokenizerFromGguf(source: GgufFile | GgufMetadata | string): Tok
         `'tokenizer.ggml.token_type' has ${arr.length} entries but there are ${n} tokens`,
         file,
       );
-    const t = numberArray(arr, new Int32Array(n));
+    const t = arr.toTypedArray();
     for (let i = 0; i < n; i++) {
       const v = t[i] as number;
       types[i] = v >= 0 && v <= 6 ? v : TOKEN_TYPE.UNDEFINED;
@@ -197,20 +139,20 @@ export function tokenizerFromGguf(source: GgufFile | GgufMetadata | string): Tok
     }
     const preRegex = preTokenizerRegex(pre, ` ('tokenizer.ggml.pre' of ${file})`);
     const mergesArr = requireArray(meta, "tokenizer.ggml.merges", GGUF_TYPE.STRING, file);
-    const ms = stringSpans(mergesArr);
+    const ms = mergesArr.utf8Spans();
     const end = new Uint32Array(ms.start.length);
     for (let i = 0; i < end.length; i++) end[i] = (ms.start[i] as number) + (ms.length[i] as number);
-    const merges = mergesFromSpans(vocab, ms.blob, ms.start, end, file);
+    const merges = mergesFromSpans(vocab, ms.bytes, ms.start, end, file);
     const bpe = new BytePairEncoder(byteTokenIds(vocab, file), merges);
     return new Tokenizer({ ...common, model, pre, bpe, preRegex, addSpacePrefix: false });
   }
 
-  const scores = new Float32Array(n);
+  let scores = new Float32Array(n);
   if (meta.has("tokenizer.ggml.scores")) {
     const arr = requireArray(meta, "tokenizer.ggml.scores", GGUF_TYPE.FLOAT32, file);
     if (arr.length !== n)
       throw formatErr(`'tokenizer.ggml.scores' has ${arr.length} entries but there are ${n} tokens`, file);
-    numberArray(arr, scores);
+    scores = arr.toTypedArray() as Float32Array;
   }
   const spm = new SentencePieceEncoder(vocab, scores, spmByteTokenIds(vocab), special.unk ?? -1);
   return new Tokenizer({

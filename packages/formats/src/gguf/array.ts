@@ -28,6 +28,16 @@ interface RawSource {
   key: string;
 }
 
+/** Byte spans of a GGUF string array ({@link GgufArray.utf8Spans}). */
+export interface GgufStringSpans {
+  /** The bytes holding the strings. */
+  readonly bytes: Uint8Array;
+  /** Offset in `bytes` of each element's first byte. */
+  readonly start: Uint32Array;
+  /** Byte length of each element. */
+  readonly length: Uint32Array;
+}
+
 /**
  * A GGUF array: element type, length, and either the raw little-endian bytes from a file (decoded
  * on access) or JavaScript values (built with {@link GgufArray.of}, for writing).
@@ -124,6 +134,66 @@ export class GgufArray {
     }
     this.#stringOffsets = offs;
     return offs;
+  }
+
+  /**
+   * The elements of a `str` array as UTF-8 byte spans, without decoding them: element i is
+   * `bytes.subarray(start[i], start[i] + length[i])`. Read from the file's bytes when the reader kept
+   * them (no string per element is made: a 151,936-token vocabulary takes milliseconds), else encoded
+   * from the values of an array built with {@link GgufArray.of}. Lengths are < 2³² (checked when read).
+   * @throws TpError E_ARG when the elements are not strings
+   */
+  utf8Spans(): GgufStringSpans {
+    if (this.type !== GGUF_TYPE.STRING) {
+      throw new TpError("E_ARG", `utf8Spans needs an array of str, this one holds ${this.typeName}`);
+    }
+    const n = this.length;
+    const start = new Uint32Array(n);
+    const length = new Uint32Array(n);
+    if (this.#raw === null) {
+      const enc = new TextEncoder();
+      const parts = (this.#values as string[]).map((t) => enc.encode(t));
+      const bytes = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+      let at = 0;
+      parts.forEach((part, i) => {
+        bytes.set(part, at);
+        start[i] = at;
+        length[i] = part.length;
+        at += part.length;
+      });
+      return { bytes, start, length };
+    }
+    const offs = this.#offsets();
+    const bytes = this.#raw.bytes;
+    for (let i = 0; i < n; i++) {
+      start[i] = (offs[i] as number) + 8;
+      length[i] = (i + 1 < n ? (offs[i + 1] as number) : bytes.length) - (start[i] as number);
+    }
+    return { bytes, start, length };
+  }
+
+  /**
+   * The elements of an `i32` or `f32` array as an Int32Array / Float32Array (a copy, little-endian
+   * values decoded; bulk read for long arrays such as token types and scores).
+   * @throws TpError E_ARG when the array holds another type
+   */
+  toTypedArray(): Int32Array | Float32Array {
+    const f32 = this.type === GGUF_TYPE.FLOAT32;
+    if (!f32 && this.type !== GGUF_TYPE.INT32) {
+      throw new TpError(
+        "E_ARG",
+        `toTypedArray needs an array of i32 or f32, this one holds ${this.typeName}`,
+      );
+    }
+    const out = f32 ? new Float32Array(this.length) : new Int32Array(this.length);
+    if (this.#raw === null) {
+      for (let i = 0; i < this.length; i++) out[i] = Number(this.get(i));
+      return out;
+    }
+    const b = this.#raw.bytes;
+    const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+    for (let i = 0; i < out.length; i++) out[i] = f32 ? dv.getFloat32(4 * i, true) : dv.getInt32(4 * i, true);
+    return out;
   }
 
   /** Elements [start, end) as JavaScript values. */

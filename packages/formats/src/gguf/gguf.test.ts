@@ -291,6 +291,29 @@ describe("writer and reader round trips", () => {
     }
   });
 
+  test("utf8Spans and toTypedArray: the same values as get(i), from the file's bytes and from GgufArray.of", () => {
+    const p = join(tmp.dir, "spans.gguf");
+    writeGguf(p, allTypes(), []);
+    const g = openGguf(p);
+    const words = ["a", "", "ü", "<|im_end|>"];
+    const enc = new TextEncoder();
+    for (const arr of [g.metadata.getArray("t.arr.str"), GgufArray.of("str", words)]) {
+      const s = (arr as GgufArray).utf8Spans();
+      const got = words.map((_, i) =>
+        Array.from(s.bytes.subarray(s.start[i] as number, (s.start[i] as number) + (s.length[i] as number))),
+      );
+      expect(got).toEqual(words.map((w) => Array.from(enc.encode(w))));
+    }
+    for (const arr of [g.metadata.getArray("t.arr.f32"), GgufArray.of("f32", [1.5, -2, 0])]) {
+      const t = (arr as GgufArray).toTypedArray();
+      expect([t instanceof Float32Array, Array.from(t)]).toEqual([true, [1.5, -2, 0]]);
+    }
+    expect(Array.from(GgufArray.of("i32", [-7, 2 ** 31 - 1]).toTypedArray())).toEqual([-7, 2 ** 31 - 1]);
+    expect((thrown(() => GgufArray.of("u8", [1]).toTypedArray()) as TpError).code).toBe("E_ARG");
+    expect((thrown(() => GgufArray.of("i32", [1]).utf8Spans()) as TpError).code).toBe("E_ARG");
+    g.close();
+  });
+
   test("alignment: a non-default alignment is written as general.alignment and every tensor lands on it", () => {
     const p = join(tmp.dir, "align.gguf");
     const layout = writeGguf(
