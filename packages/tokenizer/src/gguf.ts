@@ -147,7 +147,7 @@ export function tokenizerFromGguf(source: GgufFile | GgufMetadata | string): Tok
     return new Tokenizer({ ...common, model, pre, bpe, preRegex, addSpacePrefix: false });
   }
 
-  let scores = new Float32Array(n);
+  let scores: Float32Array = new Float32Array(n);
   if (meta.has("tokenizer.ggml.scores")) {
     const arr = requireArray(meta, "tokenizer.ggml.scores", GGUF_TYPE.FLOAT32, file);
     if (arr.length !== n)
