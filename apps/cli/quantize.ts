@@ -1,27 +1,77 @@
 /**
  * `bun apps/cli quantize --format int8-convrot|int4-convrot|fp8-scaled [--group-size N | GLOB=N]...
- * [--layers GLOB]... [--keep GLOB]... IN.safetensors OUT.safetensors`: a ComfyUI-loadable quantized copy
- * of a float checkpoint, through @tp/quant's `quantizeCheckpoint` (written to a temporary name and
- * renamed; a progress bar on a terminal; one summary line on stdout).
+ * [--layers GLOB]... [--keep GLOB]... [--threads N] [--quantizer native|typescript] IN.safetensors
+ * OUT.safetensors`: a ComfyUI-loadable quantized copy of a float checkpoint, through @tp/quant's
+ * `quantizeCheckpoint` (written to a temporary name and renamed; a progress bar on a terminal; one
+ * summary line on stdout). The quantizer is @tp/backend-cpu's native one on `--threads` threads
+ * (default: every CPU), or the TypeScript reference; both write the same bytes.
  */
 import { parseArgs } from "node:util";
+import { createNativeQuantizer, resolveThreads } from "@tp/backend-cpu";
 import {
   type CheckpointQuantFormat,
   describeQuantizeReport,
   type GroupSizeRule,
   quantizeCheckpoint,
+  referenceQuantizer,
   stderrProgress,
+  type WeightQuantizer,
 } from "@tp/quant";
 import { TpError } from "@tp/tensor";
 
 /** The help lines of the command (indented as in the CLI's usage text). */
 export const QUANTIZE_USAGE = `  quantize --format int8-convrot|int4-convrot|fp8-scaled [--group-size N] [--group-size GLOB=N]
-           [--layers GLOB] [--keep GLOB] IN.safetensors OUT.safetensors
+           [--layers GLOB] [--keep GLOB] [--threads N] [--quantizer native|typescript]
+           IN.safetensors OUT.safetensors
                                     write a checkpoint ComfyUI loads: the layout's linears quantized
                                     (comfy_quant markers + weight_scale), the rest copied; --group-size:
                                     ConvRot rotation group (default 256), GLOB=N per layer (last match
                                     wins); --layers: quantize these instead of the layout's table;
-                                    --keep: leave these unquantized (flags repeat)`;
+                                    --keep: leave these unquantized (flags repeat); --threads: native
+                                    quantizer threads (default 0: every CPU, or $TP_THREADS);
+                                    --quantizer: native (default) or the TypeScript reference (same bytes)`;
+
+/** `--quantizer` values. */
+export const QUANTIZER_FLAGS = ["native", "typescript"] as const;
+
+/**
+ * The quantizer of `--quantizer` / `--threads`: @tp/backend-cpu's native one (dispose it after), or
+ * the TypeScript reference of @tp/quant.
+ * @param kind    `native` (default) or `typescript`
+ * @param threads `--threads` text (digits; 0 or absent: `$TP_THREADS`, else every CPU)
+ * @throws TpError E_ARG naming the flag for a bad value; E_IO when the native library is not built
+ *   (the message says to run 'bun run build' or pass --quantizer typescript)
+ */
+export function quantizerFromFlags(
+  kind: string | undefined,
+  threads: string | undefined,
+): { quantizer: WeightQuantizer; dispose: () => void } {
+  const choice = kind ?? "native";
+  if (!(QUANTIZER_FLAGS as readonly string[]).includes(choice)) {
+    throw new TpError(
+      "E_ARG",
+      `unknown --quantizer '${choice}'; expected one of: ${QUANTIZER_FLAGS.join(", ")}`,
+    );
+  }
+  if (threads !== undefined && !/^\d{1,3}$/.test(threads)) {
+    throw new TpError("E_ARG", `--threads must be an integer from 0 to 256 (0: every CPU), got '${threads}'`);
+  }
+  if (choice === "typescript") return { quantizer: referenceQuantizer, dispose: () => {} };
+  let native: ReturnType<typeof createNativeQuantizer>;
+  try {
+    native = createNativeQuantizer({
+      threads: resolveThreads(threads === undefined ? undefined : Number(threads)),
+    });
+  } catch (e) {
+    if (e instanceof TpError && e.code === "E_IO") {
+      throw new TpError("E_IO", `${e.message}; or pass --quantizer typescript (slower, same bytes)`, {
+        cause: e,
+      });
+    }
+    throw e;
+  }
+  return { quantizer: native, dispose: () => native.dispose() };
+}
 
 /** `--format` spellings of the CLI → @tp/quant formats. */
 export const QUANT_FORMAT_FLAGS: Readonly<Record<string, CheckpointQuantFormat>> = {
@@ -70,6 +120,8 @@ export function quantize(args: string[]): number {
       "group-size": { type: "string", multiple: true },
       layers: { type: "string", multiple: true },
       keep: { type: "string", multiple: true },
+      threads: { type: "string" },
+      quantizer: { type: "string" },
     },
     allowPositionals: true,
     strict: true,
@@ -87,13 +139,20 @@ export function quantize(args: string[]): number {
     );
   }
   const [input, output] = positionals as [string, string];
-  const report = quantizeCheckpoint(input, output, {
-    format,
-    ...parseGroupSizes(values["group-size"] ?? []),
-    ...(values.layers ? { layers: values.layers } : {}),
-    ...(values.keep ? { keep: values.keep } : {}),
-    progress: stderrProgress(),
-  });
-  console.log(describeQuantizeReport(report));
+  const groups = parseGroupSizes(values["group-size"] ?? []);
+  const { quantizer, dispose } = quantizerFromFlags(values.quantizer, values.threads);
+  try {
+    const report = quantizeCheckpoint(input, output, {
+      format,
+      ...groups,
+      ...(values.layers ? { layers: values.layers } : {}),
+      ...(values.keep ? { keep: values.keep } : {}),
+      progress: stderrProgress(),
+      quantizer,
+    });
+    console.log(`${describeQuantizeReport(report)} (${quantizer.name} quantizer)`);
+  } finally {
+    dispose();
+  }
   return 0;
 }

@@ -149,6 +149,22 @@ TP_API tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k
                                const float *bias, float *y);
 
 /*
+ * Repacked Q8_0 / Q4_0 weights for the GEMV and small batches (rows interleaved 16 at a time; layout
+ * in native/cpu/matmul.h). tp_weight_repack_bytes: bytes of the layout for [n, k] (-1 for another
+ * format or k not a multiple of 32). tp_cpu_repack_weight: w (n · tp_weight_row_bytes bytes) → out
+ * (exactly that many bytes; must not overlap w); TP_ERR_UNSUPPORTED for other formats.
+ * tp_cpu_matmul_repacked: y = x · Wᵀ (+ bias) from the repacked bytes, the same numbers as tp_cpu_matmul
+ * up to f32 summation order (x quantized to Q8_0 the same way, the same exact int32 block sums);
+ * needs the AVX-512 VNNI level (else TP_ERR_UNSUPPORTED).
+ */
+TP_API int64_t tp_weight_repack_bytes(int32_t format, int64_t n, int64_t k);
+TP_API tp_status tp_cpu_repack_weight(tp_ctx *ctx, int32_t format, const void *w, uint64_t w_bytes, int64_t n,
+                                      int64_t k, void *out, uint64_t out_bytes);
+TP_API tp_status tp_cpu_matmul_repacked(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t format,
+                                        const void *packed, uint64_t packed_bytes, int64_t n, const float *bias,
+                                        float *y);
+
+/*
  * get_rows: out[i, :] = dequantized row ids[i] of the weight [n, k] (i < n_ids), as @tp/quant's
  * dequantizers compute it, bit for bit. ids NULL means rows 0 .. n_ids−1. An id outside [0, n) is
  * TP_ERR_ARG (nothing is written).
@@ -177,6 +193,26 @@ TP_API tp_status tp_cpu_quantize_act(tp_ctx *ctx, int32_t type, const float *x, 
  */
 TP_API tp_status tp_cpu_convrot_quantize(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t bits,
                                          int32_t group, int8_t *codes, float *scales);
+
+/*
+ * quantize_weight (native/cpu/quantize_w.c): a dense weight [n, k] of src_dtype TP_F32 / TP_F16 /
+ * TP_BF16 (src_bytes = n·k·element size, any alignment) → `format`, bit for bit as @tp/quant's
+ * reference quantizers (bytes and f32 scale bits):
+ *   TP_W_INT8_CONVROT / TP_W_INT4_CONVROT  quantizeConvRot (f64 rotation in groups of `group`, a power
+ *       of 4 dividing k; per-row abs-max scale; round half to even): out n·k / n·k/2 bytes, scales [n]
+ *       (n_scales = n); a row holding NaN gets scale NaN (0x7FC00000) and codes 0;
+ *   TP_W_F8_E4M3FN  quantizeFp8Scaled (one scale for the whole tensor): out n·k bytes, scales [1];
+ *       all-zero → scale 1; NaN in the tensor, or a scale too small to invert, is TP_ERR_ARG;
+ *   TP_W_Q8_0 / TP_W_Q4_0 / TP_W_Q4_K / TP_W_Q6_K  quantizeGgml (llama.cpp's reference scale
+ *       choices): k a multiple of 32 / 256, out n · tp_weight_row_bytes(format, k), no scales
+ *       (n_scales = 0, group = 0).
+ * out_bytes must be exactly the size above. Other formats are TP_ERR_UNSUPPORTED. Outputs must not
+ * overlap src. Work is split over the context's threads (rows, blocks, or chunks for fp8); the result
+ * does not depend on the thread count or the ISA level.
+ */
+TP_API tp_status tp_cpu_quantize_weight(tp_ctx *ctx, int32_t format, const void *src, int32_t src_dtype,
+                                        uint64_t src_bytes, int64_t n, int64_t k, int32_t group, void *out,
+                                        uint64_t out_bytes, float *scales, int64_t n_scales);
 
 /*
  * ---- ops on f32 activations (native/cpu/ops.h lists the files) ----------------------------------
@@ -269,6 +305,19 @@ TP_API tp_status tp_cpu_attention_f32(tp_ctx *ctx, const float *q, const float *
                                       uint64_t batch, uint64_t heads, uint64_t kv_heads, uint64_t sq, uint64_t skv,
                                       uint64_t head_dim, uint64_t head_dim_v, float scale, int64_t q_offset,
                                       int32_t causal, int64_t window, int64_t full_prefix, float softcap);
+/*
+ * The same on strided views, read and written in place (a KV cache [capacity, kv_heads, head_dim]
+ * permuted to [1, kv_heads, len, head_dim] is not copied). strides: element strides (>= 0, <= 2^40) of
+ * batch, head and row of q, k, v and out, in that order (12 values); the last dimension of each has
+ * unit stride. lens: elements readable (q, k, v) or writable (out) from each pointer; every view must
+ * stay inside its len, out must not overlap q, k or v, and no two out elements may share an address.
+ */
+TP_API tp_status tp_cpu_attention_strided_f32(tp_ctx *ctx, const float *q, const float *k, const float *v,
+                                              float *out, const uint64_t lens[4], const int64_t strides[12],
+                                              uint64_t batch, uint64_t heads, uint64_t kv_heads, uint64_t sq,
+                                              uint64_t skv, uint64_t head_dim, uint64_t head_dim_v, float scale,
+                                              int64_t q_offset, int32_t causal, int64_t window, int64_t full_prefix,
+                                              float softcap);
 
 /*
  * 2-D convolution (cross-correlation) x [batch, c_in, h, w] * weight [c_out, c_in, kh, kw] (+ bias

@@ -173,6 +173,11 @@ const SYMBOLS = {
   },
   tp_cpu_quantize_act: { args: ["ptr", "i32", "ptr", "i64", "i64", "ptr", "u64"], returns: "i32" },
   tp_cpu_convrot_quantize: { args: ["ptr", "ptr", "i64", "i64", "i32", "i32", "ptr", "ptr"], returns: "i32" },
+  // weight quantizers (tp.h tp_cpu_quantize_weight; checked wrapper in quantize.ts)
+  tp_cpu_quantize_weight: {
+    args: ["ptr", "i32", "ptr", "i32", "u64", "i64", "i64", "i32", "ptr", "u64", "ptr", "i64"],
+    returns: "i32",
+  },
 } as const;
 
 /** The raw, unchecked bun:ffi functions of libtp_cpu.so (tp.h signatures). */

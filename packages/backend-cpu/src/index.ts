@@ -34,3 +34,15 @@ export {
   TP_STATUS,
 } from "./ffi.ts";
 export { CPU_WEIGHT_FORMATS } from "./ops/matmul.ts";
+export {
+  createNativeQuantizer,
+  NATIVE_QUANTIZE_FORMATS,
+  type NativeQuantizeFormat,
+  type NativeQuantizerOptions,
+  type NativeWeightQuantizer,
+  type QuantizedRows,
+  type QuantizeRowsOptions,
+  type QuantizeSource,
+  type QuantizeSourceBytes,
+  quantizeRows,
+} from "./quantize.ts";

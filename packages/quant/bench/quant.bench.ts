@@ -1,7 +1,8 @@
 /**
  * `bun run bench quant`: quantize-on-load and dequantization throughput of @tp/quant's TypeScript
- * reference code (the native fast paths of native/cpu are not there yet; when they are, they get
- * their own cases beside these).
+ * reference code. The native quantizers and dequantizers of @tp/backend-cpu are measured against this
+ * reference (as the peer) by `bun run bench quant-native` (packages/conformance/bench/quant-native.bench.ts):
+ * this package may not import a backend, not even in a bench (layer rule, tests/workspace.test.ts).
  *
  * Cases:
  * - quantize + write cache: a 1 GiB synthetic BF16 tensor set (32 × [4096, 4096], seeded, written

@@ -41,6 +41,8 @@ import {
   planQuantization,
   type QuantizePlan,
   type QuantizePlanOptions,
+  referenceQuantizer,
+  type WeightQuantizer,
   writeQuantizedLayer,
 } from "./checkpoint.ts";
 import type { ConvRotFormat } from "./convrot.ts";
@@ -242,6 +244,12 @@ export interface QuantCacheOptions extends Omit<QuantizePlanOptions, "format"> {
   readonly cacheDir?: string;
   /** Progress while quantizing: default {@link stderrProgress} (a bar on a terminal, else nothing); null: none. */
   readonly progress?: ProgressReporter | null;
+  /**
+   * The quantizer used when the cache is built (default the TypeScript `referenceQuantizer`; pass
+   * `@tp/backend-cpu`'s `createNativeQuantizer()` for the native, multi-threaded one). It does not
+   * enter the cache key: every quantizer writes the same bytes.
+   */
+  readonly quantizer?: WeightQuantizer;
 }
 
 /** What {@link openQuantCache} found or did. */
@@ -294,13 +302,13 @@ export function openQuantCache(
     const progress = options.progress === undefined ? stderrProgress() : (options.progress ?? silentProgress);
     let path = paths.beside;
     try {
-      buildQuantCache(path, src, plan, key, progress);
+      buildQuantCache(path, src, plan, key, progress, options.quantizer);
     } catch (e) {
       if (!isReadOnlyError(e)) throw e;
       path = paths.fallback;
       try {
         mkdirSync(dirname(path), { recursive: true });
-        buildQuantCache(path, src, plan, key, progress);
+        buildQuantCache(path, src, plan, key, progress, options.quantizer);
       } catch (e2) {
         throw new TpError(
           "E_IO",
@@ -325,7 +333,7 @@ export function openQuantCache(
 
 /**
  * Quantize the planned layers of `src` into a cache file at `path` (temporary name, checksum from the
- * written bytes, rename).
+ * written bytes, rename), with `quantizer` (default the TypeScript reference).
  * @throws TpError E_IO (the cause keeps the system code: EACCES/EROFS for a read-only folder), or from
  *   quantization; the temporary file is removed
  */
@@ -335,6 +343,7 @@ export function buildQuantCache(
   plan: QuantizePlan,
   key: QuantCacheKey,
   progress: ProgressReporter = silentProgress,
+  quantizer: WeightQuantizer = referenceQuantizer,
 ): void {
   const layers = plan.tensors.filter((t) => t.action === "quantize");
   const keyText = JSON.stringify(key);
@@ -350,7 +359,14 @@ export function buildQuantCache(
       `quantizing ${basename(src.path)} to ${plan.format}`,
     );
     for (const p of layers) {
-      writeQuantizedLayer(p, plan.format, src.data(p.name), writer, (b) => progress.advance(b, p.name));
+      writeQuantizedLayer(
+        p,
+        plan.format,
+        src.data(p.name),
+        writer,
+        (b) => progress.advance(b, p.name),
+        quantizer,
+      );
     }
     const { order, dataStart, fileSize } = writer.layout;
     const mapped = new MappedFile(

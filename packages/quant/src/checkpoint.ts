@@ -24,9 +24,10 @@ import {
   type TensorSource,
 } from "@tp/formats";
 import { TpError } from "@tp/tensor";
-import { type ConvRotFormat, quantizeConvRot } from "./convrot.ts";
-import { quantizeFp8Scaled } from "./fp8.ts";
+import { type ConvRotFormat, type ConvRotWeight, quantizeConvRot } from "./convrot.ts";
+import { type Fp8ScaledWeight, quantizeFp8Scaled } from "./fp8.ts";
 import { hadamardDigits } from "./hadamard.ts";
+import type { FloatBytes } from "./input.ts";
 import { type ProgressReporter, silentProgress } from "./progress.ts";
 
 /** What a checkpoint can be quantized to. */
@@ -319,15 +320,59 @@ function planLayer(
 const ROW_BLOCK_ELEMENTS = 1 << 22;
 
 /**
+ * The quantizer the checkpoint and cache writers call: the injection point for faster
+ * implementations (the native, multi-threaded one is `createNativeQuantizer()` of
+ * `@tp/backend-cpu`; this package does not import a backend). Every implementation must return the
+ * bytes and f32 scales of the TypeScript reference ({@link referenceQuantizer}) bit for bit — caches
+ * are keyed without naming the quantizer, so a cache built by one is valid for the other.
+ */
+export interface WeightQuantizer {
+  /** For reports and logs (`typescript`, `native cpu (avx512, 16 threads)`). */
+  readonly name: string;
+  /**
+   * Elements per ConvRot call (a block of whole rows; at least one row). Default 4 M (~64 MiB of f32
+   * working memory in the TypeScript reference); a multi-threaded quantizer wants larger blocks.
+   */
+  readonly rowBlockElements?: number;
+  /**
+   * INT8 / INT4 ConvRot of a [N, K] block of rows: the contract of {@link quantizeConvRot}.
+   * @param weight [N, K] bf16 / f16 / f32 bytes (a view on the checkpoint mapping)
+   * @param shape  [N, K]
+   * @param options format, groupSize (a power of 4 dividing K), name (for errors)
+   * @returns codes (int8: N·K bytes; int4: N·K/2) and row scales [N]
+   * @throws TpError as {@link quantizeConvRot}, naming the tensor
+   */
+  convRot(
+    weight: FloatBytes,
+    shape: readonly [number, number],
+    options: { readonly format: ConvRotFormat; readonly groupSize: number; readonly name?: string },
+  ): ConvRotWeight;
+  /**
+   * fp8 e4m3fn with one per-tensor scale: the contract of {@link quantizeFp8Scaled}.
+   * @param weight `count` bf16 / f16 / f32 values as bytes
+   * @throws TpError as {@link quantizeFp8Scaled}, naming the tensor
+   */
+  fp8Scaled(weight: FloatBytes, count: number, options: { readonly name?: string }): Fp8ScaledWeight;
+}
+
+/** The TypeScript reference quantizers of this package, single-threaded (about 30 MB/s of BF16). */
+export const referenceQuantizer: WeightQuantizer = {
+  name: "typescript",
+  convRot: (weight, shape, options) => quantizeConvRot(weight, shape, options),
+  fp8Scaled: (weight, count, options) => quantizeFp8Scaled(weight, count, options),
+};
+
+/**
  * Quantize one planned layer and write its weight, scale and marker to `writer`, a block of rows
  * (≤ 4 M elements) at a time for ConvRot — rows are independent, so the bytes equal quantizing the
- * whole tensor — and whole for fp8 (one scale for the tensor). The one place a native quantizer will
- * plug in.
+ * whole tensor — and whole for fp8 (one scale for the tensor). The quantizer is `quantizer` (default
+ * {@link referenceQuantizer}; e.g. the native one of `@tp/backend-cpu`), whose bytes are the same.
  * @param p      a `quantize` entry of {@link planQuantization} (source dtype BF16/F16/F32, shape [N, K])
  * @param format the plan's format
  * @param bytes  the source tensor's bytes, N·K elements (a view on the mapping)
  * @param writer the output; receives `<layer>.weight`, `.weight_scale`, `.comfy_quant` in that order
  * @param onRows called after each block with the source bytes consumed
+ * @param quantizer the implementation (default {@link referenceQuantizer})
  * @throws TpError from the quantizers (E_SHAPE) or the writer (E_ARG, E_IO), naming the tensor
  */
 export function writeQuantizedLayer(
@@ -336,22 +381,23 @@ export function writeQuantizedLayer(
   bytes: Uint8Array,
   writer: SafetensorsWriter,
   onRows: (bytes: number) => void = () => {},
+  quantizer: WeightQuantizer = referenceQuantizer,
 ): void {
   const dtype = FLOAT_DTYPES[p.dtype] as "bf16" | "f16" | "f32";
   const [n, k] = p.shape as [number, number];
   const layer = p.name.slice(0, -".weight".length);
   const rowBytes = bytes.byteLength / n;
   if (format === "fp8_scaled") {
-    const q = quantizeFp8Scaled({ bytes, dtype }, n * k, { name: p.name });
+    const q = quantizer.fp8Scaled({ bytes, dtype }, n * k, { name: p.name });
     writer.write(p.name, q.data);
     writer.write(`${layer}.weight_scale`, f32Bytes(new Float32Array([q.scale])));
     onRows(bytes.byteLength);
   } else {
     const scales = new Float32Array(n);
-    const rowsPerBlock = Math.max(1, Math.floor(ROW_BLOCK_ELEMENTS / k));
+    const rowsPerBlock = Math.max(1, Math.floor((quantizer.rowBlockElements ?? ROW_BLOCK_ELEMENTS) / k));
     for (let r0 = 0; r0 < n; r0 += rowsPerBlock) {
       const r1 = Math.min(n, r0 + rowsPerBlock);
-      const q = quantizeConvRot(
+      const q = quantizer.convRot(
         { bytes: bytes.subarray(r0 * rowBytes, r1 * rowBytes), dtype },
         [r1 - r0, k],
         {
@@ -377,6 +423,8 @@ function f32Bytes(a: Float32Array): Uint8Array {
 export interface QuantizeCheckpointOptions extends QuantizePlanOptions {
   /** Progress of the run (default: nothing). */
   readonly progress?: ProgressReporter;
+  /** The quantizer (default {@link referenceQuantizer}; the bytes are the same with any). */
+  readonly quantizer?: WeightQuantizer;
 }
 
 /** What {@link quantizeCheckpoint} did. */
@@ -440,7 +488,14 @@ export function quantizeCheckpoint(
           writer.write(p.name, bytes);
           progress.advance(bytes.byteLength, p.name);
         } else {
-          writeQuantizedLayer(p, plan.format, bytes, writer, (b) => progress.advance(b, p.name));
+          writeQuantizedLayer(
+            p,
+            plan.format,
+            bytes,
+            writer,
+            (b) => progress.advance(b, p.name),
+            options.quantizer,
+          );
           const g = String(p.groupSize ?? 0);
           groups[g] = (groups[g] ?? 0) + 1;
         }

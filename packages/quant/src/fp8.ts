@@ -55,7 +55,8 @@ export interface Fp8ScaledWeight {
  * @param count  number of elements
  * @param options dtype (default f8_e4m3fn), name for errors
  * @returns codes and scale
- * @throws TpError E_SHAPE when the input does not hold `count` values.
+ * @throws TpError E_SHAPE when the input does not hold `count` values; E_ARG when it holds NaN or ±inf,
+ *   or when max |w| is so small that 1 / scale overflows f32
  */
 export function quantizeFp8Scaled(
   input: FloatInput,
@@ -69,6 +70,14 @@ export function quantizeFp8Scaled(
   const max = FP8_MAX[dtype];
   const data = new Uint8Array(x.length);
   if (amax === 0) return { data, scale: 1 };
+  if (!Number.isFinite(amax)) {
+    // ±inf (or NaN) makes the scale infinite and every code 0 or NaN, whose sign JavaScript does not keep
+    throw new TpError(
+      "E_ARG",
+      `the tensor holds ${Number.isNaN(amax) ? "NaN" : "±inf"}; an fp8 scale cannot be computed`,
+      ctx(options.name),
+    );
+  }
   const scale = Math.fround(amax / max);
   const inv = Math.fround(1 / scale);
   if (!Number.isFinite(inv)) {
@@ -81,7 +90,7 @@ export function quantizeFp8Scaled(
   const enc = dtype === "f8_e4m3fn" ? f32ToF8e4m3fn : f32ToF8e5m2;
   for (let i = 0; i < x.length; i++) {
     const v = Math.fround((x[i] as number) * inv);
-    data[i] = enc(Math.min(max, Math.max(-max, v)), true); // NaN passes the clamp and stays NaN
+    data[i] = enc(Math.min(max, Math.max(-max, v)), true);
   }
   return { data, scale };
 }
