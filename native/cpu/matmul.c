@@ -520,3 +520,147 @@ tp_status tp_cpu_convrot_quantize(tp_ctx *ctx, const float *x, int64_t m, int64_
   tp_free(tmp);
   return TP_OK;
 }
+
+/* ---- repacked Q8_0 / Q4_0 weights (layout: matmul.h) ------------------------------------------- */
+
+static int64_t rp_rec(int32_t format) {
+  return format == TP_W_Q8_0 ? TP_RP_Q8_0_REC : format == TP_W_Q4_0 ? TP_RP_Q4_0_REC : -1;
+}
+
+int64_t tp_weight_repack_bytes(int32_t format, int64_t n, int64_t k) {
+  const int64_t rec = rp_rec(format);
+  if (rec < 0 || n < 0 || k < 0 || n > TP_MM_MAX || k > TP_MM_MAX || k % 32 != 0) return -1;
+  return (n + TP_RP_ROWS - 1) / TP_RP_ROWS * (k / 32) * rec;
+}
+
+tp_status tp_cpu_repack_weight(tp_ctx *ctx, int32_t format, const void *w, uint64_t w_bytes, int64_t n, int64_t k,
+                               void *out, uint64_t out_bytes) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  if (rp_rec(format) < 0) {
+    return mm_error(ctx, TP_ERR_UNSUPPORTED, "tp_cpu_repack_weight: format %d has no repacked layout (q8_0, q4_0 only)",
+                    (int)format);
+  }
+  int64_t rb = 0;
+  tp_status st = check_weight(ctx, "tp_cpu_repack_weight", format, w, w_bytes, n, k, NULL, 0, 0, &rb);
+  if (st != TP_OK) return st;
+  const int64_t need = tp_weight_repack_bytes(format, n, k);
+  if (need < 0 || (uint64_t)need != out_bytes) {
+    return mm_error(ctx, TP_ERR_ARG, "tp_cpu_repack_weight: out needs %lld bytes, got out_bytes = %llu", (long long)need,
+                    (unsigned long long)out_bytes);
+  }
+  if (need == 0) return TP_OK;
+  if (out == NULL) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_repack_weight: out is NULL");
+  if (overlaps(out, out_bytes, w, w_bytes)) return mm_error(ctx, TP_ERR_ARG, "tp_cpu_repack_weight: out overlaps w");
+  const int q8 = format == TP_W_Q8_0;
+  const size_t rec = (size_t)rp_rec(format), bb = q8 ? 34 : 18, code = q8 ? 512 : 256;
+  const int64_t nb = k / 32, groups = (n + TP_RP_ROWS - 1) / TP_RP_ROWS;
+  uint8_t *o = out;
+  const uint8_t *src = w;
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t b = 0; b < nb; b++) {
+      uint8_t *r = o + (size_t)(g * nb + b) * rec;
+      memset(r, q8 ? 128 : 0, code);
+      memset(r + code, 0, 32);
+      for (int64_t i = 0; i < TP_RP_ROWS && g * TP_RP_ROWS + i < n; i++) {
+        const uint8_t *blk = src + (size_t)(g * TP_RP_ROWS + i) * (size_t)rb + (size_t)b * bb;
+        memcpy(r + code + 2 * i, blk, 2); /* f16 d */
+        for (int s = 0; s < (q8 ? 8 : 4); s++)
+          for (int t = 0; t < 4; t++)
+            r[64 * s + 4 * i + t] = q8 ? (uint8_t)(blk[2 + 4 * s + t] ^ 0x80) : blk[2 + 4 * s + t];
+      }
+    }
+  return TP_OK;
+}
+
+typedef struct rp_job {
+  const tp_mm_rp *p;
+  const float *x;        /* [m, k] */
+  int32_t isa;
+  uint8_t *xq;           /* per task: one row of k / 32 Q8_0 blocks */
+  tp_rp_act *act;        /* [m][k / 32] */
+  int64_t rows_per_task, groups_per_task;
+} rp_job;
+
+/* Activation rows → Q8_0 (bit-exact with the unpacked path), then the kernel's blocks with their offset terms. */
+static void rp_prep_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  const rp_job *j = arg;
+  const tp_mm_rp *p = j->p;
+  const int64_t nb = p->k / 32, off = p->fmt == TP_W_Q8_0 ? 128 : 8;
+  const int64_t r0 = task * j->rows_per_task, r1 = r0 + j->rows_per_task < p->m ? r0 + j->rows_per_task : p->m;
+  uint8_t *xq = j->xq + (size_t)task * (size_t)nb * 34;
+  for (int64_t i = r0; i < r1; i++) {
+    quantize_row(j->isa, TP_ACT_Q8_0, j->x + (size_t)i * (size_t)p->k, p->k, xq);
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *blk = xq + (size_t)b * 34;
+      tp_rp_act *a = j->act + (size_t)i * (size_t)nb + (size_t)b;
+      memcpy(a->q, blk + 2, 32);
+      int32_t sum = 0;
+      for (int e = 0; e < 32; e++) sum += a->q[e];
+      a->d = tp_f16p(blk);
+      a->corr = (int32_t)(-off * sum);
+    }
+  }
+}
+
+static void rp_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  const rp_job *j = arg;
+  const int64_t groups = (j->p->n + TP_RP_ROWS - 1) / TP_RP_ROWS;
+  const int64_t g0 = task * j->groups_per_task, g1 = g0 + j->groups_per_task < groups ? g0 + j->groups_per_task : groups;
+#if TP_MM_X86
+  if (g0 < g1) tp_mm_repacked_avx512vnni(j->p, g0, g1);
+#else
+  (void)g0;
+  (void)g1;
+#endif
+}
+
+tp_status tp_cpu_matmul_repacked(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32_t format, const void *packed,
+                                 uint64_t packed_bytes, int64_t n, const float *bias, float *y) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  const char *fn = "tp_cpu_matmul_repacked";
+  if (rp_rec(format) < 0) return mm_error(ctx, TP_ERR_UNSUPPORTED, "%s: format %d is not q8_0 or q4_0", fn, (int)format);
+#if TP_MM_X86
+  if (!(ctx->isa >= TP_ISA_AVX512 && (ctx->features & TP_CPU_AVX512VNNI)))
+#endif
+    return mm_error(ctx, TP_ERR_UNSUPPORTED, "%s: needs the AVX-512 VNNI level (this context has not got it)", fn);
+  const int64_t need = tp_weight_repack_bytes(format, n, k);
+  if (need < 0 || (uint64_t)need != packed_bytes) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: weight [%lld, %lld] needs %lld repacked bytes, got %llu", fn, (long long)n,
+                    (long long)k, (long long)need, (unsigned long long)packed_bytes);
+  }
+  if (m < 0 || m > TP_MM_MAX || (m > 0 && k > TP_MM_MAX / m) || (m > 0 && n > TP_MM_MAX / m)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: bad m = %lld for k = %lld, n = %lld", fn, (long long)m, (long long)k,
+                    (long long)n);
+  }
+  if (m == 0 || n == 0) return TP_OK;
+  if (y == NULL || packed == NULL || (x == NULL && k > 0)) return mm_error(ctx, TP_ERR_ARG, "%s: a NULL pointer", fn);
+  const uint64_t y_bytes = (uint64_t)m * (uint64_t)n * 4, x_bytes = (uint64_t)m * (uint64_t)k * 4;
+  if (overlaps(y, y_bytes, x, x_bytes) || overlaps(y, y_bytes, packed, packed_bytes) ||
+      overlaps(y, y_bytes, bias, bias ? (uint64_t)n * 4 : 0)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: y overlaps an input", fn);
+  }
+  const int64_t nb = k / 32, groups = (n + TP_RP_ROWS - 1) / TP_RP_ROWS;
+  tp_mm_rp p = {.fmt = format, .m = m, .n = n, .k = k, .w = packed, .rec = (size_t)rp_rec(format), .bias = bias, .y = y};
+  const int64_t threads = ctx->n_threads;
+  const int small = (uint64_t)m * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS;
+  int64_t prep_tasks = small || (uint64_t)m * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS ? 1 : (m < threads ? m : threads);
+  const size_t xq_bytes = round64((size_t)prep_tasks * (size_t)nb * 34);
+  const size_t act_bytes = round64((size_t)m * (size_t)nb * sizeof(tp_rp_act));
+  uint8_t *base = ctx_scratch(ctx, xq_bytes + act_bytes);
+  if (base == NULL) return mm_error(ctx, TP_ERR_OOM, "%s: no memory for %zu bytes of scratch", fn, xq_bytes + act_bytes);
+  rp_job job = {.p = &p, .x = x, .isa = ctx->isa, .xq = base, .act = (tp_rp_act *)(base + xq_bytes)};
+  job.rows_per_task = (m + prep_tasks - 1) / prep_tasks;
+  prep_tasks = (m + job.rows_per_task - 1) / job.rows_per_task;
+  p.act = job.act;
+  run_tasks(ctx, prep_tasks, rp_prep_task, &job);
+  /* row groups split evenly over the threads */
+  const int64_t tasks = small ? 1 : (groups < threads ? groups : threads);
+  job.groups_per_task = (groups + tasks - 1) / tasks;
+  run_tasks(ctx, (groups + job.groups_per_task - 1) / job.groups_per_task, rp_task, &job);
+  ctx_scratch_trim(ctx);
+  return TP_OK;
+}

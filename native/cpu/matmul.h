@@ -227,4 +227,42 @@ void tp_mm_convrot_scalar(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scra
 void tp_mm_convrot_avx2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 void tp_mm_convrot_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 
+
+/* ---- repacked Q8_0 / Q4_0 weights for GEMV and small batches (matmul.c, matmul_repack_avx512vnni.c) ---- */
+
+/*
+ * Layout (tp_cpu_repack_weight): rows in groups of TP_RP_ROWS (the last group padded with zero rows of
+ * scale 0); per group, per block of 32 columns, one record:
+ *   Q8_0 (544 B): codes + 128 as u8 in 8 steps of [16 rows][4 bytes] (step s: columns 4s..4s+3), then
+ *                 the 16 rows' f16 scales;
+ *   Q4_0 (288 B): the ggml nibble bytes in 4 steps of [16 rows][4 bytes] (step j: bytes 4j..4j+3 of the
+ *                 row's qs: low nibbles columns 4j.., high nibbles 16 + 4j..), then the 16 f16 scales.
+ * One 512-bit load is then 16 rows × 4 columns: vpdpbusd against 4 activation bytes broadcast, the
+ * same exact int32 block sums as the unpacked kernels (Q8_0: −128·Σq_a; Q4_0: −8·Σq_a per block).
+ * After llama.cpp's repacked layouts (ggml-cpu/repack.cpp, block_q4_0x8 / block_q8_0x4).
+ */
+#define TP_RP_ROWS 16
+#define TP_RP_Q8_0_REC 544
+#define TP_RP_Q4_0_REC 288
+
+/* Activation block of the repacked kernel: the Q8_0 codes, d_a, and the offset term as int32. */
+typedef struct tp_rp_act {
+  int8_t q[32];
+  float d;
+  int32_t corr; /* −128·Σq (Q8_0 weights) or −8·Σq (Q4_0) */
+} tp_rp_act;
+
+typedef struct tp_mm_rp {
+  int32_t fmt;             /* TP_W_Q8_0 or TP_W_Q4_0 */
+  int64_t m, n, k;
+  const uint8_t *w;        /* ceil(n / 16) groups of k / 32 records */
+  size_t rec;              /* record bytes */
+  const tp_rp_act *act;    /* [m][k / 32] */
+  const float *bias;       /* [n] or NULL */
+  float *y;                /* [m, n] */
+} tp_mm_rp;
+
+/* y rows [0, m) × row groups [g0, g1) of a repacked weight (AVX-512 BW + VNNI). */
+void tp_mm_repacked_avx512vnni(const tp_mm_rp *p, int64_t g0, int64_t g1);
+
 #endif /* TP_CPU_MATMUL_H */

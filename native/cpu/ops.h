@@ -114,10 +114,16 @@ typedef struct tp_attn_kernels {
    */
   void (*scores)(const float *q, const float *kt, float *s, size_t rows, size_t d);
   /*
-   * o[r][c] += Σ_j p[r][j] * v[j][c] for r < rows (a multiple of TP_ATTN_MR), j < nk, c < dvp (a
-   * multiple of TP_ATTN_DV_ALIGN); p rows have stride TP_ATTN_BK, v and o rows stride dvp.
+   * The same for few rows, reading K in place: s[r][c] = Σ_t q[r][t] * k[c·ks + t] for r < rows (any
+   * count), c < nk (≤ TP_ATTN_BK), t < d; q rows have stride d, s rows stride TP_ATTN_BK; columns
+   * [nk, TP_ATTN_BK) of s are not written. For decoding, where transposing K costs more than the dots.
    */
-  void (*pv)(const float *p, const float *v, float *o, size_t rows, size_t nk, size_t dvp);
+  void (*scores_rows)(const float *q, const float *k, size_t ks, float *s, size_t rows, size_t nk, size_t d);
+  /*
+   * o[r][c] += Σ_j p[r][j] * v[j·vs + c] for r < rows (a multiple of TP_ATTN_MR), j < nk, c < dvp (a
+   * multiple of TP_ATTN_DV_ALIGN); p rows have stride TP_ATTN_BK, o rows stride dvp, v rows stride vs.
+   */
+  void (*pv)(const float *p, const float *v, size_t vs, float *o, size_t rows, size_t nk, size_t dvp);
 } tp_attn_kernels;
 
 extern const tp_attn_kernels tp_attn_scalar;

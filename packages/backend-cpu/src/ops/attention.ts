@@ -1,15 +1,20 @@
 /**
  * Scaled dot-product attention of the cpu backend: GQA, masks none / causal / causal with a full
  * prefix / sliding window, query offset, logit softcap, scale. q [batch, num_heads, Sq, head_dim],
- * k [batch, num_kv_heads, Skv, head_dim], v [batch, num_kv_heads, Skv, head_dim_v], all f32; strided
- * views are copied first. Kernel: native/cpu/attention.c (tiled online softmax, O(tile) memory).
+ * k [batch, num_kv_heads, Skv, head_dim], v [batch, num_kv_heads, Skv, head_dim_v], all f32. Strided
+ * views are read in place through their strides (a KV cache [capacity, kv_heads, head_dim] sliced and
+ * permuted to [1, kv_heads, len, head_dim] costs no copy per token); only a view whose last dimension
+ * is not unit-stride is copied first. The output is a new contiguous [batch, num_heads, Sq, head_dim_v]
+ * tensor (for Sq = 1 its permute to [batch, Sq, num_heads, head_dim_v] is contiguous too; the native
+ * entry point can also write any output strides). Kernel: native/cpu/attention.c (tiled online
+ * softmax, O(tile) memory; decoding splits the keys over threads when there are few kv heads).
  *
  * Key j is visible to query i (at position p = qOffset + i) when j < fullPrefix, or when there is no
  * causal mask, or when j ≤ p and (no window, or j > p − window). A query that sees no key returns
  * zeros. `window` needs `causal`.
  * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023; softcap: Gemma 2 (Team et al. 2024).
  */
-import { type AttentionOptions, formatShape, type Tensor } from "@tp/tensor";
+import { type AttentionOptions, contiguousStrides, formatShape, type Tensor } from "@tp/tensor";
 import {
   argError,
   type CpuOpHost,
@@ -20,7 +25,7 @@ import {
   scoped,
   shapeError,
 } from "./common.ts";
-import { attentionF32 } from "./native.ts";
+import { type AttentionView, attentionF32 } from "./native.ts";
 
 /**
  * softmax(q·kᵀ·scale + mask)·v per head (see the module comment for the mask rules) →
@@ -65,25 +70,38 @@ export function attention(
   }
   if (batch * heads * sq * dv === 0) return host.alloc([batch, heads, sq, dv], "f32", q.name);
   return scoped(host, op, (s) => {
-    const qr = s.contiguous(q);
-    const kr = s.contiguous(k);
-    const vr = s.contiguous(v);
+    // in place when the last dimension is unit-stride (or of size ≤ 1); else a contiguous copy
+    const view = (t: Tensor): AttentionView =>
+      (t.shape[3] as number) <= 1 || t.strides[3] === 1
+        ? { region: host.viewRegion(t), strides: [...t.strides.slice(0, 3), 1] }
+        : { region: s.contiguous(t), strides: contiguousStrides(t.shape) };
+    const qv = view(q);
+    const kv = view(k);
+    const vv = view(v);
+    const outStrides = contiguousStrides([batch, heads, sq, dv]);
     return produce(host, op, [batch, heads, sq, dv], "f32", q.name, (out) =>
-      attentionF32(host.ctx, qr, kr, vr, out, {
-        batch,
-        heads,
-        kvHeads,
-        sq,
-        skv,
-        headDim: d,
-        headDimV: dv,
-        scale,
-        qOffset,
-        causal,
-        window,
-        fullPrefix,
-        softcap,
-      }),
+      attentionF32(
+        host.ctx,
+        qv,
+        kv,
+        vv,
+        { region: out, strides: outStrides },
+        {
+          batch,
+          heads,
+          kvHeads,
+          sq,
+          skv,
+          headDim: d,
+          headDimV: dv,
+          scale,
+          qOffset,
+          causal,
+          window,
+          fullPrefix,
+          softcap,
+        },
+      ),
     );
   });
 }

@@ -7,6 +7,15 @@
  * bf16 and fp8 — in scratch memory the native context keeps between calls (up to 64 MiB, outside
  * the backend's memory account, like the packing panels of the GEMM).
  *
+ * Q8_0 / Q4_0 weights at the AVX-512 VNNI level, for M ≤ {@link REPACK_MAX_M} (decoding, small
+ * batches), when the environment has `TP_CPU_REPACK=1` (opt-in for now: the copy outlives the op, which
+ * the conformance suite's "memory back where it was" check counts as a leak): on first use the weight is repacked once into 16-row interleaved blocks
+ * (native/cpu/matmul.h; llama.cpp's CPU_REPACK idea) in a u8 tensor of this backend — counted in
+ * `backend.memory` like any tensor, freed when the Weight object is garbage-collected or the backend
+ * is disposed — and later calls read that copy (tp_cpu_matmul_repacked: the same Q8_0 activations and
+ * exact int32 block sums, f32 summation order differs). When the budget has no room for the copy,
+ * the weight is read unpacked.
+ *
  * Numerics (the tolerances the tests state): ConvRot equals @tp/quant convRotLinear bit for bit; GGUF
  * equals ggml's integer block dot products (llm.md §2.6) up to f32 summation order; the float formats
  * differ from an f64 reference by f32 summation order (and bf16 rounding of x for bf16 / fp8).
@@ -21,9 +30,58 @@ import {
   type Weight,
   type WeightFormat,
 } from "@tp/tensor";
-import { NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
+import { CPU_FEATURES, NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
 import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./common.ts";
-import type { NativeRegion } from "./native.ts";
+import { matmulRepacked, type NativeRegion, type RepackFormat, repackBytes, repackWeight } from "./native.ts";
+
+/** Largest M (activation rows) that reads a repacked Q8_0 / Q4_0 weight; larger M reads it unpacked. */
+export const REPACK_MAX_M = 64;
+
+/** Per backend: the repacked copy of each Q8_0 / Q4_0 weight (null: not repackable or no room). */
+const repacked = new WeakMap<CpuOpHost, WeakMap<Weight, Tensor | null>>();
+/** Frees a repacked copy when its Weight is collected (a disposed backend has freed it already). */
+const repackFinalizer = new FinalizationRegistry<{ host: CpuOpHost; t: Tensor }>(({ host, t }) => {
+  if (!t.storage.freed) host.free(t);
+});
+
+/**
+ * The repacked copy of `w` on `host` (made on first use), or null when this weight or context has none:
+ * another format, a context below the AVX-512 VNNI level, or a memory budget without room for it.
+ * @throws TpError from the repack itself (a weight whose bytes do not match its shape)
+ */
+function repackedWeight(host: CpuOpHost, w: Weight): Tensor | null {
+  if ((w.format !== "q8_0" && w.format !== "q4_0") || process.env.TP_CPU_REPACK !== "1") return null;
+  const ctx = host.ctx;
+  if (ctx.isa !== "avx512" || (ctx.lib.features() & CPU_FEATURES.avx512vnni) === 0) return null;
+  let byWeight = repacked.get(host);
+  if (byWeight === undefined) {
+    byWeight = new WeakMap();
+    repacked.set(host, byWeight);
+  }
+  const have = byWeight.get(w);
+  if (have !== undefined) return have?.storage.freed ? null : have;
+  const format = w.format as RepackFormat;
+  const bytes = repackBytes(ctx, format, w.n, w.k);
+  let t: Tensor | null = null;
+  if (bytes > 0) {
+    try {
+      t = host.alloc([bytes], "u8", `${w.name} (repacked ${format})`);
+    } catch (e) {
+      if (!(e instanceof TpError && e.code === "E_OOM")) throw e;
+    }
+  }
+  if (t !== null) {
+    try {
+      repackWeight(ctx, format, w.data, w.n, w.k, { ptr: host.elementPointer(t, "matmul"), bytes });
+    } catch (e) {
+      host.free(t);
+      throw e;
+    }
+    repackFinalizer.register(w, { host, t });
+  }
+  byWeight.set(w, t);
+  return t;
+}
 
 /** The weight formats matmul and embedding take on this backend. */
 export const CPU_WEIGHT_FORMATS: readonly WeightFormat[] = Object.keys(
@@ -111,9 +169,16 @@ export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options: { bias?: 
   let m = 1;
   for (let d = 0; d < x.rank - 1; d++) m *= x.shape[d] as number;
   const outShape = [...x.shape.slice(0, -1), n];
+  const packed = m <= REPACK_MAX_M && m * n > 0 ? repackedWeight(host, w) : null;
   return scoped(host, op, (s) => {
     const xr = s.contiguous(x);
     const br = bias === undefined ? null : s.contiguous(bias);
+    if (packed !== null) {
+      const pr = { ptr: host.elementPointer(packed, op), bytes: packed.byteLength };
+      return produce(host, op, outShape, "f32", undefined, (out) =>
+        matmulRepacked(host.ctx, w.format as RepackFormat, xr, m, k, pr, n, br, out),
+      );
+    }
     return produce(host, op, outShape, "f32", undefined, (out) =>
       host.ctx.matmul(f32View(xr, m * k), m, nw, br === null ? null : f32View(br, n), f32View(out, m * n)),
     );

@@ -8,8 +8,10 @@
  *
  * Ownership (tp.h): the caller owns every region; native code keeps no pointer after a call.
  */
+
+import { ptr } from "bun:ffi";
 import { TpError } from "@tp/tensor";
-import { check, type NativeContext, type Pointer } from "../ffi.ts";
+import { check, NATIVE_WEIGHT_FORMATS, type NativeContext, type Pointer } from "../ffi.ts";
 
 /** Native memory a kernel may touch: the address of the first element and the bytes available from it. */
 export interface NativeRegion {
@@ -367,7 +369,7 @@ export function ropeF32(
   );
 }
 
-/** Sizes and options of {@link attentionF32} (tp.h tp_cpu_attention_f32). */
+/** Sizes and options of {@link attentionF32} (tp.h tp_cpu_attention_strided_f32). */
 export interface AttentionDims {
   readonly batch: number;
   readonly heads: number;
@@ -386,37 +388,72 @@ export interface AttentionDims {
   readonly softcap: number;
 }
 
-/** Tiled online-softmax attention on contiguous f32 q, k, v (tp_cpu_attention_f32). */
+/**
+ * A rank-4 f32 view [batch, heads, rows, dim] for {@link attentionF32}: the region from its first
+ * element, and its element strides (4 values, non-negative; the last must be 1).
+ */
+export interface AttentionView {
+  readonly region: NativeRegion;
+  readonly strides: readonly number[];
+}
+
+/**
+ * Tiled online-softmax attention on strided f32 views, read and written in place
+ * (tp_cpu_attention_strided_f32): q [batch, heads, sq, headDim], k [batch, kvHeads, skv, headDim],
+ * v [batch, kvHeads, skv, headDimV] → out [batch, heads, sq, headDimV] (any strides whose last is 1).
+ * @throws TpError E_ARG when a stride is not a non-negative integer, a last stride is not 1, a view
+ *   reaches past its region or is misaligned, or a count is bad; the native checks (out overlapping
+ *   an input, out strides that alias) as E_ARG from {@link check}
+ */
 export function attentionF32(
   ctx: NativeContext,
-  q: NativeRegion,
-  k: NativeRegion,
-  v: NativeRegion,
-  out: NativeRegion,
+  q: AttentionView,
+  k: AttentionView,
+  v: AttentionView,
+  out: AttentionView,
   d: AttentionDims,
 ): void {
   const op = "attention";
-  const pq = region(op, "q", q, product(op, d.batch, d.heads, d.sq, d.headDim) * 4, 4);
-  const pk = region(op, "k", k, product(op, d.batch, d.kvHeads, d.skv, d.headDim) * 4, 4);
-  const pv = region(op, "v", v, product(op, d.batch, d.kvHeads, d.skv, d.headDimV) * 4, 4);
-  const po = region(op, "out", out, product(op, d.batch, d.heads, d.sq, d.headDimV) * 4, 4);
+  const views: [string, AttentionView, number[]][] = [
+    ["q", q, [d.batch, d.heads, d.sq, d.headDim]],
+    ["k", k, [d.batch, d.kvHeads, d.skv, d.headDim]],
+    ["v", v, [d.batch, d.kvHeads, d.skv, d.headDimV]],
+    ["out", out, [d.batch, d.heads, d.sq, d.headDimV]],
+  ];
+  const ptrs: (Pointer | null)[] = [];
+  const lens = new BigUint64Array(4);
+  const strides = new BigInt64Array(12);
+  views.forEach(([name, view, shape], i) => {
+    if (view.strides.length !== 4 || (view.strides[3] !== 1 && (shape[3] as number) > 1)) {
+      throw new TpError(
+        "E_ARG",
+        `${op}: ${name} strides [${view.strides.join(", ")}] must be 4 with a last stride of 1`,
+      );
+    }
+    const sv = strided(op, name, view.region, 4, shape, [...view.strides.slice(0, 3), 1]);
+    ptrs.push(sv.ptr);
+    lens[i] = BigInt(sv.len);
+    for (let a = 0; a < 3; a++) strides[3 * i + a] = sv.strides[a] as bigint;
+  });
   if (!Number.isSafeInteger(d.qOffset))
     throw new TpError("E_ARG", `${op}: qOffset ${d.qOffset} is not an integer`);
   check(
     ctx,
-    ctx.lib.raw.tp_cpu_attention_f32(
+    ctx.lib.raw.tp_cpu_attention_strided_f32(
       ctx.handle,
-      pq,
-      pk,
-      pv,
-      po,
-      d.batch,
-      d.heads,
-      d.kvHeads,
-      d.sq,
-      d.skv,
-      d.headDim,
-      d.headDimV,
+      ptrs[0] as Pointer | null,
+      ptrs[1] as Pointer | null,
+      ptrs[2] as Pointer | null,
+      ptrs[3] as Pointer | null,
+      lens,
+      strides,
+      count(op, "batch", d.batch),
+      count(op, "heads", d.heads),
+      count(op, "kvHeads", d.kvHeads),
+      count(op, "sq", d.sq),
+      count(op, "skv", d.skv),
+      count(op, "headDim", d.headDim),
+      count(op, "headDimV", d.headDimV),
       d.scale,
       d.qOffset,
       d.causal ? 1 : 0,
@@ -524,4 +561,91 @@ export function topKF32(
   const pv = region(op, "values", values, product(op, rows, k) * 4, 4);
   const pi = region(op, "indices", indices, product(op, rows, k) * 4, 4);
   check(ctx, ctx.lib.raw.tp_cpu_top_k_f32(ctx.handle, px, pv, pi, rows, n, k));
+}
+
+/** The weight formats with a repacked layout (tp.h tp_weight_repack_bytes). */
+export type RepackFormat = "q8_0" | "q4_0";
+
+/**
+ * Bytes of the repacked layout of a weight [n, k] (tp_weight_repack_bytes), or -1 when k is not a
+ * multiple of 32.
+ */
+export function repackBytes(ctx: NativeContext, format: RepackFormat, n: number, k: number): number {
+  const op = "repack";
+  return Number(
+    ctx.lib.raw.tp_weight_repack_bytes(NATIVE_WEIGHT_FORMATS[format], count(op, "n", n), count(op, "k", k)),
+  );
+}
+
+/**
+ * Repack a Q8_0 / Q4_0 weight [n, k] (`data`: n rows of ggml blocks) into `out`, which holds exactly
+ * {@link repackBytes} bytes (tp_cpu_repack_weight; layout in native/cpu/matmul.h).
+ * @throws TpError E_ARG for a bad size, a short region or overlapping buffers (from the native check too)
+ */
+export function repackWeight(
+  ctx: NativeContext,
+  format: RepackFormat,
+  data: Uint8Array,
+  n: number,
+  k: number,
+  out: NativeRegion,
+): void {
+  const op = "repack";
+  const bytes = repackBytes(ctx, format, n, k);
+  if (bytes < 0) throw new TpError("E_ARG", `${op}: k = ${k} is not a multiple of 32`);
+  const po = region(op, "out", out, bytes, 1);
+  const pw = data.byteLength === 0 ? null : ptr(data);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_repack_weight(
+      ctx.handle,
+      NATIVE_WEIGHT_FORMATS[format],
+      pw,
+      data.byteLength,
+      n,
+      k,
+      po,
+      bytes,
+    ),
+  );
+}
+
+/**
+ * y [m, n] = x [m, k] · Wᵀ (+ bias [n]) from a repacked Q8_0 / Q4_0 weight (tp_cpu_matmul_repacked):
+ * the numbers of the unpacked kernels up to f32 summation order. Needs the AVX-512 VNNI level.
+ * @throws TpError E_ARG for short or misaligned regions or bad counts; E_UNSUPPORTED below that level
+ */
+export function matmulRepacked(
+  ctx: NativeContext,
+  format: RepackFormat,
+  x: NativeRegion,
+  m: number,
+  k: number,
+  packed: NativeRegion,
+  n: number,
+  bias: NativeRegion | null,
+  y: NativeRegion,
+): void {
+  const op = "matmul";
+  const bytes = repackBytes(ctx, format, n, k);
+  if (bytes < 0) throw new TpError("E_ARG", `${op}: k = ${k} is not a multiple of 32`);
+  const px = region(op, "x", x, product(op, m, k) * 4, 4);
+  const pp = region(op, "packed weight", packed, bytes, 1);
+  const pb = optRegion(op, "bias", bias, n * 4);
+  const py = region(op, "y", y, product(op, m, n) * 4, 4);
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_matmul_repacked(
+      ctx.handle,
+      px,
+      m,
+      k,
+      NATIVE_WEIGHT_FORMATS[format],
+      pp,
+      bytes,
+      n,
+      pb,
+      py,
+    ),
+  );
 }

@@ -5,7 +5,10 @@
  * wrappers are in `./native.ts`.
  */
 
-/** Symbols of the ops: copy, elementwise, norms, softmax, rope, attention, conv2d, upsample, sampling. */
+/**
+ * Symbols of the ops: copy, elementwise, norms, softmax, rope, attention, conv2d, upsample, sampling,
+ * and the repacked-weight matmul.
+ */
 export const OP_SYMBOLS = {
   // layout
   tp_cpu_copy: {
@@ -71,6 +74,32 @@ export const OP_SYMBOLS = {
     ],
     returns: "i32",
   },
+  // (q, k, v, out, lens[4], strides[12], batch, heads, kv_heads, sq, skv, head_dim, head_dim_v, scale, q_offset, causal, window, full_prefix, softcap)
+  tp_cpu_attention_strided_f32: {
+    args: [
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "ptr",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "u64",
+      "f32",
+      "i64",
+      "i32",
+      "i64",
+      "i64",
+      "f32",
+    ],
+    returns: "i32",
+  },
   tp_cpu_conv2d_f32: {
     args: [
       "ptr",
@@ -90,6 +119,13 @@ export const OP_SYMBOLS = {
       "i32",
       "i32",
     ],
+    returns: "i32",
+  },
+  // repacked Q8_0 / Q4_0 weights for the GEMV (tp.h "weights"; wrappers in ./native.ts)
+  tp_weight_repack_bytes: { args: ["i32", "i64", "i64"], returns: "i64" },
+  tp_cpu_repack_weight: { args: ["ptr", "i32", "ptr", "u64", "i64", "i64", "ptr", "u64"], returns: "i32" },
+  tp_cpu_matmul_repacked: {
+    args: ["ptr", "ptr", "i64", "i64", "i32", "ptr", "u64", "i64", "ptr", "ptr"],
     returns: "i32",
   },
   // sampling helpers

@@ -2,8 +2,11 @@
  * Cases of attention: no mask, causal (prefill, chunked prefill with qOffset, decoding with one
  * query), GQA, a sliding window wider and narrower than one key block, a full prefix (an image block
  * attended bidirectionally before causal text), softcap, head_dim_v ≠ head_dim, head sizes that are
- * not multiples of a vector, queries that see no key, and inputs in [batch, seq, heads, head_dim]
- * order seen through a permutation (what a model gets from its projections).
+ * not multiples of a vector, queries that see no key, inputs in [batch, seq, heads, head_dim]
+ * order seen through a permutation (what a model gets from its projections), and K / V read from a KV
+ * cache [capacity, kv_heads, head_dim] as `cache.slice(0, 0, len).reshape(1, len, kv_heads, head_dim)
+ * .permute(0, 2, 1, 3)` (rows past len hold NaN: a kernel that reads them fails), with decoding
+ * shapes that split the keys over threads, and a view whose last dimension is strided (copied).
  */
 import type { AttentionOptions, Tensor } from "@tp/tensor";
 import { type ConformanceCase, defineCase, type InputSpec } from "../case.ts";
@@ -19,6 +22,36 @@ interface AttnCase {
   note: string;
   /** q, k, v stored as [batch, seq, heads, dim] and permuted */
   bshd?: boolean;
+  /** k, v read from a KV cache of this many rows [capacity, kv_heads, dim] (batch 1; q follows bshd) */
+  cache?: number;
+  /** k seen through every other element of its last dimension (stride 2: copied by the cpu backend) */
+  kStride2?: boolean;
+}
+
+/**
+ * A KV-cache input: [capacity, kvHeads, dim] whose first `len` rows hold `data` ([1, kvHeads, len, dim],
+ * the view the op sees, row-major) and whose other rows are NaN.
+ */
+function cacheInput(
+  name: string,
+  data: Float32Array,
+  capacity: number,
+  kvHeads: number,
+  len: number,
+  dim: number,
+): InputSpec {
+  const stored = new Float32Array(capacity * kvHeads * dim).fill(Number.NaN);
+  for (let h = 0; h < kvHeads; h++)
+    for (let j = 0; j < len; j++)
+      for (let t = 0; t < dim; t++)
+        stored[(j * kvHeads + h) * dim + t] = data[(h * len + j) * dim + t] as number;
+  return { name, dtype: "f32", shape: [capacity, kvHeads, dim], data: stored };
+}
+
+/** The view of a KV cache the model passes: [1, kvHeads, len, dim] with strides [*, dim, kvHeads · dim, 1]. */
+function cacheView(cache: Tensor, len: number): Tensor {
+  const [, kvHeads, dim] = cache.shape as [number, number, number];
+  return cache.slice(0, 0, len).reshape(1, len, kvHeads, dim).permute(0, 2, 1, 3);
 }
 
 /** Every attention case. */
@@ -68,8 +101,46 @@ export function attentionCases(): ConformanceCase[] {
       options: { causal: true },
       note: "decode, 16 query heads on one kv head",
     },
+    {
+      dims: [1, 16, 8, 1, 200, 128, 128],
+      options: { causal: true },
+      note: "decode from a KV cache of 300, GQA 16/8, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 300,
+    },
+    {
+      dims: [1, 4, 1, 1, 1500, 16, 16],
+      options: { causal: true },
+      note: "decode from a KV cache of 1600, one kv head (keys split over threads)",
+      cache: 1600,
+    },
+    {
+      dims: [1, 2, 1, 1, 1300, 16, 16],
+      options: { causal: true, window: 700, fullPrefix: 40 },
+      note: "decode from a KV cache, window 700 + full prefix 40 (keys split; early chunks masked)",
+      cache: 1301,
+    },
+    {
+      dims: [1, 4, 2, 5, 20, 16, 16],
+      options: { causal: true },
+      note: "chunked prefill from a KV cache of 40, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 40,
+    },
+    {
+      dims: [1, 8, 2, 20, 90, 64, 64],
+      options: { causal: true },
+      note: "prefill from a KV cache of 100, head_dim 64 (V read in place)",
+      cache: 100,
+    },
+    {
+      dims: [1, 2, 1, 3, 70, 16, 16],
+      options: { causal: true },
+      note: "k with a strided last dimension (copied)",
+      kStride2: true,
+    },
   ];
-  return cases.map(({ dims, options, note, bshd }, i) => {
+  return cases.map(({ dims, options, note, bshd, cache, kStride2 }, i) => {
     const [b, h, hkv, sq, skv, d, dv] = dims;
     const shapes = [
       [b, h, sq, d],
@@ -77,26 +148,33 @@ export function attentionCases(): ConformanceCase[] {
       [b, hkv, skv, dv],
     ];
     const view: InputSpec["view"] = bshd ? { kind: "permute", perm: [0, 2, 1, 3] } : { kind: "contiguous" };
-    const inputs = (["q", "k", "v"] as const).map(
-      (name, k): InputSpec => ({
-        name,
-        dtype: "f32",
-        shape: shapes[k] as number[],
-        data: gaussian(1200 + 3 * i + k, numelOf(shapes[k] as number[])),
-        view,
-      }),
-    );
+    const data = shapes.map((shape, k) => gaussian(1200 + 3 * i + k, numelOf(shape as number[])));
+    const inputs = (["q", "k", "v"] as const).map((name, k): InputSpec => {
+      if (cache !== undefined && k > 0) {
+        return cacheInput(name, data[k] as Float32Array, cache, hkv, skv, k === 1 ? d : dv);
+      }
+      const kView: InputSpec["view"] = kStride2 && k === 1 ? { kind: "stride2" } : view;
+      return { name, dtype: "f32", shape: shapes[k] as number[], data: data[k] as Float32Array, view: kView };
+    });
     return defineCase({
       op: "attention",
       name: `attention q [${shapes[0]}] k [${shapes[1]}] v [${shapes[2]}] ${note}`,
       tolerance: ATTENTION,
       inputs,
-      call: (bk, [q, k, v]) => bk.attention(q as Tensor, k as Tensor, v as Tensor, options),
-      reference: ([q, k, v]) => [
+      call: (bk, [q, k, v]) =>
+        cache === undefined
+          ? bk.attention(q as Tensor, k as Tensor, v as Tensor, options)
+          : bk.attention(q as Tensor, cacheView(k as Tensor, skv), cacheView(v as Tensor, skv), options),
+      reference: ([q]) => [
         {
           shape: [b, h, sq, dv],
           dtype: "f32",
-          data: attentionRef(q as never, k as never, v as never, options),
+          data: attentionRef(
+            q as never,
+            { shape: shapes[1] as number[], data: data[1] as Float32Array },
+            { shape: shapes[2] as number[], data: data[2] as Float32Array },
+            options,
+          ),
         },
       ],
     });
