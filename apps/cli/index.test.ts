@@ -34,7 +34,10 @@ test("backends --json lists every backend; cpu starts here, the others start or 
 
 test("usage errors are one line on stderr with exit status 2", () => {
   for (const [args, message] of [
-    [["frob"], "error E_ARG: unknown command 'frob'; expected one of: backends, inspect, quantize, help\n"],
+    [
+      ["frob"],
+      "error E_ARG: unknown command 'frob'; expected one of: generate, decode, encode, backends, inspect, quantize, help\n",
+    ],
     [
       ["backends", "--threads", "x"],
       "error E_ARG: --threads must be an integer from 1 to 256 (0: all CPUs), got 'x'\n",

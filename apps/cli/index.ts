@@ -1,17 +1,20 @@
 #!/usr/bin/env bun
 /**
- * `bun apps/cli <command>` — TensorPencil's command line. Commands arrive with their issues
- * (generate, inspect, quantize, models, bench); this file only parses the command and prints every
+ * `bun apps/cli <command>` — TensorPencil's command line: generate / decode / encode (Krea 2,
+ * generate.ts), backends, inspect, quantize (quantize.ts); models and bench arrive with their issues.
+ * This file only parses the command and prints every
  * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors).
  */
 import { parseArgs } from "node:util";
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
 import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
+import { decode, encode, GENERATE_USAGE, generate } from "./generate.ts";
 import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
 
 const USAGE = `usage: bun apps/cli <command> [options]
 
 commands:
+${GENERATE_USAGE}
   backends [--threads N] [--json]   list the compute backends and whether each can start here
                                     (--threads 0: all CPUs, the default)
   inspect PATH [--json] [--array-limit N]
@@ -101,6 +104,12 @@ await runCli(async () => {
         return inspect(rest);
       case "quantize":
         return quantize(rest);
+      case "generate":
+        return await generate(rest);
+      case "decode":
+        return await decode(rest);
+      case "encode":
+        return await encode(rest);
       case undefined:
       case "help":
       case "--help":
@@ -110,7 +119,7 @@ await runCli(async () => {
       default:
         throw new TpError(
           "E_ARG",
-          `unknown command '${command}'; expected one of: backends, inspect, quantize, help`,
+          `unknown command '${command}'; expected one of: generate, decode, encode, backends, inspect, quantize, help`,
         );
     }
   } catch (e) {

@@ -1,0 +1,297 @@
+// `bun apps/cli generate | decode | encode` as a user runs them: child processes on tiny checkpoints.
+// With ../shared: ComfyUI's turbo_cfg1 run through the CLI (its conditioning written to a --cond-in file
+// here), the PNG's pixels against ComfyUI's image and its parameters chunk, --latent-out → decode, and
+// --cond-out. Always (random-weight checkpoints written by the test): a run with CFG, and every error —
+// one `error E_CODE: …` line on stderr, exit 1 (2 for usage errors), and no file written.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import {
+  decodePng,
+  randomConditioning,
+  readConditioning,
+  TINY_KREA2_CONFIG,
+  writeConditioning,
+  writeRandomKrea2Dit,
+  writeRandomWanVae,
+} from "@tp/diffusion";
+
+/** Bytes of the 8-bit image allowed off by one vs ComfyUI (measured 1 of 36,864; see the pipeline test). */
+const MAX_BYTES_OFF_BY_ONE = 8;
+
+const cli = resolve(import.meta.dir, "index.ts");
+const run = (...args: string[]) => {
+  const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "pipe", stderr: "pipe" });
+  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
+};
+
+// <repo root>/../shared; this file is apps/cli/, two levels below the root.
+const SHARED = resolve(import.meta.dir, "../..", "../shared");
+const DIR = join(SHARED, "testdata/krea2-tiny");
+const RUN = join(DIR, "sampling/turbo_cfg1");
+const DIT = join(DIR, "checkpoints/krea2_tiny_bf16.safetensors");
+const VAE = join(DIR, "checkpoints/wan21_vae_tiny_f32.safetensors");
+const needed = [DIT, VAE, join(RUN, "context_pos.bin"), join(RUN, "decoded_image01.bin")];
+const missing = needed.filter((p) => !existsSync(p));
+const skip = missing.length > 0;
+const note = skip ? ` [skipped: shared fixture missing: ${missing.join(", ")}]` : "";
+
+const tmp = mkdtempSync(join(tmpdir(), "tp-cli-generate-"));
+const out = join(tmp, "out");
+mkdirSync(out);
+const rdit = join(tmp, "random-dit.safetensors");
+const rvae = join(tmp, "random-vae.safetensors");
+const rcond = join(tmp, "random-cond.safetensors");
+beforeAll(() => {
+  writeRandomKrea2Dit(rdit, TINY_KREA2_CONFIG, { seed: 1 });
+  writeRandomWanVae(rvae, undefined, { seed: 2 });
+  writeConditioning(rcond, { positive: randomConditioning(4, 960, 3) }, { prompt: "saved prompt" });
+}, 60_000);
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+function readF32(path: string): Float32Array {
+  const b = readFileSync(path);
+  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
+}
+
+describe(`generate on ComfyUI's turbo_cfg1 run${note}`, () => {
+  test.skipIf(skip)(
+    "PNG pixels and parameters; --cond-out; --latent-out then decode",
+    () => {
+      const cond = join(tmp, "turbo-cond.safetensors");
+      const positive = {
+        data: readF32(join(RUN, "context_pos.bin")),
+        shape: [1, 7, 960] as [number, number, number],
+      };
+      writeConditioning(cond, { positive });
+      const dir = join(tmp, "turbo");
+      mkdirSync(dir);
+      const png = join(dir, "turbo.png");
+      const latent = join(dir, "turbo-latent.safetensors");
+      const condOut = join(dir, "turbo-cond-out.safetensors");
+      const r = run(
+        "generate",
+        ...["--prompt", "a fluffy orange cat, sitting: on a windowsill"],
+        ...["--dit", DIT, "--vae", VAE, "--cond-in", cond, "--dit-mode", "upcast", "--noise", "default"],
+        ...["--width", "128", "--height", "96", "--steps", "4", "--seed", "42", "--threads", "2"],
+        ...["--out", png, "--latent-out", latent, "--cond-out", condOut],
+      );
+      expect(r.err).not.toContain("error");
+      expect(r.code).toBe(0);
+      expect(r.out).toBe(`wrote ${png} (128x96, 4 steps, cfg 1, seed 42); also ${condOut}, ${latent}\n`);
+      expect(r.err).toContain("sampling step 4/4");
+      expect(r.err).toMatch(
+        /timings: conditioning .*, load .*, text .*, sampling .* s\/step\), decode .*, write .*, total/,
+      );
+      expect(r.err).toMatch(/memory: peak .* on cpu .*, peak RSS /);
+
+      const img = decodePng(new Uint8Array(readFileSync(png)));
+      expect([img.width, img.height]).toEqual([128, 96]);
+      const ref = readF32(join(RUN, "decoded_image01.bin"));
+      const plane = 128 * 96;
+      let off = 0;
+      let maxOff = 0;
+      for (let c = 0; c < 3; c++) {
+        for (let i = 0; i < plane; i++) {
+          const d = Math.abs(
+            Math.trunc(Math.fround(255 * (ref[c * plane + i] as number))) - (img.rgb[i * 3 + c] as number),
+          );
+          if (d) off++;
+          maxOff = Math.max(maxOff, d);
+        }
+      }
+      expect(maxOff).toBeLessThanOrEqual(1);
+      expect(off).toBeLessThanOrEqual(MAX_BYTES_OFF_BY_ONE);
+      expect(img.text.parameters).toBe(
+        "a fluffy orange cat, sitting: on a windowsill\nSteps: 4, Sampler: Euler, Schedule type: Simple, CFG scale: 1.0, Seed: 42, Size: 128x96, Shift: 1.15, Model: krea2_tiny_bf16, VAE: wan21_vae_tiny_f32, Version: TensorPencil",
+      );
+      expect(JSON.parse(img.text.tensorpencil as string)).toMatchObject({
+        prompt: "a fluffy orange cat, sitting: on a windowsill",
+        seed: "42",
+        steps: 4,
+        schedule: "simple",
+        noise: "default",
+        dit_mode: "upcast",
+      });
+      expect(readConditioning(condOut).positive).toEqual(positive);
+
+      const png2 = join(dir, "turbo-decoded.png");
+      const d = run("decode", "--vae", VAE, "--latent", latent, "--out", png2, "--threads", "2");
+      expect(d.code).toBe(0);
+      expect(d.out).toBe(`wrote ${png2} (128x96)\n`);
+      const img2 = decodePng(new Uint8Array(readFileSync(png2)));
+      expect(img2.rgb).toEqual(img.rgb);
+      expect(img2.text).toEqual(img.text); // the parameters travel with the latent
+    },
+    60_000,
+  );
+});
+
+describe("generate, decode and encode on random-weight checkpoints", () => {
+  test("a run with CFG (zeroed negative), a rounded size and the AuraFlow schedule", () => {
+    const png = join(out, "random.png");
+    const r = run(
+      "generate",
+      ...["--dit", rdit, "--vae", rvae, "--cond-in", rcond, "--size", "50x33", "--steps", "2"],
+      ...[
+        "--cfg",
+        "2.5",
+        "--schedule",
+        "auraflow",
+        "--sampler-shift",
+        "1.15",
+        "--out",
+        png,
+        "--threads",
+        "1",
+      ],
+    );
+    expect(r.code).toBe(0);
+    expect(r.err).toStartWith(
+      "note: size 50x33 is not a multiple of 8: generating 48x32 (latent 6x4), as ComfyUI does\n",
+    );
+    const img = decodePng(new Uint8Array(readFileSync(png)));
+    expect([img.width, img.height]).toEqual([48, 32]);
+    expect(img.text.parameters).toStartWith(
+      "saved prompt\nSteps: 2, Sampler: Euler, Schedule type: Simple (AuraFlow shift), CFG scale: 2.5, Seed: 0, Size: 48x32, Shift: 1.15, Negative: ConditioningZeroOut, Model: random-dit",
+    );
+    rmSync(png);
+  }, 60_000);
+
+  test("errors: one line, exit 1 (2 for usage), and nothing written", () => {
+    const png = join(out, "never.png");
+    const base = ["--dit", rdit, "--vae", rvae, "--cond-in", rcond, "--size", "32x32", "--steps", "1"];
+    const gen = (...extra: string[]) => run("generate", ...base, "--out", png, ...extra);
+    const smallCond = join(tmp, "cond-192.safetensors");
+    writeConditioning(smallCond, { positive: randomConditioning(3, 192) });
+    const te = join(tmp, "te.safetensors"); // an existing file: the check stops at "not in this build"
+    writeConditioning(te, { positive: randomConditioning(1, 4) });
+    const cases: [string[], number, string][] = [
+      [
+        ["generate", ...base.slice(0, 2), "--vae", join(tmp, "nope.safetensors"), "--cond-in", rcond],
+        1,
+        `error E_IO: --vae ${join(tmp, "nope.safetensors")}: no such file (the Wan 2.1 / Qwen-Image VAE) (file ${join(tmp, "nope.safetensors")})`,
+      ],
+      [
+        ["generate", "--dit", rvae, "--vae", rvae, "--cond-in", rcond, "--size", "32x32", "--out", png],
+        1,
+        `error E_FORMAT: ${rvae} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight): it looks like a Wan 2.1-family VAE`,
+      ],
+      [
+        ["generate", "--dit", rdit, "--vae", rdit, "--cond-in", rcond, "--size", "32x32", "--out", png],
+        1,
+        "error E_FORMAT: not a Wan 2.1 VAE: conv2.weight, decoder.conv1.weight or decoder.head.0.gamma is missing",
+      ],
+      [
+        ["generate", "--dit", rdit, "--vae", rvae, "--cond-in", rvae, "--size", "32x32", "--out", png],
+        1,
+        `error E_FORMAT: ${rvae} is not a conditioning file: no tensor 'positive'; it looks like a Wan 2.1-family VAE`,
+      ],
+      [
+        ["generate", "--dit", rdit, "--vae", rvae, "--cond-in", smallCond, "--size", "32x32", "--out", png],
+        1,
+        "error E_SHAPE: the positive conditioning is [1, 3, 192]; this DiT takes [1, seq ≥ 1, 12×80 = 960]",
+      ],
+      [
+        ["generate", "--prompt", "p", "--dit", rdit, "--vae", rvae, "--text-encoder", te, "--out", png],
+        1,
+        "error E_UNSUPPORTED: the Krea 2 text encoder (Qwen3-VL) is not in this build yet; pass conditioning computed elsewhere with --cond-in F.safetensors",
+      ],
+      [
+        [...["generate", ...base, "--out", png], "--cfg", "3", "--negative", "blurry"],
+        1,
+        "error E_UNSUPPORTED: --negative needs the text encoder (not in this build yet) or a 'negative' tensor in --cond-in",
+      ],
+      [
+        ["generate", ...base.slice(0, 6), "--size", "8x4096", "--out", png],
+        1,
+        "error E_UNSUPPORTED: width 8 is outside the sizes Krea 2 runs at (16 to 16384 pixels per side)",
+      ],
+      [
+        ["generate", ...base, "--out", join(tmp, "no-such-dir", "x.png")],
+        1,
+        `error E_IO: --out ${join(tmp, "no-such-dir", "x.png")}: the folder ${join(tmp, "no-such-dir")} does not exist`,
+      ],
+      [
+        ["generate", ...base, "--out", png, "--steps", "x"],
+        2,
+        "error E_ARG: --steps must be an integer from 1 to 10000, got 'x'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--cfg", "abc"],
+        2,
+        "error E_ARG: --cfg must be a finite number, got 'abc'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--seed", "1.5"],
+        2,
+        "error E_ARG: --seed must be an integer from 0 to 18446744073709551615, got '1.5'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--width", "64"],
+        2,
+        "error E_ARG: give either --size WxH or --width/--height, not both",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--schedule", "karras"],
+        2,
+        "error E_ARG: unknown --schedule 'karras'; expected one of: simple, auraflow",
+      ],
+      [
+        ["generate", ...base, "--out", join(out, "x.jpg")],
+        2,
+        `error E_ARG: --out must end in .png, got '${join(out, "x.jpg")}'`,
+      ],
+      [["generate", ...base, "--out", png, "--bogus"], 2, "error E_ARG: Unknown option '--bogus'"],
+      [
+        ["generate", "--dit", rdit, "--vae", rvae],
+        2,
+        "error E_ARG: generate needs --prompt (or --cond-in with saved conditioning)",
+      ],
+      [
+        ["generate", "--prompt", "p", "--dit", rdit, "--vae", rvae, "--out", png],
+        2,
+        "error E_ARG: missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)",
+      ],
+      [
+        ["decode", "--vae", rvae, "--latent", rcond, "--out", png],
+        1,
+        `error E_FORMAT: ${rcond} is not a latent file: no tensor 'latent'`,
+      ],
+      [
+        ["encode", "--text-encoder", te, "--prompt", "p", "--out", join(out, "c.safetensors")],
+        1,
+        "error E_UNSUPPORTED: the Krea 2 text encoder (Qwen3-VL) is not in this build yet",
+      ],
+      [
+        ["encode", "--text-encoder", te, "--prompt", "p"],
+        2,
+        "error E_ARG: encode needs --out cond.safetensors",
+      ],
+    ];
+    for (const [args, code, start] of cases) {
+      const r = run(...args);
+      expect(`${r.code} ${r.err}`).toStartWith(`${code} ${start}`);
+      expect(
+        r.err
+          .trimEnd()
+          .split("\n")
+          .filter((l) => l.startsWith("error ")).length,
+      ).toBe(1);
+      expect(r.err.endsWith("\n")).toBe(true);
+      expect(r.out).toBe("");
+      expect(readdirSync(out)).toEqual([]); // no output, no temporary file
+    }
+    expect(gen().code).toBe(0); // the same base flags do work
+    expect(readdirSync(out)).toEqual(["never.png"]);
+    rmSync(png);
+  }, 120_000);
+
+  test("help lists the commands", () => {
+    const r = run("help");
+    expect(r.out).toContain("  generate --prompt P --dit F --vae F (--text-encoder F | --cond-in F)");
+    expect(r.out).toContain("  decode --vae F --latent F");
+    expect(r.out).toContain("  encode --text-encoder F --prompt P");
+  });
+});

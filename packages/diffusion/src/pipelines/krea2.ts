@@ -1,0 +1,504 @@
+/**
+ * The Krea 2 text-to-image pipeline (../shared/spec/krea2.md §6.1): conditioning → noise from the seed →
+ * the Euler/CFG loop over the DiT → latent de-normalization → Wan 2.1 VAE decode → 8-bit RGB, as
+ * ComfyUI's KSampler + VAEDecode + SaveImage compute it. The text encoder is a pluggable step
+ * ({@link Krea2TextEncoder}): the pipeline itself takes conditioning tensors, so conditioning computed
+ * elsewhere (a saved `--cond-in` file) works as well as an encoder.
+ *
+ * Sources: krea2.md §2.6 (negative conditioning), §4 (schedule, sampler, noise), §5.2 and §5.5 (VAE
+ * space, 8 bits), §6.2–6.3 (sizes, defaults); ComfyUI nodes.py `KSampler`, `EmptyLatentImage`,
+ * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
+ */
+import { existsSync } from "node:fs";
+import { type Backend, type Tensor, TpError } from "@tp/tensor";
+import type { Krea2Dit } from "../models/krea2.ts";
+import { toRgb8, type WanVaeDecodeOptions, type WanVaeDecoder, wan21ProcessOut } from "../models/wan-vae.ts";
+import { randnTensor, type TorchCpuCapability } from "../noise.ts";
+import { type CondKind, flowDenoiser, noiseScaling, type StepInfo, sampleEuler } from "../sampler.ts";
+import { KREA2_SHIFT, krea2Sigmas } from "../schedule.ts";
+
+/** Sigma schedule of a run: "simple" over Krea 2's own flux-shift table, or over the AuraFlow table. */
+export type Krea2Schedule = "simple" | "auraflow";
+
+/** The schedules of {@link Krea2Schedule}, for messages and flag checks. */
+export const KREA2_SCHEDULES: readonly Krea2Schedule[] = ["simple", "auraflow"];
+
+/**
+ * Defaults of a Krea 2 run (krea2.md §6.3, the Krea 2 Turbo guidance and TensorPencil's CLI): 8 Euler
+ * steps on the "simple" schedule with flux shift μ = 1.15, cfg 1 (no negative pass), seed 0, 1024².
+ */
+export const KREA2_DEFAULTS = {
+  width: 1024,
+  height: 1024,
+  steps: 8,
+  cfg: 1,
+  seed: 0,
+  shift: KREA2_SHIFT,
+  schedule: "simple" as Krea2Schedule,
+} as const;
+
+/** Smallest and largest image side in pixels (ComfyUI's `EmptyLatentImage` allows 16 … 16384). */
+export const KREA2_MIN_SIZE = 16;
+export const KREA2_MAX_SIZE = 16384;
+/** Pixels per latent cell of the Wan 2.1 VAE. */
+const VAE_SCALE = 8;
+
+// ---------------------------------------------------------------------------------------------------
+// Conditioning
+
+/**
+ * Conditioning of one prompt as the DiT takes it: the Qwen3-VL hidden states of the kept tokens,
+ * tap-major per token (ComfyUI's packing, krea2.md §2.5). `data` is f32 in C order of `shape`
+ * `[1, seq, taps·dim]` (Krea 2: taps 12, dim 2560).
+ */
+export interface Conditioning {
+  readonly data: Float32Array;
+  readonly shape: readonly [number, number, number];
+}
+
+/**
+ * What a run is conditioned on. `negative` is used only when cfg ≠ 1: a {@link Conditioning} (an
+ * encoded negative prompt, `""` included) or `"zero"`, ComfyUI's `ConditioningZeroOut(positive)`
+ * (zeros of the positive's shape — the official Krea 2 workflow's negative; the default).
+ */
+export interface Krea2ConditioningInput {
+  readonly positive: Conditioning;
+  readonly negative?: Conditioning | "zero";
+}
+
+/**
+ * A text encoder for Krea 2: prompt → {@link Conditioning} (template, Qwen3-VL layers 0…34, the 12 taps
+ * entering layers 2, 5, …, 35, prefix stripping; krea2.md §2). The pipeline takes conditioning, not
+ * text, so any implementation (or a saved conditioning file) can stand in.
+ */
+export interface Krea2TextEncoder {
+  /** The conditioning of one prompt, `[1, seq, taps·dim]` f32. */
+  encode(prompt: string): Conditioning | Promise<Conditioning>;
+  /** Release the encoder's weights. */
+  dispose(): void;
+}
+
+/**
+ * Run a text encoder for a positive prompt and, when given, a negative prompt text (krea2.md §6.1 step
+ * 1–2). Without `negative` the negative slot is `"zero"` (ComfyUI's ConditioningZeroOut).
+ * @param encoder  see {@link Krea2TextEncoder}
+ * @param prompts  `prompt`, and `negative` (a text, `""` included) or undefined
+ * @returns conditioning for {@link generateKrea2}
+ */
+export async function encodeKrea2Prompts(
+  encoder: Krea2TextEncoder,
+  prompts: { readonly prompt: string; readonly negative?: string },
+): Promise<Krea2ConditioningInput> {
+  const positive = await encoder.encode(prompts.prompt);
+  if (prompts.negative === undefined) return { positive, negative: "zero" };
+  return { positive, negative: await encoder.encode(prompts.negative) };
+}
+
+/**
+ * Open the Krea 2 text encoder (Qwen3-VL-4B, 12-layer tap) from a checkpoint.
+ * Not in this build yet: it checks that the file exists, then throws E_UNSUPPORTED saying to pass
+ * saved conditioning instead (`--cond-in`, {@link Conditioning}). The Qwen3 side comes from @tp/llm.
+ * @param path the text-encoder checkpoint (`qwen3vl_4b_fp8_scaled.safetensors`)
+ * @throws TpError E_IO when the file does not exist; E_UNSUPPORTED otherwise (for now)
+ */
+export function loadKrea2TextEncoder(path: string, _options: { backend: Backend }): Krea2TextEncoder {
+  if (!existsSync(path)) {
+    throw new TpError("E_IO", `cannot open the text encoder ${path}: no such file`, { file: path });
+  }
+  throw new TpError(
+    "E_UNSUPPORTED",
+    "the Krea 2 text encoder (Qwen3-VL) is not in this build yet; pass conditioning computed elsewhere with --cond-in F.safetensors (tensors 'positive' [1, seq, 12·2560] and optionally 'negative')",
+    { file: path },
+  );
+}
+
+/**
+ * Check that a conditioning fits a DiT: `[1, seq ≥ 1, txtlayers·txtdim]` with matching data length.
+ * @param what  which one, for the message ("the positive", "the negative")
+ * @throws TpError E_SHAPE saying what the DiT takes
+ */
+export function checkKrea2Conditioning(c: Conditioning, dit: Krea2Dit, what = "the"): void {
+  const width = dit.config.txtlayers * dit.config.txtdim;
+  const [b, s, f] = c.shape;
+  if (c.shape.length !== 3 || b !== 1 || !(s >= 1) || f !== width) {
+    throw new TpError(
+      "E_SHAPE",
+      `${what} conditioning is [${c.shape.join(", ")}]; this DiT takes [1, seq ≥ 1, ${dit.config.txtlayers}×${dit.config.txtdim} = ${width}] (${dit.config.txtlayers} tapped text-encoder layers of width ${dit.config.txtdim})`,
+    );
+  }
+  if (c.data.length !== b * s * f) {
+    throw new TpError("E_SHAPE", `${what} conditioning holds ${c.data.length} values, not 1 × ${s} × ${f}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sizes
+
+/** An image size after {@link krea2Size}: pixels, latent cells, and the notice when it was rounded. */
+export interface Krea2Size {
+  readonly width: number;
+  readonly height: number;
+  /** Latent width and height (pixels / 8). */
+  readonly latentWidth: number;
+  readonly latentHeight: number;
+  /** Set when the requested size was rounded down: one line for the user. */
+  readonly notice?: string;
+}
+
+/**
+ * The image size ComfyUI would make for a requested one (krea2.md §6.2): each side floored to a
+ * multiple of 8 (`EmptyLatentImage` makes a latent of ⌊W/8⌋ × ⌊H/8⌋); odd latent sides are fine (the
+ * DiT pads them circularly). Returns a notice when the size changed.
+ * @param width,height requested pixels, integers
+ * @throws TpError E_ARG for non-integers; E_UNSUPPORTED for a side outside 16 … 16384 pixels
+ */
+export function krea2Size(width: number, height: number): Krea2Size {
+  for (const [name, v] of [
+    ["width", width],
+    ["height", height],
+  ] as const) {
+    if (!Number.isSafeInteger(v)) {
+      throw new TpError("E_ARG", `${name} must be a whole number of pixels, got ${v}`);
+    }
+    if (v < KREA2_MIN_SIZE || v > KREA2_MAX_SIZE) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `${name} ${v} is outside the sizes Krea 2 runs at (${KREA2_MIN_SIZE} to ${KREA2_MAX_SIZE} pixels per side)`,
+      );
+    }
+  }
+  const w = width - (width % VAE_SCALE);
+  const h = height - (height % VAE_SCALE);
+  const size = { width: w, height: h, latentWidth: w / VAE_SCALE, latentHeight: h / VAE_SCALE };
+  if (w === width && h === height) return size;
+  return {
+    ...size,
+    notice: `size ${width}x${height} is not a multiple of 8: generating ${w}x${h} (latent ${w / VAE_SCALE}x${h / VAE_SCALE}), as ComfyUI does`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Generation
+
+/** What {@link generateKrea2}'s progress callback gets after each step. */
+export interface Krea2StepInfo extends StepInfo {
+  /** Milliseconds this step took (its one or two DiT forwards and the Euler update). */
+  readonly stepMs: number;
+  /** Milliseconds since sampling began. */
+  readonly elapsedMs: number;
+}
+
+/** Options of {@link generateKrea2}. Every number has the default of {@link KREA2_DEFAULTS}. */
+export interface Krea2GenerateOptions {
+  /** The DiT (see `loadKrea2`); its backend is the one everything runs on. */
+  readonly dit: Krea2Dit;
+  /** The Wan 2.1 VAE decoder (see `loadWanVae`), on the same backend. */
+  readonly vae: WanVaeDecoder;
+  /** Positive and (for cfg ≠ 1) negative conditioning. */
+  readonly conditioning: Krea2ConditioningInput;
+  /** Pixels; floored to multiples of 8 (see {@link krea2Size}). */
+  readonly width?: number;
+  readonly height?: number;
+  /** Euler steps ≥ 1. */
+  readonly steps?: number;
+  /** Guidance scale; exactly 1 skips the negative pass. */
+  readonly cfg?: number;
+  /** Noise seed, an integer in [0, 2^64) (torch uses the low 32 bits). */
+  readonly seed?: number | bigint;
+  /** Shift: μ of the flux table ("simple") or the AuraFlow shift ("auraflow"). */
+  readonly shift?: number;
+  /** See {@link Krea2Schedule}. */
+  readonly schedule?: Krea2Schedule;
+  /**
+   * Which torch CPU kernel the noise reproduces (see noise.ts): "avx2" (default; ComfyUI on an x86 PC)
+   * or "default" (torch without AVX2, e.g. Arm Macs).
+   */
+  readonly noiseKernel?: TorchCpuCapability;
+  /** VAE decode options (tiling); default a whole-image decode, as ComfyUI. */
+  readonly vaeDecode?: WanVaeDecodeOptions;
+  /** Called after every step, awaited. */
+  readonly onStep?: (info: Krea2StepInfo) => void | Promise<void>;
+}
+
+/** Milliseconds spent in each stage of {@link generateKrea2}. */
+export interface Krea2Timings {
+  /** Text side of the DiT (`encodeText`: text fusion + txtmlp), once per conditioning. */
+  readonly textMs: number;
+  /** The whole sampling loop. */
+  readonly samplingMs: number;
+  /** Each step. */
+  readonly stepMs: readonly number[];
+  /** Latent de-normalization, VAE decode and conversion to 8 bits. */
+  readonly decodeMs: number;
+  /** Everything. */
+  readonly totalMs: number;
+}
+
+/** The result of {@link generateKrea2}. */
+export interface Krea2Result {
+  /** Image size in pixels (after rounding). */
+  readonly width: number;
+  readonly height: number;
+  /** The rounding notice of {@link krea2Size}, when the size changed. */
+  readonly notice?: string;
+  /** Interleaved 8-bit RGB, [height, width, 3] (ComfyUI's truncation, krea2.md §5.5). */
+  readonly rgb: Uint8Array;
+  /** Shape of the latents: [1, 16, 1, height/8, width/8]. */
+  readonly latentShape: readonly [number, number, number, number, number];
+  /** Final latent in VAE space (x·std + mean, what the VAE decodes and `--latent-out` saves). */
+  readonly latent: Float32Array;
+  /** Final latent in the sampler's (normalized) space. */
+  readonly modelLatent: Float32Array;
+  /** The sigmas the run used (steps + 1, ending in 0). */
+  readonly sigmas: Float32Array;
+  /** The settings after defaults, for metadata. */
+  readonly settings: {
+    readonly steps: number;
+    readonly cfg: number;
+    readonly seed: bigint;
+    readonly shift: number;
+    readonly schedule: Krea2Schedule;
+    /** "none" (cfg = 1), "zero" (ConditioningZeroOut) or "text" (an encoded negative). */
+    readonly negative: "none" | "zero" | "text";
+  };
+  readonly timings: Krea2Timings;
+}
+
+/** The settings of {@link Krea2GenerateOptions} with defaults applied and checked. */
+function settingsOf(o: Krea2GenerateOptions): Krea2Result["settings"] {
+  const steps = o.steps ?? KREA2_DEFAULTS.steps;
+  if (!Number.isSafeInteger(steps) || steps < 1 || steps > 10000) {
+    throw new TpError("E_ARG", `steps must be an integer from 1 to 10000, got ${steps}`);
+  }
+  const cfg = o.cfg ?? KREA2_DEFAULTS.cfg;
+  if (!Number.isFinite(cfg)) throw new TpError("E_ARG", `cfg must be a finite number, got ${cfg}`);
+  const shift = o.shift ?? KREA2_DEFAULTS.shift;
+  if (!Number.isFinite(shift) || shift <= 0) {
+    throw new TpError("E_ARG", `shift must be a positive number, got ${shift}`);
+  }
+  const schedule = o.schedule ?? KREA2_DEFAULTS.schedule;
+  if (!KREA2_SCHEDULES.includes(schedule)) {
+    throw new TpError(
+      "E_ARG",
+      `unknown schedule '${schedule}'; expected one of: ${KREA2_SCHEDULES.join(", ")}`,
+    );
+  }
+  const raw = o.seed ?? KREA2_DEFAULTS.seed;
+  const ok = typeof raw === "bigint" ? raw >= 0n && raw < 2n ** 64n : Number.isSafeInteger(raw) && raw >= 0;
+  if (!ok) throw new TpError("E_ARG", `seed must be an integer in [0, 2^64), got ${String(raw)}`);
+  const negative =
+    Math.fround(cfg) === 1 ? "none" : (o.conditioning.negative ?? "zero") === "zero" ? "zero" : "text";
+  return { steps, cfg, seed: BigInt(raw), shift, schedule, negative };
+}
+
+/**
+ * Generate one Krea 2 image (krea2.md §6.1 steps 3–5): seeded torch-exact noise `[1, 16, 1, h, w]`,
+ * the sigma schedule, Euler with CFG over the DiT (one forward per step when cfg = 1, two otherwise;
+ * the text side of the DiT runs once per conditioning), de-normalization to VAE space, the VAE decode
+ * and ComfyUI's 8-bit conversion. Everything runs on the DiT's backend; the only host reads are the
+ * final latent and image.
+ * @returns image, latents, sigmas, settings and stage timings (see {@link Krea2Result})
+ * @throws TpError E_ARG for a bad setting; E_UNSUPPORTED for a size out of range; E_SHAPE when the
+ *   conditioning does not fit the DiT or the VAE's latent channels differ from the DiT's; E_STATE when
+ *   the VAE lives on another backend; E_OOM from the backend
+ * Source: ComfyUI `KSampler` (euler, simple | ModelSamplingAuraFlow), `ConditioningZeroOut`,
+ *   `VAEDecode`, `SaveImage`.
+ */
+export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea2Result> {
+  const t0 = performance.now();
+  const { dit, vae } = options;
+  const b = dit.backend;
+  if (vae.backend !== b) {
+    throw new TpError("E_STATE", `the VAE runs on backend '${vae.backend.name}', the DiT on '${b.name}'`);
+  }
+  if (vae.config.z_dim !== dit.config.channels) {
+    throw new TpError(
+      "E_SHAPE",
+      `the VAE has ${vae.config.z_dim} latent channels, the DiT ${dit.config.channels}; Krea 2 needs the 16-channel Wan 2.1 VAE`,
+    );
+  }
+  if (vae.config.scale !== VAE_SCALE) {
+    throw new TpError(
+      "E_SHAPE",
+      `the VAE upsamples ${vae.config.scale}×; Krea 2 latents are 1/${VAE_SCALE} of the image (the Wan 2.1 VAE)`,
+    );
+  }
+  const size = krea2Size(options.width ?? KREA2_DEFAULTS.width, options.height ?? KREA2_DEFAULTS.height);
+  const settings = settingsOf(options);
+  const cond = options.conditioning;
+  checkKrea2Conditioning(cond.positive, dit, "the positive");
+  if (settings.negative === "text")
+    checkKrea2Conditioning(cond.negative as Conditioning, dit, "the negative");
+  const sigmas = krea2Sigmas(settings.steps, {
+    sampling: settings.schedule === "auraflow" ? "auraflow" : "flux",
+    shift: settings.shift,
+  });
+  const latentShape = [1, dit.config.channels, 1, size.latentHeight, size.latentWidth] as const;
+
+  const owned: Tensor[] = [];
+  const own = <T extends Tensor>(t: T): T => {
+    owned.push(t);
+    return t;
+  };
+  try {
+    // Text side of the DiT, once per conditioning (krea2.md §3.6: it depends on the prompt only).
+    const tText = performance.now();
+    const upload = (c: Conditioning, name: string): Tensor =>
+      own(b.upload(c.data, [...c.shape], "f32", name));
+    const txt: Partial<Record<CondKind, Tensor>> = {
+      positive: own(dit.encodeText(upload(cond.positive, "conditioning (positive)"))),
+    };
+    if (settings.negative !== "none") {
+      const neg: Conditioning =
+        settings.negative === "zero"
+          ? { data: new Float32Array(cond.positive.data.length), shape: cond.positive.shape }
+          : (cond.negative as Conditioning);
+      txt.negative = own(dit.encodeText(upload(neg, `conditioning (negative, ${settings.negative})`)));
+    }
+    const textMs = performance.now() - tText;
+
+    // Noise (krea2.md §4.3–4.4) and the Euler/CFG loop (§4.2).
+    const tSample = performance.now();
+    const noise = own(
+      randnTensor(b, settings.seed, [...latentShape], { capability: options.noiseKernel ?? "avx2" }),
+    );
+    const x0 = own(noiseScaling(b, noise, sigmas[0] as number));
+    const denoiser = flowDenoiser(b, (x, sigma, kind) =>
+      dit.forward(x, sigma, null, { txt: txt[kind] as Tensor }),
+    );
+    const stepMs: number[] = [];
+    let lastStep = tSample;
+    const latentModel = own(
+      await sampleEuler(b, x0, denoiser, {
+        sigmas,
+        cfg: settings.cfg,
+        onStep: async (info) => {
+          const now = performance.now();
+          stepMs.push(now - lastStep);
+          if (options.onStep) {
+            await options.onStep({ ...info, stepMs: now - lastStep, elapsedMs: now - tSample });
+          }
+          lastStep = performance.now();
+        },
+      }),
+    );
+    const samplingMs = performance.now() - tSample;
+
+    // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
+    const tDecode = performance.now();
+    const z = own(wan21ProcessOut(b, latentModel));
+    const img = own(vae.decode(z, options.vaeDecode));
+    const modelLatent = (await b.read(latentModel)) as Float32Array;
+    const latent = (await b.read(z)) as Float32Array;
+    const raw = (await b.read(img)) as Float32Array;
+    const rgb = toRgb8(raw, size.height, size.width);
+    const decodeMs = performance.now() - tDecode;
+
+    return {
+      width: size.width,
+      height: size.height,
+      ...(size.notice === undefined ? {} : { notice: size.notice }),
+      rgb,
+      latentShape,
+      latent,
+      modelLatent,
+      sigmas,
+      settings,
+      timings: { textMs, samplingMs, stepMs, decodeMs, totalMs: performance.now() - t0 },
+    };
+  } finally {
+    for (const t of owned) if (!t.storage.freed) b.free(t);
+  }
+}
+
+/**
+ * Decode a latent in VAE space (what {@link Krea2Result.latent} holds and `--latent-out` saves) to
+ * 8-bit RGB: the VAE decode and ComfyUI's truncation (krea2.md §5, §5.5).
+ * @param vae    a Wan 2.1 decoder
+ * @param latent f32 `[1, 16, 1, h, w]` (or `[1, 16, h, w]`) in VAE space
+ * @returns interleaved RGB8 `[8h, 8w, 3]` and its size
+ * @throws TpError E_SHAPE for a latent of another shape or channel count
+ */
+export async function decodeKrea2Latent(
+  vae: WanVaeDecoder,
+  latent: { readonly data: Float32Array; readonly shape: readonly number[] },
+  options: WanVaeDecodeOptions = {},
+): Promise<{ width: number; height: number; rgb: Uint8Array }> {
+  const s = latent.shape;
+  const zd = vae.config.z_dim;
+  const ok = (s.length === 5 && s[2] === 1) || s.length === 4;
+  if (!ok || s[0] !== 1 || s[1] !== zd || latent.data.length !== s.reduce((a, v) => a * v, 1)) {
+    throw new TpError(
+      "E_SHAPE",
+      `the latent is [${s.join(", ")}] with ${latent.data.length} values; the VAE decodes [1, ${zd}, 1, h, w] f32`,
+    );
+  }
+  const b = vae.backend;
+  const k = vae.config.scale;
+  const h = s[s.length - 2] as number;
+  const w = s[s.length - 1] as number;
+  const z = b.upload(latent.data, [...s], "f32", "latent");
+  let img: Tensor | null = null;
+  try {
+    img = vae.decode(z, options);
+    const raw = (await b.read(img)) as Float32Array;
+    return { width: w * k, height: h * k, rgb: toRgb8(raw, h * k, w * k) };
+  } finally {
+    b.free(z);
+    if (img) b.free(img);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Metadata
+
+/** What {@link krea2Parameters} writes into the PNG's `parameters` text. */
+export interface Krea2ParameterText {
+  readonly prompt: string;
+  /** The negative prompt text (omitted when undefined or empty). */
+  readonly negative?: string;
+  readonly steps: number;
+  readonly cfg: number;
+  readonly seed: bigint | number;
+  readonly width: number;
+  readonly height: number;
+  readonly shift: number;
+  readonly schedule: Krea2Schedule;
+  /** "none", "zero" (ConditioningZeroOut) or "text". */
+  readonly negativeMode?: "none" | "zero" | "text";
+  /** The DiT's file name stem. */
+  readonly model?: string;
+  /** The VAE's file name stem. */
+  readonly vae?: string;
+}
+
+/** AUTOMATIC1111's `quote`: values with `,`, `:` or a newline become JSON strings. */
+function quoteA1111(v: string): string {
+  return /[,:\n"]/.test(v) ? JSON.stringify(v) : v;
+}
+
+/**
+ * Generation parameters in AUTOMATIC1111's `parameters` format, which image viewers and tools (A1111,
+ * Forge, InvokeAI's importer, Civitai, exiftool) read:
+ * `<prompt>\n[Negative prompt: <neg>\n]Steps: N, Sampler: Euler, Schedule type: Simple, CFG scale: C,
+ * Seed: S, Size: WxH, Model: <stem>, …` (krea2.md §6.5; A1111 modules/processing.py
+ * `create_infotext`, values quoted by `generation_parameters_copypaste.quote`).
+ */
+export function krea2Parameters(p: Krea2ParameterText): string {
+  const fields: [string, string][] = [
+    ["Steps", String(p.steps)],
+    ["Sampler", "Euler"],
+    ["Schedule type", p.schedule === "auraflow" ? "Simple (AuraFlow shift)" : "Simple"],
+    ["CFG scale", Number.isInteger(p.cfg) ? p.cfg.toFixed(1) : String(p.cfg)],
+    ["Seed", String(p.seed)],
+    ["Size", `${p.width}x${p.height}`],
+    ["Shift", String(p.shift)],
+  ];
+  if (p.negativeMode === "zero") fields.push(["Negative", "ConditioningZeroOut"]);
+  if (p.model) fields.push(["Model", p.model]);
+  if (p.vae) fields.push(["VAE", p.vae]);
+  fields.push(["Version", "TensorPencil"]);
+  const line = fields.map(([k, v]) => `${k}: ${quoteA1111(v)}`).join(", ");
+  const neg = p.negative ? `Negative prompt: ${p.negative}\n` : "";
+  return `${p.prompt}\n${neg}${line}`;
+}
