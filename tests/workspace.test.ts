@@ -99,8 +99,8 @@ describe("packages", () => {
             s.startsWith("../../") || /^@tp\/[^/]+\/.+/.test(s) ? `sibling internals: ${where}` : "ok",
           ).toBe("ok");
           const pkg = s.match(/^@tp\/[^/]+/)?.[0];
-          // Tests, benches and test helpers may also use devDependencies (e.g. @tp/quant's references).
-          const testOnly = /\.(test|bench)\.ts$|\/testing\//.test(file);
+          // Tests, benches, test helpers and dev scripts (bench/, scripts/: not published) may also use devDependencies.
+          const testOnly = /\.(test|bench)\.ts$|\/(testing|bench|scripts)\//.test(file);
           const allowed = testOnly ? [...deps, ...devDeps] : deps;
           if (pkg && pkg !== m.name)
             expect(allowed.includes(pkg) ? "declared" : `undeclared: ${where}`).toBe("declared");

@@ -1,10 +1,184 @@
 #!/usr/bin/env bun
 /**
- * `bun apps/llm` — the chat program (REPL, single prompt, server). It arrives with the LLM runner
- * issue; until then it says so as a one-line E_UNSUPPORTED error and exits 1.
+ * `bun apps/llm --model F [--prompt P] [flags]` — chat with a language model: one answer with
+ * --prompt (text streamed to stdout, or one JSON object with --json), else a REPL reading one message
+ * per line from stdin. A thin driver over @tp/llm (`loadModel`, `GenerationSession`, `ChatSession`);
+ * every failure is one `error E_CODE: …` line on stderr and a non-zero exit (runCli).
+ * Flags: ./args.ts; behaviour: ../shared/spec/llm.md §9.
  */
-import { runCli, TpError } from "@tp/tensor";
+import {
+  ChatSession,
+  ChatTemplate,
+  chatTemplateFor,
+  checkPromptFits,
+  type GenerateResult,
+  GenerationSession,
+  loadModel,
+  PLAIN_TEMPLATE,
+  tokensPerSecond,
+} from "@tp/llm";
+import { formatErrorLine, loadBackend, runCli, TpError } from "@tp/tensor";
+import { type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
 
-await runCli(() => {
-  throw new TpError("E_UNSUPPORTED", "bun apps/llm is not implemented in this build yet");
-});
+/** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
+export function peakRssBytes(): number {
+  return process.resourceUsage().maxRSS * 1024;
+}
+
+const MiB = 1024 * 1024;
+const fmtS = (s: number) => s.toFixed(2);
+const fmtRate = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+
+/** One line of stats after an answer, for stderr. */
+function summary(r: GenerateResult, cached: number, window: number, kvBytes: number): string {
+  const tps = tokensPerSecond(r);
+  const stop =
+    r.stopReason === "eos"
+      ? ""
+      : `, stopped: ${r.stopReason === "length" ? "-n reached" : r.stopReason === "context" ? "context window full" : "interrupted"}`;
+  return (
+    `[prompt ${r.prefillTokens} tok${r.reusedTokens > 0 ? ` (+${r.reusedTokens} cached)` : ""} in ${fmtS(r.promptSeconds)} s, ${fmtRate(tps.prompt)} tok/s; ` +
+    `generated ${r.ids.length} tok in ${fmtS(r.genSeconds)} s, ${fmtRate(tps.generation)} tok/s; ` +
+    `ctx ${cached}/${window}, KV ${(kvBytes / MiB).toFixed(0)} MiB; peak RSS ${(peakRssBytes() / MiB).toFixed(0)} MiB${stop}]`
+  );
+}
+
+async function main(args: LlmArgs): Promise<number> {
+  if (args.help) {
+    console.log(USAGE);
+    return 0;
+  }
+  const t0 = performance.now();
+  const backend = await loadBackend(
+    args.backend,
+    args.threads === undefined ? {} : { threads: args.threads },
+  );
+  const loaded = await loadModel(args.model, {
+    backend,
+    ...(args.ctx === undefined ? {} : { maxContext: args.ctx }),
+  });
+  const { model, tokenizer } = loaded;
+  const hasTemplate = tokenizer.chatTemplate !== undefined && tokenizer.chatTemplate.trim() !== "";
+  const raw = args.raw || !hasTemplate;
+  const template = raw
+    ? new ChatTemplate(PLAIN_TEMPLATE, { kind: "plain", source: tokenizer.source })
+    : chatTemplateFor(tokenizer);
+  if (args.think !== undefined && (raw || !template.source.includes("enable_thinking")))
+    throw new TpError(
+      "E_ARG",
+      `${args.think ? "--think" : "--no-think"}: ${raw ? "there is no chat template in use (--raw, or the file has none)" : "the chat template has no enable_thinking switch"}`,
+      { file: args.model },
+    );
+  const session = new GenerationSession(model, tokenizer, args.seed === undefined ? {} : { seed: args.seed });
+  const chat = new ChatSession(session, template, {
+    ...(args.system === undefined ? {} : { system: args.system }),
+    ...(args.think === undefined ? {} : { enableThinking: args.think }),
+  });
+  const setupSeconds = (performance.now() - t0) / 1000;
+  const genOptions = {
+    sampling: { ...args.sampling },
+    maxNewTokens: args.nPredict,
+  };
+  const banner = (promptTokens?: number) =>
+    `[${backend.name} backend, ${model.config.architecture}, ${promptTokens === undefined ? "" : `${promptTokens} prompt tokens, `}` +
+    `ctx window ${model.maxContext}, max ${args.nPredict} new/turn, temp ${args.sampling.temperature}, ` +
+    `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}; setup ${fmtS(setupSeconds)} s]`;
+
+  // Ctrl-C: stop the current answer; while waiting for input, the terminal has dropped the typed line.
+  let current: AbortController | null = null;
+  process.on("SIGINT", () => {
+    if (current !== null) current.abort();
+    else if (args.prompt !== undefined) process.exit(130);
+    else process.stderr.write("\n(/exit or Ctrl-D quits)\n> ");
+  });
+
+  try {
+    if (args.prompt !== undefined) {
+      const promptIds = chat.promptIds(args.prompt);
+      checkPromptFits(model, promptIds.length);
+      if (!args.json) console.error(banner(promptIds.length));
+      current = new AbortController();
+      const r = await chat.send(args.prompt, {
+        ...genOptions,
+        signal: current.signal,
+        ...(args.json ? {} : { onText: (t: string) => process.stdout.write(t) }),
+      });
+      current = null;
+      if (args.json) {
+        const tps = tokensPerSecond(r);
+        console.log(
+          JSON.stringify({
+            prompt_ids: promptIds,
+            ids: r.ids,
+            text: r.text,
+            prompt_tokens: r.promptTokens,
+            prompt_tokens_per_second: tps.prompt,
+            tokens_per_second: tps.generation,
+            prompt_seconds: r.promptSeconds,
+            generation_seconds: r.genSeconds,
+            stop_reason: r.stopReason,
+            seed: String(r.seed),
+            peak_rss_bytes: peakRssBytes(),
+            backend_peak_bytes: backend.memory.peak,
+            ctx: model.maxContext,
+          }),
+        );
+      } else {
+        process.stdout.write("\n");
+        console.error(summary(r, model.cached, model.maxContext, model.kvBytes));
+      }
+      return 0;
+    }
+    return await repl(chat, genOptions, banner(), (c) => {
+      current = c;
+    });
+  } finally {
+    model.dispose();
+    backend.dispose();
+  }
+}
+
+/** The REPL: one message per line on stdin; /reset, /exit; errors of a turn are printed, not fatal. */
+async function repl(
+  chat: ChatSession,
+  genOptions: { sampling: object; maxNewTokens: number },
+  banner: string,
+  setCurrent: (c: AbortController | null) => void,
+): Promise<number> {
+  const tty = process.stdin.isTTY === true;
+  const model = chat.session.model;
+  console.error(banner);
+  console.error(
+    "[one message per line; /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops an answer]",
+  );
+  if (tty) process.stderr.write("> ");
+  for await (const line of console) {
+    const text = line.trim();
+    if (text === "/exit" || text === "/quit") break;
+    if (text === "/reset") {
+      chat.reset();
+      console.error("[conversation cleared]");
+    } else if (text !== "") {
+      const c = new AbortController();
+      setCurrent(c);
+      try {
+        const r = await chat.send(line, {
+          ...genOptions,
+          signal: c.signal,
+          onText: (t: string) => process.stdout.write(t),
+        });
+        process.stdout.write("\n");
+        console.error(summary(r, model.cached, model.maxContext, model.kvBytes));
+      } catch (e) {
+        if (!(e instanceof TpError) || e.code !== "E_ARG") throw e;
+        console.error(formatErrorLine(e)); // e.g. context window full: /reset and go on
+      } finally {
+        setCurrent(null);
+      }
+    }
+    if (tty) process.stderr.write("> ");
+  }
+  return 0;
+}
+
+await runCli(() => main(parseLlmArgs(Bun.argv.slice(2))));

@@ -1,7 +1,16 @@
 /**
- * @tp/llm — language models on any backend. Part A of the LLM issue: chat templates and samplers;
- * architectures, the KV cache and generation arrive in part B. See README.md. This file only
+ * @tp/llm — language models on any backend: architectures (models/llama.ts, models/qwen3.ts), loading
+ * from GGUF and safetensors, the KV cache, chat templates and samplers. See README.md. This file only
  * re-exports.
  */
 export * from "./chat.ts";
+export * from "./chat-session.ts";
+export * from "./generate.ts";
+export * from "./kv-cache.ts";
+export * from "./load.ts";
+export * from "./model.ts";
+export * from "./models/decoder.ts";
+export * from "./models/llama.ts";
+export * from "./models/qwen3.ts";
+export * from "./models/registry.ts";
 export * from "./sampling.ts";

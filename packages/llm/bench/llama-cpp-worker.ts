@@ -1,0 +1,65 @@
+/**
+ * The llama.cpp side of `bun run bench llm`, run in a child process (a native crash cannot take the
+ * harness down, and peak RSS is this process's own): load FILE with node-llama-cpp 3.21.1 (prebuilt
+ * CPU binaries, `build: "never"`, no download), then either
+ *
+ *   pp N: evaluate N prompt tokens in one batch (no token generated) and time it;
+ *   tg N: evaluate one token, then time N single-token decode forwards (what llama-bench's tg does:
+ *         no sampling; node-llama-cpp's `evaluate` generator adds per-token overhead of its own);
+ *
+ * and print one JSON line `{ok, tokens_per_second, seconds, peak_rss_bytes}`.
+ *
+ * usage: bun packages/llm/bench/llama-cpp-worker.ts FILE pp|tg N THREADS CTX
+ */
+import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { benchPromptIds } from "./prompt.ts";
+
+const [path, mode, nText, threadsText, ctxText] = process.argv.slice(2);
+if (path === undefined || (mode !== "pp" && mode !== "tg")) {
+  console.error("usage: llama-cpp-worker.ts FILE pp|tg N THREADS CTX");
+  process.exit(2);
+}
+const n = Number(nText);
+const threads = Number(threadsText);
+const ctx = Number(ctxText);
+try {
+  const llama = await getLlama({
+    gpu: false,
+    build: "never",
+    logLevel: LlamaLogLevel.error,
+    progressLogs: false,
+    maxThreads: threads,
+  });
+  const model = await llama.loadModel({ modelPath: path, useMmap: true });
+  const context = await model.createContext({
+    contextSize: ctx,
+    batchSize: Math.max(n, 1),
+    threads: { ideal: threads, min: threads },
+  });
+  const seq = context.getSequence();
+  let seconds: number;
+  if (mode === "pp") {
+    const t0 = performance.now();
+    await seq.evaluateWithoutGeneratingNewTokens(benchPromptIds(n) as never);
+    seconds = (performance.now() - t0) / 1000;
+  } else {
+    const ids = benchPromptIds(n + 1);
+    await seq.evaluateWithoutGeneratingNewTokens([ids[0]] as never);
+    const t0 = performance.now();
+    for (let i = 1; i <= n; i++) await seq.evaluateWithoutGeneratingNewTokens([ids[i]] as never);
+    seconds = (performance.now() - t0) / 1000;
+  }
+  console.log(
+    JSON.stringify({
+      ok: true,
+      tokens_per_second: n / seconds,
+      seconds,
+      peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
+    }),
+  );
+  await context.dispose();
+  await model.dispose();
+  await llama.dispose();
+} catch (e) {
+  console.log(JSON.stringify({ ok: false, error: e instanceof Error ? e.message : String(e) }));
+}

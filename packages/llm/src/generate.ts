@@ -1,0 +1,346 @@
+/**
+ * The generation engine: a {@link GenerationSession} owns a {@link CausalLM} (with its KV cache) and
+ * knows which token ids the cache holds, so that each call prefills only the part of a prompt that is
+ * not cached yet, samples token after token, streams complete UTF-8 text, and stops on an
+ * end-of-generation token, the token budget, an abort signal or a full context window.
+ *
+ * Source: ../shared/spec/llm.md §7.1 (the loop of Z-llm `engine.zig`: prefill the uncached suffix →
+ * sample → repeat { cancel? sample; stop token ⇒ break, not appended; append; stream through the UTF-8
+ * holdback; budget spent ⇒ break, skipping the forward nobody reads; context full ⇒ stop; step }),
+ * §5.3 step 3 (longest common prefix with the cache, rewind by truncation), §6.1 (per-turn seeds from
+ * splitmix64 over a base seed).
+ */
+import { TpError } from "@tp/tensor";
+import type { StreamDecoder, Tokenizer } from "@tp/tokenizer";
+import type { CausalLM } from "./model.ts";
+import { argmax, Sampler, type SamplerOptions, splitmix64 } from "./sampling.ts";
+
+/** Why a {@link GenerationSession.generate} call ended. */
+export type StopReason =
+  /** An end-of-generation token (eos/eot or one of `stopIds`) was sampled; it is not in `ids`. */
+  | "eos"
+  /** `maxNewTokens` tokens were generated. */
+  | "length"
+  /** The abort signal fired (Ctrl-C); `ids`/`text` hold what was generated before. */
+  | "abort"
+  /** The context window (`model.maxContext`, `--ctx`) filled up while generating. */
+  | "context";
+
+/** Options of {@link GenerationSession.generate}. */
+export interface GenerateOptions {
+  /**
+   * A ready {@link Sampler} (used as is, its random stream continues), or sampler options. With
+   * options and no `seed`, the turn's seed is the next value of the session's seed sequence
+   * (splitmix64 over the session's base seed, llm.md §6.1), so a fixed base seed reproduces a whole
+   * session while two turns never share a stream. Default: greedy (temperature 0).
+   */
+  sampling?: Sampler | SamplerOptions;
+  /** Most new tokens to generate (≥ 1). Default 256. */
+  maxNewTokens?: number;
+  /** Ids that end the answer (not appended). Default: the tokenizer's end-of-generation set (eos, eot, …). */
+  stopIds?: Iterable<number>;
+  /** Stops the current answer (stopReason "abort"); checked before each forward and between prefill chunks. */
+  signal?: AbortSignal;
+  /** Receives the answer's text as it becomes complete UTF-8 (never half a multi-byte character). */
+  onText?: (text: string) => void;
+  /** Receives each generated id, before its text. */
+  onToken?: (id: number) => void;
+  /** Prefill at most this many rows per forward (bounds activation memory). Default 512. */
+  prefillChunk?: number;
+}
+
+/** What one {@link GenerationSession.generate} call produced. */
+export interface GenerateResult {
+  /** Generated ids, stop token excluded. */
+  ids: number[];
+  /** Their text: special (CONTROL/UNKNOWN) tokens skipped, the continuation of the prompt's text. */
+  text: string;
+  /** Length of the prompt given. */
+  promptTokens: number;
+  /** Prompt tokens whose keys/values were already cached (common prefix with the previous call). */
+  reusedTokens: number;
+  /** Prompt tokens run through the model (`promptTokens − reusedTokens`). */
+  prefillTokens: number;
+  /** Wall seconds of the prefill, logits read included. */
+  promptSeconds: number;
+  /** Wall seconds from the end of the prefill to the end of the call (decode forwards and sampling). */
+  genSeconds: number;
+  stopReason: StopReason;
+  /** The seed of the sampler used (u64; irrelevant at temperature 0). */
+  seed: bigint;
+}
+
+/** Options of {@link GenerationSession}. */
+export interface GenerationSessionOptions {
+  /** Base of the per-turn seed sequence (any integer, mod 2^64). Default: the wall clock. */
+  seed?: number | bigint;
+}
+
+/** Prefill tokens per second and generated tokens per second of a result (0 when nothing was timed). */
+export function tokensPerSecond(r: GenerateResult): { prompt: number; generation: number } {
+  return {
+    prompt: r.promptSeconds > 0 ? r.prefillTokens / r.promptSeconds : 0,
+    generation: r.genSeconds > 0 ? r.ids.length / r.genSeconds : 0,
+  };
+}
+
+/**
+ * Check that a prompt of `promptTokens` leaves room to generate in `model`'s context window
+ * (llm.md §7.1: a prompt ≥ max_context is an error).
+ * @throws TpError E_ARG "context window full", naming --ctx
+ */
+export function checkPromptFits(model: Pick<CausalLM, "maxContext" | "config">, promptTokens: number): void {
+  if (promptTokens >= model.maxContext)
+    throw new TpError(
+      "E_ARG",
+      `context window full: the prompt has ${promptTokens} tokens and the context window holds ` +
+        `${model.maxContext}; raise --ctx (up to the model's ${model.config.max_position_embeddings}) ` +
+        "or shorten the prompt (/reset in the REPL)",
+    );
+}
+
+/** Length of the longest common prefix of `a` and `b`. */
+export function commonPrefixLength(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+/** Resolve after one turn of the event loop (timers, I/O and signal handlers get to run). */
+function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** True when the options sample greedily with no penalty (the argmax of the raw logits). */
+function plainGreedy(s: Sampler): boolean {
+  const p = s.params;
+  return (
+    p.temperature <= 0 &&
+    (p.repeatLastN === 0 || (p.repeatPenalty === 1 && p.presencePenalty === 0 && p.frequencyPenalty === 0))
+  );
+}
+
+/**
+ * A model plus the token ids in its KV cache: the engine of llm.md §7.1 as a library. Not re-entrant —
+ * one `generate` at a time (a second concurrent call throws E_STATE).
+ *
+ * @example
+ * const session = new GenerationSession(model, tokenizer, { seed: 42 });
+ * const r = await session.generate(tokenizer.encode("Once upon a time", { addSpecial: true }), {
+ *   sampling: { temperature: 0.8, topK: 40 }, maxNewTokens: 64, onText: (t) => process.stdout.write(t),
+ * });
+ */
+export class GenerationSession {
+  readonly model: CausalLM;
+  readonly tokenizer: Tokenizer;
+  /** The base seed of the per-turn seed sequence (u64). */
+  readonly seed: bigint;
+  #seedState: bigint;
+  /** Ids whose keys and values are in the cache, in order (length = model.cached). */
+  #ids: number[] = [];
+  #busy = false;
+
+  /**
+   * @param model a causal LM; its cache must be empty (truncated to 0 here otherwise)
+   * @param tokenizer the model's tokenizer (stop ids, text)
+   */
+  constructor(model: CausalLM, tokenizer: Tokenizer, options: GenerationSessionOptions = {}) {
+    this.model = model;
+    this.tokenizer = tokenizer;
+    this.seed = BigInt.asUintN(64, BigInt(options.seed ?? Date.now()));
+    this.#seedState = this.seed;
+    if (model.cached > 0) model.truncate(0);
+  }
+
+  /** The ids whose keys and values are in the cache (a copy). */
+  get cachedIds(): number[] {
+    return this.#ids.slice();
+  }
+
+  /** The next seed of the per-turn sequence: splitmix64 over the base seed (llm.md §6.1). */
+  nextTurnSeed(): bigint {
+    const [state, out] = splitmix64(this.#seedState);
+    this.#seedState = state;
+    return out;
+  }
+
+  /** Forget the cache (`/reset`): truncate(0). The seed sequence continues. */
+  reset(): void {
+    this.model.truncate(0);
+    this.#ids = [];
+  }
+
+  /**
+   * Generate an answer to `promptIds`: reuse the cached common prefix (truncating the rest), prefill
+   * the uncached suffix in chunks, then sample until a stop id, `maxNewTokens`, the abort signal or a
+   * full context window. The cache keeps the prompt and every generated token that was fed back
+   * (all but the last one), so the next call with a longer conversation prefills only what is new.
+   * @param promptIds the whole prompt (BOS included where the model needs it), ids in [0, vocab)
+   * @returns see {@link GenerateResult}
+   * @throws TpError E_ARG for an empty prompt, ids outside the vocabulary, maxNewTokens < 1, or a prompt
+   *   that fills the context window ("context window full", naming --ctx); E_STATE for a concurrent call
+   */
+  async generate(promptIds: ArrayLike<number>, options: GenerateOptions = {}): Promise<GenerateResult> {
+    if (this.#busy) throw new TpError("E_STATE", "GenerationSession.generate is already running");
+    this.#busy = true;
+    try {
+      return await this.#generate(Array.from(promptIds), options);
+    } finally {
+      this.#busy = false;
+    }
+  }
+
+  async #generate(prompt: number[], options: GenerateOptions): Promise<GenerateResult> {
+    const model = this.model;
+    const vocab = model.config.vocab_size;
+    const maxNew = options.maxNewTokens ?? 256;
+    if (!Number.isInteger(maxNew) || maxNew < 1)
+      throw new TpError("E_ARG", `maxNewTokens (-n) must be a positive integer, got ${maxNew}`);
+    const chunk = options.prefillChunk ?? 512;
+    if (!Number.isInteger(chunk) || chunk < 1)
+      throw new TpError("E_ARG", `prefillChunk must be a positive integer, got ${chunk}`);
+    if (prompt.length === 0) throw new TpError("E_ARG", "the prompt is empty (no token ids)");
+    for (const id of prompt)
+      if (!Number.isInteger(id) || id < 0 || id >= vocab)
+        throw new TpError("E_ARG", `prompt token id ${id} is outside the vocabulary [0, ${vocab})`);
+    checkPromptFits(model, prompt.length);
+    const sampler = this.#sampler(options.sampling);
+    const greedy = plainGreedy(sampler);
+    const stop = new Set(options.stopIds ?? this.tokenizer.eog);
+    const signal = options.signal;
+
+    // Reuse the common prefix; at least the last prompt token is run, for its logits.
+    const reused = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1);
+    if (model.cached > reused) model.truncate(reused);
+    this.#ids.length = reused;
+
+    const result: GenerateResult = {
+      ids: [],
+      text: "",
+      promptTokens: prompt.length,
+      reusedTokens: reused,
+      prefillTokens: 0,
+      promptSeconds: 0,
+      genSeconds: 0,
+      stopReason: "length",
+      seed: sampler.seed,
+    };
+    // Plain greedy on a backend with argmax: only the winning id crosses to the host (llm.md §6.1,
+    // "GPU path"), not the vocab-sized logits row.
+    const deviceArgmax = greedy && model.backend.supports("argmax", ["f32"]);
+    const t0 = performance.now();
+    let logits: Float32Array | number | null = null;
+    for (let at = reused; at < prompt.length; at += chunk) {
+      if (signal !== undefined && at > reused) await yieldToEventLoop();
+      if (signal?.aborted) {
+        result.stopReason = "abort";
+        result.promptSeconds = (performance.now() - t0) / 1000;
+        return result;
+      }
+      const part = prompt.slice(at, Math.min(prompt.length, at + chunk));
+      const isLast = at + part.length >= prompt.length;
+      logits = await this.#step(part, isLast, deviceArgmax);
+      result.prefillTokens += part.length;
+    }
+    const t1 = performance.now();
+    result.promptSeconds = (t1 - t0) / 1000;
+
+    const decoder = this.#primedDecoder(prompt);
+    const context = prompt.slice(); // prompt + generated, for the penalties
+    for (;;) {
+      if (signal?.aborted) {
+        result.stopReason = "abort";
+        break;
+      }
+      const id =
+        typeof logits === "number"
+          ? logits
+          : greedy
+            ? argmax(logits as Float32Array)
+            : sampler.sample(logits as Float32Array, context);
+      if (stop.has(id)) {
+        result.stopReason = "eos";
+        break;
+      }
+      result.ids.push(id);
+      context.push(id);
+      options.onToken?.(id);
+      const text = decoder.push(id);
+      if (text !== "") {
+        result.text += text;
+        options.onText?.(text);
+      }
+      if (result.ids.length >= maxNew) break; // skip the forward nobody reads
+      if (model.cached + 1 > model.maxContext) {
+        result.stopReason = "context";
+        break;
+      }
+      if (signal !== undefined) {
+        // Backends may answer `read` with a settled promise, which yields to microtasks only; a turn of
+        // the event loop lets a SIGINT handler (Ctrl-C) run and abort between tokens.
+        await yieldToEventLoop();
+        if (signal.aborted) {
+          result.stopReason = "abort";
+          break;
+        }
+      }
+      logits = await this.#step([id], true, deviceArgmax);
+    }
+    const rest = decoder.flush();
+    if (rest !== "") {
+      result.text += rest;
+      options.onText?.(rest);
+    }
+    result.genSeconds = (performance.now() - t1) / 1000;
+    return result;
+  }
+
+  /**
+   * Run `ids` through the model; when `wantLogits`, read the last row's f32 logits, or only their
+   * argmax (an id) with `onDevice`. Frees what the model returned.
+   */
+  async #step(ids: number[], wantLogits: boolean, onDevice = false): Promise<Float32Array | number | null> {
+    const backend = this.model.backend;
+    const vocab = this.model.config.vocab_size;
+    const t = this.model.step(ids);
+    this.#ids.push(...ids);
+    try {
+      if (!wantLogits) return null;
+      if (onDevice) {
+        const best = backend.argmax(t);
+        try {
+          const data = await backend.read(best);
+          return Number(data[data.length - 1]);
+        } finally {
+          backend.free(best);
+        }
+      }
+      const data = await backend.read(t);
+      if (!(data instanceof Float32Array))
+        throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
+      return data.length === vocab ? data : data.subarray(data.length - vocab);
+    } finally {
+      backend.free(t);
+    }
+  }
+
+  /**
+   * A stream decoder that has seen the prompt (its output discarded), so the answer's text is the
+   * continuation of the prompt's: SentencePiece's leading space of the first answer token is kept after
+   * ordinary text and dropped after a control token, as `decode(prompt + answer)` would do.
+   */
+  #primedDecoder(prompt: readonly number[]): StreamDecoder {
+    const d = this.tokenizer.streamDecoder({ skipSpecial: true });
+    // The decoder's only state is the "at a boundary" flag and held bytes: the last few ids suffice.
+    for (const id of prompt.slice(-8)) d.push(id);
+    d.flush();
+    return d;
+  }
+
+  #sampler(sampling: GenerateOptions["sampling"]): Sampler {
+    if (sampling instanceof Sampler) return sampling;
+    const options = sampling ?? { temperature: 0 };
+    return new Sampler({ ...options, seed: options.seed ?? this.nextTurnSeed() });
+  }
+}

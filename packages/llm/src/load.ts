@@ -1,0 +1,229 @@
+/**
+ * Load a language model from a file: a GGUF (hyper-parameters from `{arch}.*` metadata, tokenizer
+ * from `tokenizer.ggml.*`; llm.md §1.1.1, §4.1) or a Hugging Face safetensors checkpoint (a
+ * directory, a `.safetensors` file or a `*.safetensors.index.json`, with `config.json` and
+ * `tokenizer.json` beside it; llm.md §1.2). Weights stay memory-mapped: every matmul weight is a
+ * `Weight` view on the mapping in its stored format (f32, f16, bf16, fp8 with its scale, GGUF
+ * blocks), per-tensor formats detected by @tp/formats; only the norm scales are uploaded.
+ *
+ * The architecture comes from GGUF `general.architecture` or config.json `model_type` /
+ * `architectures[0]` through the table in models/registry.ts; an unknown one is E_UNSUPPORTED listing
+ * the known ones.
+ */
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { GGUF_HF_NAMES, openCheckpoint, openGguf, type TensorSource, unmapName } from "@tp/formats";
+import { type Backend, TpError } from "@tp/tensor";
+import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
+import type { CausalLM, LlmConfig } from "./model.ts";
+import type { Architecture, CheckpointReader, DecoderOptions } from "./models/decoder.ts";
+import { architectureFor } from "./models/registry.ts";
+
+/** Options of {@link loadModel} and {@link loadCausalLM}. */
+export interface LoadModelOptions extends Omit<DecoderOptions, "onDispose"> {
+  /** The backend the model runs on (its matmul must take the file's weight formats). */
+  readonly backend: Backend;
+}
+
+/** A model ready to run, without its tokenizer. */
+export interface LoadedCausalLM {
+  readonly model: CausalLM;
+  readonly config: LlmConfig;
+  /** Container of the weights. */
+  readonly format: "gguf" | "safetensors";
+  /** The weights file that was opened (a .gguf, a .safetensors or an index file). */
+  readonly path: string;
+}
+
+/** A model ready to run, with the tokenizer of the same file. */
+export interface LoadedModel extends LoadedCausalLM {
+  readonly tokenizer: Tokenizer;
+}
+
+/** A checkpoint opened and identified, before its weights are read. */
+interface Opened {
+  readonly format: "gguf" | "safetensors";
+  readonly path: string;
+  readonly reader: CheckpointReader;
+  readonly arch: Architecture;
+  readonly config: LlmConfig;
+  /** For the tokenizer: the GGUF file, or the checkpoint directory. */
+  readonly tokenizerFrom: string;
+}
+
+function readJson(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new TpError("E_IO", `cannot read: ${(e as Error).message}`, { file: path, cause: e });
+  }
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new TpError("E_FORMAT", `not valid JSON: ${(e as Error).message}`, { file: path, cause: e });
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) {
+    throw new TpError("E_FORMAT", "config.json must hold a JSON object", { file: path });
+  }
+  return v as Record<string, unknown>;
+}
+
+/** The weights file of a safetensors checkpoint directory: the index file, else the one .safetensors file. */
+function weightsInDir(dir: string): string {
+  for (const name of ["model.safetensors.index.json", "model.safetensors"]) {
+    if (existsSync(join(dir, name))) return join(dir, name);
+  }
+  const files = readdirSync(dir).filter(
+    (f) => f.endsWith(".safetensors") || f.endsWith(".safetensors.index.json"),
+  );
+  const index = files.filter((f) => f.endsWith(".index.json"));
+  if (index.length === 1) return join(dir, index[0] as string);
+  if (files.length === 1) return join(dir, files[0] as string);
+  throw new TpError(
+    "E_FORMAT",
+    files.length === 0
+      ? "no .gguf or .safetensors weights in this directory"
+      : `several weight files and no model.safetensors.index.json: ${files.join(", ")}; name one of them`,
+    { file: dir },
+  );
+}
+
+function isGgufFile(path: string): boolean {
+  if (path.endsWith(".gguf")) return true;
+  let fd: number | undefined;
+  try {
+    fd = openSync(path, "r");
+    const head = new Uint8Array(4);
+    return readSync(fd, head, 0, 4, 0) === 4 && new TextDecoder().decode(head) === "GGUF";
+  } catch {
+    return false;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+function openGgufModel(path: string): Opened {
+  const g = openGguf(path);
+  try {
+    const name = g.architecture;
+    if (name === undefined)
+      throw new TpError("E_FORMAT", "GGUF file has no general.architecture key", { file: path });
+    const arch = architectureFor(name, path);
+    const table = GGUF_HF_NAMES[arch.name];
+    const reader: CheckpointReader = {
+      source: g,
+      name: (hf) => (table === undefined ? hf : (unmapName(table, hf) ?? hf)),
+    };
+    return {
+      format: "gguf",
+      path,
+      reader,
+      arch,
+      config: arch.configFromGguf(g.metadata, reader),
+      tokenizerFrom: path,
+    };
+  } catch (e) {
+    g.close();
+    throw e;
+  }
+}
+
+function openSafetensorsModel(path: string): Opened {
+  const isDir = statSync(path).isDirectory();
+  const dir = isDir ? path : dirname(path);
+  const weights = isDir ? weightsInDir(path) : path;
+  const cfgPath = join(dir, "config.json");
+  if (!existsSync(cfgPath)) {
+    throw new TpError(
+      "E_IO",
+      "no config.json beside the safetensors checkpoint; put the model's config.json in its directory",
+      { file: cfgPath },
+    );
+  }
+  const json = readJson(cfgPath);
+  const archName =
+    typeof json.model_type === "string"
+      ? json.model_type
+      : Array.isArray(json.architectures) && typeof json.architectures[0] === "string"
+        ? (json.architectures[0] as string)
+        : undefined;
+  if (archName === undefined) {
+    throw new TpError("E_FORMAT", "config.json names no model_type or architectures", { file: cfgPath });
+  }
+  const arch = architectureFor(archName, cfgPath);
+  const src: TensorSource = openCheckpoint(weights);
+  try {
+    const reader: CheckpointReader = { source: src, name: (hf) => hf };
+    return {
+      format: "safetensors",
+      path: weights,
+      reader,
+      arch,
+      config: arch.configFromHf(json, reader, cfgPath),
+      tokenizerFrom: dir,
+    };
+  } catch (e) {
+    src.close();
+    throw e;
+  }
+}
+
+function openModel(path: string): Opened {
+  if (!existsSync(path)) throw new TpError("E_IO", "no such file or directory", { file: path });
+  const isDir = statSync(path).isDirectory();
+  if (isDir) {
+    const ggufs = readdirSync(path).filter((f) => f.endsWith(".gguf"));
+    if (ggufs.length === 1) return openGgufModel(join(path, ggufs[0] as string));
+    return openSafetensorsModel(path);
+  }
+  return isGgufFile(path) ? openGgufModel(path) : openSafetensorsModel(path);
+}
+
+/**
+ * Load the model of a GGUF file or safetensors checkpoint onto a backend, without its tokenizer
+ * (a safetensors checkpoint needs no tokenizer.json here).
+ * @param path a `.gguf` (the first shard of a split model), a `.safetensors` / `.index.json` file, or a
+ *   directory holding one of them with config.json
+ * @throws TpError E_IO (missing file, config.json); E_UNSUPPORTED for an unknown architecture (listing
+ *   the known ones) or a feature not implemented (RoPE scaling, biases); E_FORMAT naming file and tensor
+ *   for a missing or mis-shaped tensor or metadata key; E_ARG for a bad maxContext
+ */
+export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCausalLM {
+  const o = openModel(path);
+  const source = o.reader.source;
+  try {
+    const model = o.arch.create(options.backend, o.config, o.reader, {
+      ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
+      ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
+      onDispose: () => source.close(),
+    });
+    return { model, config: o.config, format: o.format, path: o.path };
+  } catch (e) {
+    source.close();
+    throw e;
+  }
+}
+
+/**
+ * Load a model and the tokenizer of the same file: GGUF `tokenizer.ggml.*`, or the tokenizer.json
+ * (+ tokenizer_config.json, generation_config.json) beside a safetensors checkpoint.
+ * @example
+ * const backend = createBackend({ threads: 4 });           // @tp/backend-cpu, or loadBackend("cpu")
+ * const { model, tokenizer } = loadModel("Qwen3-0.6B-Q8_0.gguf", { backend, maxContext: 4096 });
+ * const logits = model.step(tokenizer.encode("Once upon a time", { addSpecial: true })); // [1, vocab]
+ * @throws TpError as {@link loadCausalLM}; E_IO when a safetensors checkpoint has no tokenizer.json;
+ *   the tokenizer loaders' errors
+ */
+export function loadModel(path: string, options: LoadModelOptions): LoadedModel {
+  const loaded = loadCausalLM(path, options);
+  try {
+    const tokenizer =
+      loaded.format === "gguf" ? tokenizerFromGguf(loaded.path) : loadHfTokenizer(dirname(loaded.path));
+    return { ...loaded, tokenizer };
+  } catch (e) {
+    loaded.model.dispose();
+    throw e;
+  }
+}

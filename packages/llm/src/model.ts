@@ -1,0 +1,73 @@
+/**
+ * The contract between the architectures (models/llama.ts, models/qwen3.ts, …) and the generation
+ * engine: a causal language model with its own KV cache that turns new token ids into logits
+ * (../shared/spec/llm.md §7.1 "Model interface and the loop"). Every architecture implements
+ * {@link CausalLM}; the engine, the CLI and the benchmarks only see this interface.
+ */
+import type { Backend, Tensor } from "@tp/tensor";
+
+/**
+ * Hyper-parameters of a decoder-only transformer, read from the file's metadata (GGUF
+ * `{arch}.*` keys, llm.md §1.1.1, or a Hugging Face config.json), never assumed.
+ */
+export interface LlmConfig {
+  /** GGUF `general.architecture` ("llama", "qwen3") or the HF model_type. */
+  readonly architecture: string;
+  readonly vocab_size: number;
+  readonly hidden_size: number;
+  readonly num_hidden_layers: number;
+  readonly num_attention_heads: number;
+  readonly num_key_value_heads: number;
+  /** Per-head width; Qwen3's differs from hidden_size / num_attention_heads. */
+  readonly head_dim: number;
+  readonly intermediate_size: number;
+  readonly rms_norm_eps: number;
+  readonly rope_theta: number;
+  /** "neox" (rotate halves; HF Llama/Qwen layout) or "interleaved" (GGUF llama's NORM rope). */
+  readonly rope_mode: "neox" | "interleaved";
+  /**
+   * Rotated dimensions per head (GGUF `{arch}.rope.dimension_count`; HF GPT-J's `rotary_dim`); equal
+   * to head_dim for every llama / qwen3 file seen, the rest of a head passes through unrotated.
+   */
+  readonly rotary_dim: number;
+  /** Trained context length (GGUF `{arch}.context_length`, HF max_position_embeddings). */
+  readonly max_position_embeddings: number;
+  /** The output projection is the token embedding (no separate lm_head / output.weight). */
+  readonly tie_word_embeddings: boolean;
+}
+
+/** Options of {@link CausalLM.step}. */
+export interface StepOptions {
+  /** Return logits for every new row ([n, vocab]) instead of the last one only ([1, vocab]). */
+  readonly allLogits?: boolean;
+}
+
+/**
+ * A causal LM bound to a backend, with its KV cache. Positions are implicit: `step` puts its ids at
+ * positions [cached, cached + n). Model code never reads tensor data on the host; the caller reads the
+ * returned logits with `await backend.read(logits)` and frees them.
+ */
+export interface CausalLM {
+  readonly config: LlmConfig;
+  readonly backend: Backend;
+  /** Tokens whose keys and values are in the cache (the next position). */
+  readonly cached: number;
+  /** The most tokens the cache may ever hold (the context length asked for, ≤ max_position_embeddings). */
+  readonly maxContext: number;
+  /** Rows the KV cache has allocated now (grows on demand up to maxContext; llm.md §7.3). */
+  readonly capacity: number;
+  /** Backend bytes the KV cache holds now (already counted in `backend.memory`). */
+  readonly kvBytes: number;
+  /**
+   * Run the model on `ids` (prefill when several, decode when one), append their keys and values to the
+   * cache (growing it as needed up to maxContext) and return f32 logits [1, vocab_size] of the last
+   * row, or [n, vocab_size] with `allLogits`. The caller owns (and frees) the returned tensor.
+   * @throws TpError E_ARG for an empty list or an id outside [0, vocab_size); E_ARG also when cached + n
+   *   would exceed maxContext ("context window full", naming --ctx; nothing is written)
+   */
+  step(ids: Int32Array | readonly number[], options?: StepOptions): Tensor;
+  /** Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. */
+  truncate(len: number): void;
+  /** Free the cache and every tensor the model uploaded; the model is unusable afterwards. */
+  dispose(): void;
+}
