@@ -1,11 +1,54 @@
 // The vulkan Backend beyond the conformance suite (which checks every op's values): registry, device
 // selection, capabilities and E_UNSUPPORTED messages, memory accounting and budgets, device limits,
 // tensors freed while queued work uses them, batching, resident weights, views of buffers past
-// maxStorageBufferRange, and disposal. Skips, saying why, where the backend cannot start.
+// maxStorageBufferRange, attention's split of long key ranges, and disposal. Skips, saying why, where the backend cannot start.
 import { afterAll, describe, expect, test } from "bun:test";
 import { isTpError, loadBackend, type Tensor, type TpErrorCode, Weight } from "@tp/tensor";
 import { createBackend, parseDeviceSelector, VulkanBackend } from "./backend.ts";
 import type { VulkanBuffer } from "./ffi.ts";
+import { ATTENTION_LOOP_BUDGET, attention, attentionPlan } from "./ops/attention.ts";
+
+/** [B, H, Hkv, Sq, Skv, D] */
+type Dims = readonly [number, number, number, number, number, number];
+
+/** Plain f64 attention (causal, qOffset, window, fullPrefix) over contiguous [B, H, S, D] arrays. */
+function attentionF64(
+  q: Float32Array,
+  k: Float32Array,
+  v: Float32Array,
+  [bs, h, hkv, sq, skv, d]: Dims,
+  o: { causal?: boolean; qOffset?: number; window?: number; fullPrefix?: number },
+): Float64Array {
+  const out = new Float64Array(bs * h * sq * d);
+  const scale = 1 / Math.sqrt(d);
+  const qOffset = o.qOffset ?? skv - sq;
+  for (let bh = 0; bh < bs * h; bh++) {
+    const kvh = Math.floor(bh / h) * hkv + Math.floor((bh % h) / (h / hkv));
+    for (let i = 0; i < sq; i++) {
+      const p = qOffset + i;
+      const s: number[] = [];
+      for (let j = 0; j < skv; j++) {
+        const seen =
+          j < (o.fullPrefix ?? 0) || !o.causal || (j <= p && (o.window === undefined || j > p - o.window));
+        let dot = 0;
+        for (let t = 0; t < d; t++)
+          dot += (q[(bh * sq + i) * d + t] as number) * (k[(kvh * skv + j) * d + t] as number);
+        s.push(seen ? dot * scale : Number.NEGATIVE_INFINITY);
+      }
+      const m = Math.max(...s);
+      if (m === Number.NEGATIVE_INFINITY) continue;
+      let sum = 0;
+      const acc = new Float64Array(d);
+      for (let j = 0; j < skv; j++) {
+        const e = Math.exp((s[j] as number) - m);
+        sum += e;
+        for (let t = 0; t < d; t++) acc[t] = (acc[t] as number) + e * (v[(kvh * skv + j) * d + t] as number);
+      }
+      for (let t = 0; t < d; t++) out[(bh * sq + i) * d + t] = (acc[t] as number) / sum;
+    }
+  }
+  return out;
+}
 
 function errorOf(fn: () => unknown): { code: TpErrorCode; message: string } {
   try {
@@ -179,7 +222,7 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     expect([...last]).toEqual([...col]);
     b().free(tr);
     for (const x of [y, all, big]) b().free(x);
-  });
+  }, 60_000);
 
   test("grids past 65535 workgroups wrap into a second dimension", async () => {
     const n = 65536 * 256 + 300; // one more workgroup row than one dimension holds at 256 per group
@@ -197,6 +240,69 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     expect(am.length).toBe(rows);
     expect(am.every((v) => v === 1)).toBe(true);
     for (const t of [x, y, r]) b().free(t);
+  }, 60_000);
+
+  test("attention: every invocation's loop iterations are bounded whatever the number of keys", () => {
+    // llvmpipe ends all loops of an invocation after 65535 iterations together: attention splits keys.
+    for (const [d, dv] of [
+      [64, 64],
+      [128, 128],
+      [256, 256],
+      [64, 200],
+      [4000, 4000],
+    ] as const) {
+      const p = attentionPlan(d, dv, 1_000_000, 32768);
+      expect(p.iterations).toBeLessThanOrEqual(ATTENTION_LOOP_BUDGET);
+      expect(p.chunk).toBeGreaterThanOrEqual(1);
+      expect(p.chunks).toBe(Math.ceil(1_000_000 / p.chunk));
+      expect(p.maxMerge).toBeGreaterThan(100);
+    }
+    expect(attentionPlan(128, 128, 90, 32768).chunks).toBe(1); // short ranges: one pass
+    expect(errorOf(() => attentionPlan(8192, 8192, 10, 32768)).code).toBe("E_UNSUPPORTED");
+  });
+
+  test("attention: long key ranges, folded in several dispatches, queries in several groups", async () => {
+    // [B, H, Hkv, Sq, Skv, D]; scratch of 3 tile-slots: 1 tile and 2 ranges per dispatch
+    const cases: [Dims, { causal?: boolean; qOffset?: number; window?: number; fullPrefix?: number }][] = [
+      [[1, 4, 1, 1, 1500, 64], { causal: true }],
+      [[2, 2, 1, 70, 900, 32], { causal: true, window: 400, fullPrefix: 30, qOffset: 800 }],
+      [[1, 2, 2, 3, 1100, 128], {}],
+    ];
+    for (const [dims, o] of cases) {
+      const [bs, h, hkv, sq, skv, d] = dims;
+      const qs = Float32Array.from({ length: bs * h * sq * d }, (_, i) => Math.sin(i * 0.37));
+      const ks = Float32Array.from({ length: bs * hkv * skv * d }, (_, i) => Math.cos(i * 0.11));
+      const vs = Float32Array.from({ length: bs * hkv * skv * d }, (_, i) => Math.sin(i * 0.23 + 1));
+      const want = attentionF64(qs, ks, vs, dims, o);
+      expect(attentionPlan(d, d, skv, b().info.maxComputeSharedMemory).chunks).toBeGreaterThan(2);
+      const q = b().upload(qs, [bs, h, sq, d], "f32");
+      const k = b().upload(ks, [bs, hkv, skv, d], "f32");
+      const v = b().upload(vs, [bs, hkv, skv, d], "f32");
+      for (const scratch of [undefined, 3 * 64 * (d + 2) * 4]) {
+        const y = attention(b(), q, k, v, o, scratch);
+        const got = (await b().read(y)) as Float32Array;
+        b().free(y);
+        let worst = 0;
+        for (let i = 0; i < got.length; i++)
+          worst = Math.max(worst, Math.abs((got[i] as number) - (want[i] as number)));
+        expect(worst).toBeLessThan(1e-5);
+      }
+      for (const t of [q, k, v]) b().free(t);
+    }
+  });
+
+  test("attention reads KV-cache views in place: nothing but the output is allocated", async () => {
+    const [h, hkv, len, cap, d] = [4, 2, 300, 320, 64];
+    const cache = b().upload(new Float32Array(cap * hkv * d).fill(0.5), [cap, hkv, d], "f32");
+    const view = cache.slice(0, 0, len).reshape(1, len, hkv, d).permute(0, 2, 1, 3);
+    const q = b()
+      .upload(new Float32Array(h * d).fill(1), [1, 1, h, d], "f32")
+      .permute(0, 2, 1, 3);
+    const before = b().memory.current;
+    const y = b().attention(q, view, view, { causal: true });
+    expect(b().memory.current - before).toBe(y.byteLength);
+    expect(Array.from((await b().read(y)) as Float32Array).every((x) => Math.abs(x - 0.5) < 1e-6)).toBe(true);
+    for (const t of [y, q, cache]) b().free(t);
   });
 
   test("matmul: the subgroup kernels and their shared-memory fallbacks agree with a plain loop", async () => {

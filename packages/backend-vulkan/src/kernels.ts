@@ -53,7 +53,9 @@ export const KERNELS = {
   /** spec 1: weight format. */
   embedding: { bindings: 3, push: 36 },
   /** spec 1: shared floats, 2: head_dim, 3: head_dim_v. */
-  attention: { bindings: 4, push: 60 },
+  attention: { bindings: 4, push: 120 },
+  /** spec 1: head_dim_v. */
+  attention_merge: { bindings: 2, push: 36 },
   argmax: { bindings: 2, push: 12 },
   top_k: { bindings: 3, push: 16 },
   conv2d: { bindings: 4, push: 68 },

@@ -6,7 +6,8 @@
  * order seen through a permutation (what a model gets from its projections), and K / V read from a KV
  * cache [capacity, kv_heads, head_dim] as `cache.slice(0, 0, len).reshape(1, len, kv_heads, head_dim)
  * .permute(0, 2, 1, 3)` (rows past len hold NaN: a kernel that reads them fails), with decoding
- * shapes that split the keys over threads, and a view whose last dimension is strided (copied).
+ * shapes that split the keys over threads, a view whose last dimension is strided (copied), and long
+ * key ranges (1000–2100 keys, head_dim 64 / 128: decoding and chunked prefill from a KV cache, window).
  */
 import type { AttentionOptions, Tensor } from "@tp/tensor";
 import { type ConformanceCase, defineCase, type InputSpec } from "../case.ts";
@@ -138,6 +139,34 @@ export function attentionCases(): ConformanceCase[] {
       options: { causal: true },
       note: "k with a strided last dimension (copied)",
       kStride2: true,
+    },
+    // Long key ranges: Skv · head_dim past 64k floats (the vulkan kernel was cut short there by
+    // llvmpipe's loop limit before it split the keys into ranges).
+    { dims: [1, 4, 1, 3, 1500, 64, 64], options: {}, note: "1500 keys, head_dim 64, one kv head" },
+    {
+      dims: [1, 16, 8, 1, 1024, 128, 128],
+      options: { causal: true },
+      note: "decode from a KV cache of 1100, 1024 keys, head_dim 128, GQA 16/8, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 1100,
+    },
+    {
+      dims: [1, 8, 1, 1, 2100, 128, 128],
+      options: { causal: true, qOffset: 2099 },
+      note: "decode from a KV cache of 2100, 2100 keys, head_dim 128, GQA 8/1",
+      cache: 2100,
+    },
+    {
+      dims: [1, 8, 2, 9, 1300, 64, 64],
+      options: { causal: true },
+      note: "chunked prefill of 9 from a KV cache of 1400, 1300 keys, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 1400,
+    },
+    {
+      dims: [1, 4, 2, 5, 2000, 64, 64],
+      options: { causal: true, window: 700, fullPrefix: 60 },
+      note: "2000 keys, window 700 + full prefix 60 (whole ranges masked)",
     },
   ];
   return cases.map(({ dims, options, note, bshd, cache, kStride2 }, i) => {
