@@ -112,6 +112,20 @@ function yieldToEventLoop(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
+/** What {@link GenerationSession} reads back after a forward: the argmax, the top candidates, or the row. */
+interface ReadMode {
+  argmax?: boolean;
+  /** With `k`: read the `k` largest logits, used when they suffice for this sampler. */
+  sampler?: Sampler;
+  k?: number;
+}
+
+/** The largest logits of a row and their ids (a backend's topK, read back). */
+interface Candidates {
+  values: ArrayLike<number>;
+  ids: ArrayLike<number>;
+}
+
 /** True when the options sample greedily with no penalty (the argmax of the raw logits). */
 function plainGreedy(s: Sampler): boolean {
   const p = s.params;
@@ -227,10 +241,14 @@ export class GenerationSession {
       seed: sampler.seed,
     };
     // Plain greedy on a backend with argmax: only the winning id crosses to the host (llm.md §6.1,
-    // "GPU path"), not the vocab-sized logits row.
+    // "GPU path"), not the vocab-sized logits row. Sampling with top-k and no penalty on a backend
+    // with top_k: only the top_k + 1 largest logits cross, unless ties with the k-th reach past them.
     const deviceArgmax = greedy && model.backend.supports("argmax", ["f32"]);
+    const candidates =
+      greedy || !model.backend.supports("top_k", ["f32"]) ? 0 : sampler.candidateCount(vocab);
+    const read: ReadMode = deviceArgmax ? { argmax: true } : candidates > 0 ? { sampler, k: candidates } : {};
     const t0 = performance.now();
-    let logits: Float32Array | number | null = null;
+    let logits: Float32Array | Candidates | number | null = null;
     for (let at = reused; at < prompt.length; at += chunk) {
       if (signal !== undefined && at > reused) await yieldToEventLoop();
       if (signal?.aborted) {
@@ -240,7 +258,7 @@ export class GenerationSession {
       }
       const part = prompt.slice(at, Math.min(prompt.length, at + chunk));
       const isLast = at + part.length >= prompt.length;
-      logits = await this.#step(part, isLast, deviceArgmax);
+      logits = await this.#step(part, isLast, read);
       result.prefillTokens += part.length;
     }
     const t1 = performance.now();
@@ -253,12 +271,13 @@ export class GenerationSession {
         result.stopReason = "abort";
         break;
       }
-      const id =
-        typeof logits === "number"
-          ? logits
-          : greedy
-            ? argmax(logits as Float32Array)
-            : sampler.sample(logits as Float32Array, context);
+      let id: number;
+      if (typeof logits === "number") id = logits;
+      else if (logits instanceof Float32Array) id = greedy ? argmax(logits) : sampler.sample(logits, context);
+      else {
+        const c = logits as Candidates; // #step returns candidates only when they suffice
+        id = sampler.sampleFromCandidates(c.values, c.ids) as number;
+      }
       if (stop.has(id)) {
         result.stopReason = "eos";
         break;
@@ -285,7 +304,7 @@ export class GenerationSession {
           break;
         }
       }
-      logits = await this.#step([id], true, deviceArgmax);
+      logits = await this.#step([id], true, read);
     }
     const rest = decoder.flush();
     if (rest !== "") {
@@ -298,16 +317,35 @@ export class GenerationSession {
 
   /**
    * Run `ids` through the model; when `wantLogits`, read the last row's f32 logits, or only their
-   * argmax (an id) with `onDevice`. Frees what the model returned.
+   * argmax (an id) with `read.argmax`, or only its `read.k` largest logits with `read.sampler` when
+   * they suffice for that sampler (else the row). Frees what the model returned.
    */
-  async #step(ids: number[], wantLogits: boolean, onDevice = false): Promise<Float32Array | number | null> {
+  async #step(
+    ids: number[],
+    wantLogits: boolean,
+    read: ReadMode,
+  ): Promise<Float32Array | Candidates | number | null> {
     const backend = this.model.backend;
     const vocab = this.model.config.vocab_size;
     const t = this.model.step(ids);
     this.#ids.push(...ids);
     try {
       if (!wantLogits) return null;
-      if (onDevice) {
+      if (read.sampler !== undefined && read.k !== undefined) {
+        const top = backend.topK(t, read.k);
+        try {
+          const [v, i] = await Promise.all([backend.read(top.values), backend.read(top.indices)]);
+          const c = {
+            values: v.subarray(v.length - read.k),
+            ids: i.subarray(i.length - read.k),
+          } as Candidates;
+          if (read.sampler.candidatesSuffice(c.values, c.ids)) return c;
+        } finally {
+          backend.free(top.values);
+          backend.free(top.indices);
+        }
+      }
+      if (read.argmax) {
         const best = backend.argmax(t);
         try {
           const data = await backend.read(best);

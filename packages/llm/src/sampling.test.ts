@@ -1,6 +1,7 @@
 // Samplers: the PRNGs against their authors' reference outputs; each stage on a distribution whose
-// probabilities are powers of two, so every expected number is derived by hand; the fast heap-based
-// path against a literal stage-by-stage twin (transformers' masking semantics) on random logits;
+// probabilities are powers of two, so every expected number is derived by hand; the fast path against
+// a literal stage-by-stage twin (transformers' masking semantics) on random logits, and bit for bit
+// against a full-sort reference (distributions, draws, penalties, backend top-k candidates);
 // determinism under a seed; and the edge cases (all −∞ but one, ties, k > vocab, top_k = 0).
 import { describe, expect, test } from "bun:test";
 import { TpError } from "@tp/tensor";
@@ -349,16 +350,311 @@ describe("the heap-based distribution equals the literal stage-by-stage twin", (
     }
   });
 
-  test("a 151,936-token vocabulary samples in milliseconds with top-k, and top_k = 0 with top-p works", () => {
+  test("a 151,936-token vocabulary samples with top-k, and top_k = 0 with top-p keeps a wide set", () => {
     const n = 151936;
     const logits = new Float32Array(n);
     for (let i = 0; i < n; i++) logits[i] = Math.sin(i * 12.9898) * 8;
     const s = new Sampler({ seed: 1, temperature: 0.7, topK: 20, topP: 0.8, minP: 0 });
-    s.sample(logits);
-    const t0 = performance.now();
-    for (let i = 0; i < 10; i++) s.sample(logits, [1, 2, 3]);
-    expect((performance.now() - t0) / 10).toBeLessThan(100);
+    const id = s.sample(logits, [1, 2, 3]);
+    expect(s.distribution(logits, [1, 2, 3]).ids).toContain(id);
     const wide = new Sampler({ seed: 1, temperature: 1, topK: 0, topP: 0.9, minP: 0 }).distribution(logits);
     expect(wide.ids.length).toBeGreaterThan(512);
+  });
+});
+
+// ------------------------------------------------------------------ fast paths against a full-sort reference
+
+type Filters = Pick<SamplingParams, "temperature" | "topK" | "topP" | "minP">;
+
+/**
+ * The reference, written for obviousness: s = l/T for every entry (NaN and −∞ dropped), one full sort
+ * by (s desc, id asc), f64 throughout, each stage exactly as defined. Its arithmetic is the one the
+ * definition fixes: the normaliser of the cut is the sum over the top-k survivors in sorted order, or
+ * over every finite entry in id order when top-k cuts nothing; the result is the softmax of the kept
+ * ids in their order (id order when nothing is cut). So the fast paths must match it bit for bit.
+ */
+function reference(logits: ArrayLike<number>, p: Filters): { ids: number[]; probs: number[] } {
+  const s = new Map<number, number>();
+  for (let i = 0; i < logits.length; i++) {
+    const v = (logits[i] as number) / p.temperature;
+    if (v > Number.NEGATIVE_INFINITY) s.set(i, v);
+  }
+  if (s.size === 0) throw new TpError("E_ARG", "no finite logit");
+  const sv = (i: number) => s.get(i) as number;
+  const finite = [...s.keys()]; // id order
+  let sMax = Number.NEGATIVE_INFINITY;
+  for (const i of finite) if (sv(i) > sMax) sMax = sv(i);
+  const softmax = (ids: number[]) => {
+    let m = Number.NEGATIVE_INFINITY;
+    for (const i of ids) m = Math.max(m, sv(i));
+    const e = ids.map((i) => Math.exp(sv(i) - m));
+    let z = 0;
+    for (const x of e) z += x;
+    return { ids, probs: e.map((x) => x / z) };
+  };
+  const topKCuts = p.topK > 0 && p.topK < finite.length;
+  if (!topKCuts && p.topP >= 1 && p.minP <= 0) return softmax(finite);
+  const sorted = [...finite].sort((a, b) => (sv(a) > sv(b) ? -1 : sv(a) < sv(b) ? 1 : a - b));
+  let head = sorted;
+  let z = 0;
+  if (topKCuts) {
+    const kth = sv(sorted[p.topK - 1] as number);
+    head = sorted.filter((i) => sv(i) >= kth);
+    for (const i of head) z += Math.exp(sv(i) - sMax);
+  } else for (const i of finite) z += Math.exp(sv(i) - sMax);
+  const kept: number[] = [];
+  let cum = 0;
+  for (const i of head) {
+    const pi = Math.exp(sv(i) - sMax) / z;
+    if (kept.length > 0 && (cum >= p.topP || pi < p.minP * (1 / z))) break;
+    kept.push(i);
+    cum += pi;
+  }
+  return softmax(kept);
+}
+
+/** The reference draw: one r from the stream, walked along the cumulative probabilities. */
+function referenceDraw(d: { ids: number[]; probs: number[] }, rng: Xoshiro128): number {
+  const r = rng.nextDouble();
+  if (d.ids.length === 1) return d.ids[0] as number;
+  let cum = 0;
+  for (const [i, id] of d.ids.entries()) {
+    cum += d.probs[i] as number;
+    if (r < cum) return id;
+  }
+  return d.ids[d.ids.length - 1] as number;
+}
+
+/** A small deterministic generator for test data. */
+function lcg(seed: number): () => number {
+  let x = seed >>> 0;
+  return () => {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    return x / 4294967296;
+  };
+}
+
+const KINDS = ["smooth", "coarse", "holes", "peaked", "flat", "ramp", "fewFinite", "wide"] as const;
+
+/** A random row of kind `kind`: ties (coarse, flat), −∞ and NaN (holes), ascending order (ramp), … */
+function randomRow(
+  n: number,
+  kind: (typeof KINDS)[number],
+  rand: () => number,
+  f64 = false,
+): Float32Array | Float64Array {
+  const l = f64 ? new Float64Array(n) : new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    const u = rand() * 2 - 1;
+    switch (kind) {
+      case "smooth":
+        l[i] = u * 6;
+        break;
+      case "coarse":
+        l[i] = Math.round(u * 12) / 4;
+        break;
+      case "holes": {
+        const h = rand();
+        l[i] = h < 0.25 ? Number.NEGATIVE_INFINITY : h < 0.35 ? Number.NaN : Math.round(u * 16) / 4;
+        break;
+      }
+      case "peaked":
+        l[i] = rand() < 0.01 ? 10 + u * 4 : u * 3;
+        break;
+      case "flat":
+        l[i] = 1.5;
+        break;
+      case "ramp":
+        l[i] = i / 64;
+        break;
+      case "fewFinite":
+        l[i] = rand() < 3 / n ? u * 4 : Number.NEGATIVE_INFINITY;
+        break;
+      case "wide":
+        l[i] = u * 40;
+        break;
+    }
+  }
+  if (kind === "fewFinite") l[Math.floor(rand() * n)] = 0.5; // at least one finite
+  return l;
+}
+
+function randomFilters(rand: () => number, n: number): Filters {
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)] as T;
+  return {
+    temperature: pick([0.05, 0.3, 0.7, 1, 1.5, 4]),
+    topK: pick([0, 0, 1, 2, 5, 40, 300, n, n + 7]),
+    topP: pick([1, 1, 0.99, 0.95, 0.8, 0.5, 0.1, 0]),
+    minP: pick([0, 0, 0.01, 0.05, 0.3, 1]),
+  };
+}
+
+function expectSameDistribution(
+  got: { ids: Int32Array; probs: Float64Array },
+  want: { ids: number[]; probs: number[] },
+): void {
+  expect(Array.from(got.ids)).toEqual(want.ids);
+  expect(Array.from(got.probs)).toEqual(want.probs); // bit for bit
+}
+
+describe("the fast paths equal a full-sort reference bit for bit", () => {
+  test("1,500 random rows × kinds × parameter sets (ties, −∞, NaN, k > vocab, top_p = 1, min_p = 0)", () => {
+    const rand = lcg(2024);
+    for (let t = 0; t < 1500; t++) {
+      const kind = KINDS[t % KINDS.length] as (typeof KINDS)[number];
+      const n = 1 + Math.floor(rand() * (t % 5 === 0 ? 3000 : 300));
+      const row = randomRow(n, kind, rand, t % 7 === 0);
+      const p = randomFilters(rand, n);
+      let want: ReturnType<typeof reference>;
+      try {
+        want = reference(row, p);
+      } catch {
+        expect(thrown(() => samplingDistribution(row, p)).code).toBe("E_ARG");
+        continue;
+      }
+      expectSameDistribution(samplingDistribution(row, p), want);
+    }
+  });
+
+  test("151,936-entry rows: top-k 40, top-k 0 with top-p / min-p, ties past the k-th, ascending order", () => {
+    const n = 151936;
+    const rand = lcg(7);
+    const cases: [(typeof KINDS)[number], Filters][] = [
+      ["smooth", { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 }],
+      ["peaked", { temperature: 0.8, topK: 0, topP: 0.95, minP: 0 }],
+      ["peaked", { temperature: 0.8, topK: 0, topP: 1, minP: 0.05 }],
+      ["smooth", { temperature: 1, topK: 0, topP: 0.9, minP: 0 }],
+      ["coarse", { temperature: 0.7, topK: 20, topP: 0.8, minP: 0 }],
+      ["ramp", { temperature: 0.6, topK: 40, topP: 1, minP: 0 }],
+      ["holes", { temperature: 1.2, topK: 0, topP: 0.5, minP: 0.01 }],
+      ["wide", { temperature: 1, topK: 0, topP: 1, minP: 0 }],
+    ];
+    for (const [kind, p] of cases) {
+      const row = randomRow(n, kind, rand);
+      expectSameDistribution(samplingDistribution(row, p), reference(row, p));
+    }
+  }, 60_000);
+
+  test("scales outside the fast paths' bounds (|l| > 1e100, T < 1e-200 or > 1e200) take the exact path", () => {
+    const rand = lcg(31);
+    for (let t = 0; t < 200; t++) {
+      const n = 1 + Math.floor(rand() * 200);
+      const row = randomRow(n, KINDS[t % KINDS.length] as (typeof KINDS)[number], rand, true);
+      const scale = [1e150, 1, 1e-150][t % 3] as number;
+      for (let i = 0; i < n; i++) row[i] = (row[i] as number) * scale;
+      const p = { ...randomFilters(rand, n), temperature: [1e-201, 1e201, 1e-300, 0.5][t % 4] as number };
+      let want: ReturnType<typeof reference>;
+      try {
+        want = reference(row, p);
+      } catch {
+        expect(thrown(() => samplingDistribution(row, p)).code).toBe("E_ARG");
+        continue;
+      }
+      expectSameDistribution(samplingDistribution(row, p), want);
+    }
+  });
+
+  test("Sampler draws equal reference draws, penalties included, and leave the logits alone", () => {
+    const rand = lcg(99);
+    for (let t = 0; t < 300; t++) {
+      const n = 2 + Math.floor(rand() * 400);
+      const row = randomRow(n, KINDS[t % KINDS.length] as (typeof KINDS)[number], rand) as Float32Array;
+      const before = Array.from(row);
+      const p = randomFilters(rand, n);
+      const pen = {
+        repeatPenalty: [1, 1.3, 0.8][t % 3] as number,
+        repeatLastN: [64, -1, 0, 5][Math.floor(rand() * 4)] as number,
+        presencePenalty: t % 4 === 0 ? 0.5 : 0,
+        frequencyPenalty: t % 5 === 0 ? 0.25 : 0,
+      };
+      const recent = Array.from({ length: Math.floor(rand() * 100) }, () => Math.floor(rand() * n));
+      const penalised = Float64Array.from(row);
+      applyPenalties(penalised, recent, pen);
+      let want: ReturnType<typeof reference>;
+      try {
+        want = reference(penalised, p);
+      } catch {
+        continue;
+      }
+      const seed = 1000 + t;
+      const s = new Sampler({ ...p, ...pen, seed });
+      const rng = new Xoshiro128(seed);
+      expectSameDistribution(s.distribution(row, recent), want);
+      for (let i = 0; i < 4; i++) expect(s.sample(row, recent)).toBe(referenceDraw(want, rng));
+      expect(Array.from(row)).toEqual(before);
+    }
+  });
+});
+
+/** What a backend's topK(x, m) returns: the m largest, descending, NaN first, ties by ascending id. */
+function backendTopK(row: ArrayLike<number>, m: number): { values: Float32Array; ids: Int32Array } {
+  const key = (i: number) => (Number.isNaN(row[i] as number) ? Number.POSITIVE_INFINITY : (row[i] as number));
+  const order = Array.from({ length: row.length }, (_, i) => i)
+    .sort((a, b) => (key(a) > key(b) ? -1 : key(a) < key(b) ? 1 : a - b))
+    .slice(0, m);
+  return { values: Float32Array.from(order, (i) => row[i] as number), ids: Int32Array.from(order) };
+}
+
+describe("sampling from a backend's top candidates", () => {
+  test("candidateCount: top_k + 1, or 0 for greedy, top_k = 0, k + 1 > vocab, or an active penalty", () => {
+    expect(new Sampler({ topK: 40 }).candidateCount(151936)).toBe(41);
+    expect(new Sampler({ topK: 40, temperature: 0 }).candidateCount(151936)).toBe(0);
+    expect(new Sampler({ topK: 0 }).candidateCount(151936)).toBe(0);
+    expect(new Sampler({ topK: 40 }).candidateCount(40)).toBe(0);
+    expect(new Sampler({ topK: 40, repeatPenalty: 1.1 }).candidateCount(151936)).toBe(0);
+    expect(new Sampler({ topK: 40, presencePenalty: 0.5 }).candidateCount(151936)).toBe(0);
+    expect(new Sampler({ topK: 40, repeatPenalty: 1.1, repeatLastN: 0 }).candidateCount(151936)).toBe(41);
+  });
+
+  test("the same ids as sampling the full row, or undefined (no draw consumed) when they do not suffice", () => {
+    const rand = lcg(5);
+    let used = 0;
+    let declined = 0;
+    for (let t = 0; t < 600; t++) {
+      const n = 2 + Math.floor(rand() * 500);
+      const kind = KINDS[t % KINDS.length] as (typeof KINDS)[number];
+      const row = randomRow(n, kind, rand) as Float32Array;
+      const p = { ...randomFilters(rand, n), topK: [1, 2, 5, 40][t % 4] as number, seed: t };
+      const a = new Sampler(p);
+      const b = new Sampler(p);
+      const m = a.candidateCount(n);
+      if (m === 0) continue;
+      const c = backendTopK(row, m);
+      if (t % 3 === 0) {
+        // any order will do
+        const perm = Array.from({ length: m }, (_, i) => i).sort(() => rand() - 0.5);
+        c.values = Float32Array.from(perm, (i) => c.values[i] as number);
+        c.ids = Int32Array.from(perm, (i) => c.ids[i] as number);
+      }
+      let full: number | undefined;
+      try {
+        full = b.sample(row);
+      } catch {
+        continue; // all −∞/NaN
+      }
+      const suffice = a.candidatesSuffice(c.values, c.ids);
+      const got = a.sampleFromCandidates(c.values, c.ids);
+      expect(got !== undefined).toBe(suffice);
+      if (got === undefined) {
+        declined++;
+        expect(a.sample(row)).toBe(full); // the stream was not touched
+      } else {
+        used++;
+        expect(got).toBe(full);
+        expect(a.sampleFromCandidates(c.values, c.ids)).toBe(b.sample(row)); // and stays in step
+      }
+    }
+    expect(used).toBeGreaterThan(200);
+    expect(declined).toBeGreaterThan(10); // ties past the k-th (coarse, flat), NaN
+  });
+
+  test("penalties and greedy never use the candidates", () => {
+    const row = Float32Array.from([3, 2, 1, 0]);
+    const c = backendTopK(row, 3);
+    expect(
+      new Sampler({ topK: 2, repeatPenalty: 2, seed: 1 }).sampleFromCandidates(c.values, c.ids),
+    ).toBeUndefined();
+    expect(new Sampler({ topK: 2, temperature: 0 }).sampleFromCandidates(c.values, c.ids)).toBeUndefined();
+    expect(new Sampler({ topK: 2, seed: 1 }).sampleFromCandidates(c.values, c.ids)).toBeOneOf([0, 1]);
   });
 });

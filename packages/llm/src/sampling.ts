@@ -143,8 +143,7 @@ export interface Distribution {
  * The distribution after temperature, top-k, top-p and min-p (penalties already applied), with
  * transformers' semantics: top-k keeps every token tied with the k-th; top-p keeps tokens, best
  * first, while the mass before them is below top_p; min-p keeps p ≥ min_p · p_max; at least one
- * token always survives. Candidates come off a binary max-heap, so top-k costs O(V + k log V) rather
- * than a full sort.
+ * token always survives. Cost O(V) plus a sort of the few candidates (see {@link SamplingWorkspace}).
  * @param logits [vocab] f32 or f64; NaN counts as −∞
  * @param p temperature must be > 0
  * @throws TpError E_ARG when every logit is −∞/NaN or the temperature is ≤ 0
@@ -155,90 +154,498 @@ export function samplingDistribution(
 ): Distribution {
   if (!(p.temperature > 0))
     throw new TpError("E_ARG", `samplingDistribution needs temperature > 0, got ${p.temperature}`);
-  const n = logits.length;
-  const s = new Float64Array(n); // tempered logits
-  const heap = new Int32Array(n); // ids of finite entries
-  let size = 0;
-  for (let i = 0; i < n; i++) {
-    const v = (logits[i] as number) / p.temperature;
-    s[i] = v;
-    if (v > Number.NEGATIVE_INFINITY) heap[size++] = i; // drops −∞ and NaN
-  }
-  if (size === 0) throw new TpError("E_ARG", `no finite logit among ${n}: every logit is −∞ or NaN`);
-  const truncates = (p.topK > 0 && p.topK < size) || p.topP < 1 || p.minP > 0;
-  if (!truncates) {
-    // nothing to cut: every finite id, in id order
-    const ids = heap.slice(0, size);
-    return { ids, probs: softmaxOf(s, ids) };
-  }
-  // max-heap on (s desc, id asc)
-  const above = (a: number, b: number) => (s[a] as number) > (s[b] as number) || (s[a] === s[b] && a < b);
-  const siftDown = (i0: number) => {
-    const x = heap[i0] as number;
-    let i = i0;
-    for (;;) {
-      let c = 2 * i + 1;
-      if (c >= size) break;
-      if (c + 1 < size && above(heap[c + 1] as number, heap[c] as number)) c++;
-      if (!above(heap[c] as number, x)) break;
-      heap[i] = heap[c] as number;
-      i = c;
-    }
-    heap[i] = x;
-  };
-  for (let i = (size >> 1) - 1; i >= 0; i--) siftDown(i);
-  const pop = (): number => {
-    const top = heap[0] as number;
-    heap[0] = heap[--size] as number;
-    if (size > 0) siftDown(0);
-    return top;
-  };
-  const sMax = s[heap[0] as number] as number;
-  const cand: number[] = [];
-  let z: number; // softmax normaliser over what survives top-k
-  if (p.topK > 0 && p.topK < size) {
-    while (cand.length < p.topK) cand.push(pop());
-    const kth = s[cand[cand.length - 1] as number] as number;
-    while (size > 0 && s[heap[0] as number] === kth) cand.push(pop()); // ties with the k-th stay
-    z = 0;
-    for (const id of cand) z += Math.exp((s[id] as number) - sMax);
-  } else {
-    z = 0;
-    for (let i = 0; i < size; i++) z += Math.exp((s[heap[i] as number] as number) - sMax);
-  }
-  const kept: number[] = [];
-  const pMax = 1 / z;
-  let cum = 0;
-  for (let i = 0; ; i++) {
-    let id: number;
-    if (i < cand.length) id = cand[i] as number;
-    else if (cand.length === 0 && size > 0) id = pop();
-    else break;
-    const pi = Math.exp((s[id] as number) - sMax) / z;
-    if (kept.length > 0) {
-      if (cum >= p.topP) break; // top-p: the mass before this token already reaches top_p
-      if (pi < p.minP * pMax) break; // min-p (descending, so everything after fails too)
-    }
-    kept.push(id);
-    cum += pi;
-  }
-  const ids = Int32Array.from(kept);
-  return { ids, probs: softmaxOf(s, ids) };
+  const ws = new SamplingWorkspace();
+  const m = ws.dense(logits, p, logits instanceof Float32Array || maxAbs(logits) <= SAFE_ABS);
+  return ws.distribution(m);
 }
 
-/** Softmax of `s` restricted to `ids` (max-subtracted, f64). */
-function softmaxOf(s: Float64Array, ids: Int32Array): Float64Array {
-  let m = Number.NEGATIVE_INFINITY;
-  for (const id of ids) m = Math.max(m, s[id] as number);
-  const out = new Float64Array(ids.length);
-  let z = 0;
-  for (let i = 0; i < ids.length; i++) {
-    const e = Math.exp((s[ids[i] as number] as number) - m);
-    out[i] = e;
-    z += e;
+/** Largest |v| over the finite entries (0 when none). */
+function maxAbs(x: ArrayLike<number>): number {
+  let a = 0;
+  for (let i = 0; i < x.length; i++) {
+    const v = Math.abs(x[i] as number);
+    if (v > a && v < Number.POSITIVE_INFINITY) a = v;
   }
-  for (let i = 0; i < out.length; i++) out[i] = (out[i] as number) / z;
-  return out;
+  return a;
+}
+
+/**
+ * Scale bounds of the fast paths. With |logit| ≤ SAFE_ABS and SAFE_T_MIN ≤ T ≤ SAFE_T_MAX, l / T
+ * neither overflows nor underflows to a subnormal, so l / T is −∞ exactly when l is, and the
+ * monotonicity arguments below hold; anything else takes the exact all-entries path.
+ */
+const SAFE_ABS = 1e100;
+const SAFE_T_MIN = 1e-200;
+const SAFE_T_MAX = 1e200;
+/** Histogram bins per nat of the top-p threshold search, and the bin count (the last is open-ended). */
+const BINS_PER_NAT = 8;
+const BINS = 64 * BINS_PER_NAT;
+
+/**
+ * Reusable buffers and the sampling pipeline on them: after warm-up no vocab-sized array is allocated
+ * per token. Every path ends in {@link SamplingWorkspace.resolve}, which does exactly what the
+ * stage-by-stage definition does on a set of candidates known to be the head of the full order
+ * (descending tempered logit s, ties by ascending id):
+ *
+ * - top-k (k < number of finite logits): one pass finds the k-th largest logit l_k with a bounded
+ *   buffer (values above a rising threshold; when it fills, a native sort keeps the best k), a second
+ *   pass collects l ≥ τ for a τ just below l_k with τ/T < l_k/T checked, then exact s = l/T keeps
+ *   s ≥ l_k/T — every tie with the k-th. Since l ↦ l/T is monotone, the k-th largest s is l_k/T.
+ *   The sum for the normaliser runs over the survivors in sorted order, as before: the result is
+ *   bit-identical to a full sort.
+ * - top_k = 0 with top-p and/or min-p: a pass for the maximum, a pass summing exp(s − s_max) (the
+ *   normaliser over the whole vocabulary, in id order) into a histogram of s_max − s in 1/8-nat
+ *   bins; the candidates are the entries above the bin where the mass first exceeds top_p (plus 1e-9
+ *   for round-off) and above s_max + ln(min_p) (plus a margin). Only they are sorted. The walk then
+ *   checks that the best entry left out would have been cut too (and that no left-out entry ties
+ *   with the last candidate); if not — only possible by round-off — it redoes the step over every
+ *   entry. The kept set equals the full sort's except where the cumulative mass lies within f64
+ *   round-off of top_p (the normaliser's summation order is id order, not a heap's).
+ * - no truncation: every finite id in id order, one exp each, no sort.
+ */
+export class SamplingWorkspace {
+  /** Candidate ids, their tempered logits, and (after resolve) the kept prefix's probabilities. */
+  ids = new Int32Array(0);
+  s = new Float64Array(0);
+  probs = new Float64Array(0);
+  #buf = new Float64Array(0);
+  #hist = new Float64Array(BINS);
+  /** f64 copy of a row, for the penalties (which must not touch the caller's logits). */
+  row64 = new Float64Array(0);
+
+  /** Make the candidate arrays hold at least n entries. */
+  reserve(n: number): void {
+    if (this.ids.length >= n) return;
+    const cap = Math.max(n, this.ids.length * 2, 64);
+    this.ids = new Int32Array(cap);
+    this.s = new Float64Array(cap);
+    this.probs = new Float64Array(cap);
+  }
+
+  /** A fresh {@link Distribution} of the first m candidates. */
+  distribution(m: number): Distribution {
+    return { ids: this.ids.slice(0, m), probs: this.probs.slice(0, m) };
+  }
+
+  /**
+   * The distribution of a full row, into ids/probs[0, m); returns m.
+   * @param bounded every finite |logit| ≤ 1e100 (always true of f32)
+   */
+  dense(
+    row: ArrayLike<number>,
+    p: Pick<SamplingParams, "temperature" | "topK" | "topP" | "minP">,
+    bounded: boolean,
+  ): number {
+    const n = row.length;
+    const t = p.temperature;
+    if (!(bounded && t >= SAFE_T_MIN && t <= SAFE_T_MAX)) return this.#exact(row, p);
+    const k = p.topK;
+    const filters = p.topP < 1 || p.minP > 0;
+    if (k > 0 && k < n) {
+      const vk = this.#kthLargest(row, k);
+      if (!Number.isNaN(vk)) return this.#topK(row, vk, p);
+      // at most k finite logits: top-k cuts nothing
+    }
+    let vMax = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < n; i++) {
+      const v = row[i] as number;
+      if (v > vMax) vMax = v;
+    }
+    if (vMax === Number.NEGATIVE_INFINITY)
+      throw new TpError("E_ARG", `no finite logit among ${n}: every logit is −∞ or NaN`);
+    if (vMax === Number.POSITIVE_INFINITY) return this.#exact(row, p);
+    const sMax = vMax / t;
+    if (!filters) {
+      // every finite id in id order: softmax with the max subtracted, summed in id order
+      this.reserve(n);
+      const ids = this.ids;
+      const pr = this.probs;
+      let m = 0;
+      let z = 0;
+      for (let i = 0; i < n; i++) {
+        const v = row[i] as number;
+        if (v > Number.NEGATIVE_INFINITY) {
+          const e = Math.exp(v / t - sMax);
+          ids[m] = i;
+          pr[m++] = e;
+          z += e;
+        }
+      }
+      for (let i = 0; i < m; i++) pr[i] = (pr[i] as number) / z;
+      return m;
+    }
+    // normaliser over everything, and where the top-p mass is reached
+    const hist = this.#hist;
+    const useHist = p.topP < 1;
+    if (useHist) hist.fill(0);
+    let z = 0;
+    for (let i = 0; i < n; i++) {
+      const v = row[i] as number;
+      if (v > Number.NEGATIVE_INFINITY) {
+        const x = v / t - sMax;
+        const e = Math.exp(x);
+        z += e;
+        if (useHist) {
+          const b = -x * BINS_PER_NAT;
+          (hist[b < BINS - 1 ? b | 0 : BINS - 1] as number) += e;
+        }
+      }
+    }
+    let dCut = Number.POSITIVE_INFINITY; // candidates: s ≥ s_max − dCut
+    if (useHist) {
+      const target = (p.topP + 1e-9) * z;
+      let acc = 0;
+      for (let b = 0; b < BINS - 1; b++) {
+        acc += hist[b] as number;
+        if (acc >= target) {
+          dCut = (b + 1) / BINS_PER_NAT;
+          break;
+        }
+      }
+    }
+    if (p.minP > 0) dCut = Math.min(dCut, -Math.log(p.minP) * (1 + 1e-9) + 1e-9);
+    let tau = Number.NEGATIVE_INFINITY;
+    if (dCut < Number.POSITIVE_INFINITY) {
+      const sCut = sMax - dCut - 1e-9 * (1 + Math.abs(sMax));
+      tau = sCut * t;
+    }
+    // collect l ≥ τ, and the largest logit left out
+    this.reserve(1024);
+    let ids = this.ids;
+    let m = 0;
+    let outMax = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < n; i++) {
+      const v = row[i] as number;
+      if (v >= tau) {
+        if (m === ids.length) {
+          this.#grow(m);
+          ids = this.ids;
+        }
+        ids[m++] = i;
+      } else if (v > outMax) outMax = v;
+    }
+    const s = this.s;
+    let w = 0;
+    for (let j = 0; j < m; j++) {
+      const id = ids[j] as number;
+      const v = row[id] as number;
+      if (v > Number.NEGATIVE_INFINITY) {
+        ids[w] = id;
+        s[w++] = v / t;
+      }
+    }
+    const kept = this.resolve(w, p, sMax, z, outMax / t);
+    return kept >= 0 ? kept : this.#exact(row, p);
+  }
+
+  /**
+   * The distribution from a backend's top candidates (the m largest logits, ties in any order,
+   * NaN allowed), into ids/probs[0, count); returns the count, or -1 when the candidates do not
+   * determine it (a NaN among them, or ties with the k-th reaching past them, or no top-k to cut the
+   * row to what they hold). Never consults the rest of the row, so only valid without penalties.
+   */
+  candidates(
+    values: ArrayLike<number>,
+    cids: ArrayLike<number>,
+    p: Pick<SamplingParams, "temperature" | "topK" | "topP" | "minP">,
+  ): number {
+    const m = values.length;
+    const t = p.temperature;
+    if (m === 0 || cids.length !== m || !(t >= SAFE_T_MIN && t <= SAFE_T_MAX)) return -1;
+    this.reserve(m);
+    const ids = this.ids;
+    const s = this.s;
+    let f = 0; // finite candidates
+    for (let j = 0; j < m; j++) {
+      const v = values[j] as number;
+      if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY || Math.abs(v) > SAFE_ABS) return -1;
+      if (v > Number.NEGATIVE_INFINITY) {
+        ids[f] = cids[j] as number;
+        s[f++] = v / t;
+      }
+    }
+    if (f === 0)
+      throw new TpError("E_ARG", `no finite logit among the ${m} largest: every logit is −∞ or NaN`);
+    if (f < m) {
+      // a −∞ among the largest: every finite logit of the row is here
+      this.#sort(0, f, true);
+      return this.#exactOnCandidates(f, p);
+    }
+    const k = p.topK;
+    if (k <= 0 || k >= m) return -1;
+    this.#sort(0, m, false);
+    const kth = s[k - 1] as number;
+    if (!((s[k] as number) < kth)) return -1; // ties with the k-th may reach past the candidates
+    return this.resolve(k, p, s[0] as number, Number.NaN, Number.NEGATIVE_INFINITY);
+  }
+
+  /**
+   * Walk candidates [0, m) of ids/s — a set that holds the head of the full order — sorted here by
+   * (s desc, id asc): top-p then min-p with normaliser z (NaN: sum over the candidates, in order),
+   * then the kept prefix's probabilities (softmax over it, max-subtracted) into probs.
+   * @param sOut the largest tempered logit not among the candidates (−∞ when none)
+   * @returns the kept count, or -1 when the candidates might not suffice (round-off at the edge)
+   */
+  resolve(
+    m: number,
+    p: Pick<SamplingParams, "topP" | "minP">,
+    sMax: number,
+    z: number,
+    sOut: number,
+  ): number {
+    if (m === 0) return -1;
+    this.#sort(0, m, false);
+    const s = this.s;
+    const out = sOut > Number.NEGATIVE_INFINITY;
+    if (out && !(sOut < (s[m - 1] as number))) return -1; // a left-out entry could rank among them
+    if (Number.isNaN(z)) {
+      z = 0;
+      for (let i = 0; i < m; i++) z += Math.exp((s[i] as number) - sMax);
+    }
+    const pMax = 1 / z;
+    const minPMax = p.minP * pMax;
+    let cum = 0;
+    let kept = 0;
+    for (; kept < m; kept++) {
+      const pi = Math.exp((s[kept] as number) - sMax) / z;
+      if (kept > 0) {
+        if (cum >= p.topP) break; // top-p: the mass before this token already reaches top_p
+        if (pi < minPMax) break; // min-p (descending, so everything after fails too)
+      }
+      cum += pi;
+    }
+    if (kept === m && out && !(cum >= p.topP) && !(Math.exp(sOut - sMax) / z < minPMax)) return -1;
+    // softmax over the kept prefix (as over any id list: max, exps and sum in list order)
+    const pr = this.probs;
+    let mx = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < kept; i++) mx = Math.max(mx, s[i] as number);
+    let zz = 0;
+    for (let i = 0; i < kept; i++) {
+      const e = Math.exp((s[i] as number) - mx);
+      pr[i] = e;
+      zz += e;
+    }
+    for (let i = 0; i < kept; i++) pr[i] = (pr[i] as number) / zz;
+    return kept;
+  }
+
+  /** The k-th largest logit (multiplicity counted), or NaN when at most k are finite. */
+  #kthLargest(row: ArrayLike<number>, k: number): number {
+    const n = row.length;
+    const cap = Math.min(n, Math.max(4 * k, 256));
+    if (this.#buf.length < cap) this.#buf = new Float64Array(cap);
+    const buf = this.#buf;
+    let len = 0;
+    let thr = Number.NEGATIVE_INFINITY; // ≤ the k-th largest seen so far; accept only above
+    let flushed = false;
+    for (let i = 0; i < n; i++) {
+      const v = row[i] as number;
+      if (v > thr) {
+        if (len === cap) {
+          // keep the best k: dropped values are ≤ the new threshold, so the k-th largest is unchanged
+          buf.subarray(0, cap).sort();
+          buf.copyWithin(0, cap - k, cap);
+          len = k;
+          thr = buf[0] as number;
+          flushed = true;
+          if (!(v > thr)) continue;
+        }
+        buf[len++] = v;
+      }
+    }
+    if (!flushed && len <= k) return Number.NaN;
+    const head = buf.subarray(0, len);
+    head.sort();
+    return head[len - k] as number;
+  }
+
+  /** Top-k with l_k the k-th largest logit (and more than k finite), then top-p, min-p. */
+  #topK(
+    row: ArrayLike<number>,
+    vk: number,
+    p: Pick<SamplingParams, "temperature" | "topK" | "topP" | "minP">,
+  ): number {
+    const t = p.temperature;
+    const kth = vk / t;
+    const tau = vk - Math.max(Math.abs(vk) * 2 ** -20, 1e-30);
+    if (!(kth > Number.NEGATIVE_INFINITY && kth < Number.POSITIVE_INFINITY && tau / t < kth))
+      return this.#exact(row, p);
+    // l < τ ⇒ l/T ≤ τ/T < l_k/T: collect l ≥ τ, keep exact s ≥ l_k/T
+    this.reserve(Math.max(1024, 2 * p.topK));
+    let ids = this.ids;
+    let m = 0;
+    for (let i = 0; i < row.length; i++) {
+      if ((row[i] as number) >= tau) {
+        if (m === ids.length) {
+          this.#grow(m);
+          ids = this.ids;
+        }
+        ids[m++] = i;
+      }
+    }
+    const s = this.s;
+    let w = 0;
+    let sMax = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j < m; j++) {
+      const id = ids[j] as number;
+      const sv = (row[id] as number) / t;
+      if (sv >= kth) {
+        ids[w] = id;
+        s[w++] = sv;
+        if (sv > sMax) sMax = sv;
+      }
+    }
+    return this.resolve(w, p, sMax, Number.NaN, Number.NEGATIVE_INFINITY);
+  }
+
+  /** Grow the candidate arrays, keeping the first m ids and s. */
+  #grow(m: number): void {
+    const ids = this.ids;
+    const s = this.s;
+    this.ids = new Int32Array(ids.length * 2);
+    this.s = new Float64Array(ids.length * 2);
+    this.probs = new Float64Array(ids.length * 2);
+    this.ids.set(ids.subarray(0, m));
+    this.s.set(s.subarray(0, m));
+  }
+
+  /** Every entry, exactly as defined: s = l/T for all, no scale assumptions. */
+  #exact(row: ArrayLike<number>, p: Pick<SamplingParams, "temperature" | "topK" | "topP" | "minP">): number {
+    const n = row.length;
+    this.reserve(n);
+    const ids = this.ids;
+    const s = this.s;
+    let f = 0;
+    for (let i = 0; i < n; i++) {
+      const v = (row[i] as number) / p.temperature;
+      if (v > Number.NEGATIVE_INFINITY) {
+        ids[f] = i;
+        s[f++] = v;
+      }
+    }
+    if (f === 0) throw new TpError("E_ARG", `no finite logit among ${n}: every logit is −∞ or NaN`);
+    return this.#exactOnCandidates(f, p);
+  }
+
+  /** ids/s[0, f) hold every finite entry in id order: apply the whole definition to them. */
+  #exactOnCandidates(f: number, p: Pick<SamplingParams, "topK" | "topP" | "minP">): number {
+    const s = this.s;
+    const pr = this.probs;
+    let sMax = Number.NEGATIVE_INFINITY;
+    for (let i = 0; i < f; i++) sMax = Math.max(sMax, s[i] as number);
+    const k = p.topK;
+    if (!((k > 0 && k < f) || p.topP < 1 || p.minP > 0)) {
+      // nothing to cut: every finite id, in id order
+      let z = 0;
+      for (let i = 0; i < f; i++) {
+        const e = Math.exp((s[i] as number) - sMax);
+        pr[i] = e;
+        z += e;
+      }
+      for (let i = 0; i < f; i++) pr[i] = (pr[i] as number) / z;
+      return f;
+    }
+    if (k > 0 && k < f) {
+      this.#sort(0, f, false);
+      const kth = s[k - 1] as number;
+      let j = k;
+      while (j < f && s[j] === kth) j++;
+      return this.resolve(j, p, sMax, Number.NaN, Number.NEGATIVE_INFINITY);
+    }
+    let z = 0;
+    for (let i = 0; i < f; i++) z += Math.exp((s[i] as number) - sMax);
+    return this.resolve(f, p, sMax, z, Number.NEGATIVE_INFINITY);
+  }
+
+  /** Sort ids/s[lo, hi) by (s desc, id asc), or by id asc when `byId`: quicksort, insertion below 16. */
+  #sort(lo: number, hi: number, byId: boolean): void {
+    const ids = this.ids;
+    const s = this.s;
+    // a before b: (s desc, id asc), or id asc — written out, as this loop is the hot part of top-p
+    for (;;) {
+      if (hi - lo <= 16) {
+        for (let i = lo + 1; i < hi; i++) {
+          const ai = ids[i] as number;
+          const as = s[i] as number;
+          let j = i;
+          for (; j > lo; j--) {
+            const bi = ids[j - 1] as number;
+            const bs = s[j - 1] as number;
+            if (!(byId ? ai < bi : as > bs || (as === bs && ai < bi))) break;
+            ids[j] = bi;
+            s[j] = bs;
+          }
+          ids[j] = ai;
+          s[j] = as;
+        }
+        return;
+      }
+      // pivot: the median of lo, mid and hi - 1
+      const mid = (lo + hi) >>> 1;
+      this.#order3(lo, mid, hi - 1, byId);
+      const pi = ids[mid] as number;
+      const ps = s[mid] as number;
+      // Hoare partition; lo and hi - 1 are sentinels after the median of three
+      let i = lo;
+      let j = hi - 1;
+      for (;;) {
+        let x: number;
+        let xs: number;
+        do {
+          i++;
+          x = ids[i] as number;
+          xs = s[i] as number;
+        } while (byId ? x < pi : xs > ps || (xs === ps && x < pi));
+        do {
+          j--;
+          x = ids[j] as number;
+          xs = s[j] as number;
+        } while (byId ? pi < x : ps > xs || (ps === xs && pi < x));
+        if (i >= j) break;
+        const ti = ids[i] as number;
+        const ts = s[i] as number;
+        ids[i] = ids[j] as number;
+        s[i] = s[j] as number;
+        ids[j] = ti;
+        s[j] = ts;
+      }
+      // [lo, j] precede or equal the pivot, [j + 1, hi) follow or equal it; recurse on the smaller
+      if (j + 1 - lo < hi - j - 1) {
+        this.#sort(lo, j + 1, byId);
+        lo = j + 1;
+      } else {
+        this.#sort(j + 1, hi, byId);
+        hi = j + 1;
+      }
+    }
+  }
+
+  /** Order entries a, b, c of ids/s (a first). */
+  #order3(a: number, b: number, c: number, byId: boolean): void {
+    const ids = this.ids;
+    const s = this.s;
+    const before = (x: number, y: number): boolean => {
+      const xi = ids[x] as number;
+      const yi = ids[y] as number;
+      if (byId) return xi < yi;
+      const xs = s[x] as number;
+      const ys = s[y] as number;
+      return xs > ys || (xs === ys && xi < yi);
+    };
+    const swap = (x: number, y: number): void => {
+      const t = ids[x] as number;
+      ids[x] = ids[y] as number;
+      ids[y] = t;
+      const u = s[x] as number;
+      s[x] = s[y] as number;
+      s[y] = u;
+    };
+    if (before(b, a)) swap(a, b);
+    if (before(c, b)) {
+      swap(b, c);
+      if (before(b, a)) swap(a, b);
+    }
+  }
 }
 
 const MASK64 = (1n << 64n) - 1n;
@@ -310,7 +717,8 @@ export class Xoshiro128 {
 
 /**
  * A sampler: penalties, temperature, top-k, top-p, min-p, and a seeded xoshiro128** stream, so a
- * fixed seed reproduces every draw. Greedy (temperature ≤ 0) uses no randomness.
+ * fixed seed reproduces every draw. Greedy (temperature ≤ 0) uses no randomness. Reuses its buffers
+ * from token to token (see {@link SamplingWorkspace}); not for concurrent use.
  *
  * @example
  * const s = new Sampler({ temperature: 0.7, topK: 20, topP: 0.8, seed: 42 });
@@ -322,6 +730,8 @@ export class Sampler {
   /** The seed of the current stream (u64). */
   seed: bigint;
   #rng: Xoshiro128;
+  readonly #ws = new SamplingWorkspace();
+  readonly #penalties: boolean;
 
   /** @throws TpError E_ARG for a parameter out of range (see {@link samplingParams}) */
   constructor(options: SamplerOptions = {}) {
@@ -329,6 +739,9 @@ export class Sampler {
     this.params = Object.freeze(samplingParams(rest));
     this.seed = BigInt.asUintN(64, BigInt(seed ?? Date.now()));
     this.#rng = new Xoshiro128(this.seed);
+    const p = this.params;
+    this.#penalties =
+      p.repeatLastN !== 0 && !(p.repeatPenalty === 1 && p.presencePenalty === 0 && p.frequencyPenalty === 0);
   }
 
   /** Restart the random stream from `seed`. */
@@ -344,10 +757,9 @@ export class Sampler {
    * @param recent context ids, oldest first (prompt and generated), for the penalties
    */
   distribution(logits: Float32Array | Float64Array, recent: ArrayLike<number> = []): Distribution {
-    const work = Float64Array.from(logits);
-    applyPenalties(work, recent, this.params);
-    if (this.params.temperature <= 0) return { ids: Int32Array.of(argmax(work)), probs: Float64Array.of(1) };
-    return samplingDistribution(work, this.params);
+    const [row, bounded] = this.#penalised(logits, recent);
+    if (this.params.temperature <= 0) return { ids: Int32Array.of(argmax(row)), probs: Float64Array.of(1) };
+    return this.#ws.distribution(this.#ws.dense(row, this.params, bounded));
   }
 
   /**
@@ -357,17 +769,83 @@ export class Sampler {
    * @throws TpError E_ARG when every logit is −∞ or NaN
    */
   sample(logits: Float32Array | Float64Array, recent: ArrayLike<number> = []): number {
-    const d = this.distribution(logits, recent);
-    if (d.ids.length === 1) {
-      if (this.params.temperature > 0) this.#rng.nextDouble(); // one draw per sampled step, whatever survives
-      return d.ids[0] as number;
+    const [row, bounded] = this.#penalised(logits, recent);
+    if (this.params.temperature <= 0) return argmax(row);
+    return this.#draw(this.#ws.dense(row, this.params, bounded));
+  }
+
+  /**
+   * How many of the largest logits {@link sampleFromCandidates} wants (top_k + 1, so that it can tell
+   * whether ties with the k-th reach past them), or 0 when candidates cannot stand in for the row:
+   * greedy (use argmax), top_k = 0, top_k + 1 > vocab, or a penalty active (it can change which ids
+   * are in the top k).
+   */
+  candidateCount(vocab: number): number {
+    const p = this.params;
+    if (p.temperature <= 0 || p.topK === 0 || p.topK + 1 > vocab || this.#penalties) return 0;
+    return p.topK + 1;
+  }
+
+  /**
+   * Whether {@link sampleFromCandidates} would draw from these candidates (it consumes no randomness).
+   * False when a penalty is active, a candidate is NaN, or the k-th value's ties may reach past the
+   * candidates; then sample from the full row.
+   */
+  candidatesSuffice(values: ArrayLike<number>, ids: ArrayLike<number>): boolean {
+    if (this.params.temperature <= 0 || this.#penalties) return false;
+    return this.#ws.candidates(values, ids, this.params) >= 0;
+  }
+
+  /**
+   * {@link sample} from a backend's top candidates instead of the full row (`backend.topK(logits,
+   * sampler.candidateCount(vocab))`, values and indices read back): the same draw, the same id, as
+   * `sample` on the full row, when the candidates determine the distribution — else `undefined`, no
+   * randomness consumed, and the caller samples the full row (see {@link candidatesSuffice}).
+   * @param values the m largest logits, in any order (the backend's is descending)
+   * @param ids their token ids
+   */
+  sampleFromCandidates(values: ArrayLike<number>, ids: ArrayLike<number>): number | undefined {
+    if (this.params.temperature <= 0 || this.#penalties) return undefined;
+    const m = this.#ws.candidates(values, ids, this.params);
+    return m < 0 ? undefined : this.#draw(m);
+  }
+
+  /** One draw over the workspace's first m candidates. */
+  #draw(m: number): number {
+    const ids = this.#ws.ids;
+    if (m === 1) {
+      this.#rng.nextDouble(); // one draw per sampled step, whatever survives
+      return ids[0] as number;
     }
+    const probs = this.#ws.probs;
     const r = this.#rng.nextDouble();
     let cum = 0;
-    for (let i = 0; i < d.ids.length; i++) {
-      cum += d.probs[i] as number;
-      if (r < cum) return d.ids[i] as number;
+    for (let i = 0; i < m; i++) {
+      cum += probs[i] as number;
+      if (r < cum) return ids[i] as number;
     }
-    return d.ids[d.ids.length - 1] as number;
+    return ids[m - 1] as number;
+  }
+
+  /** The row after the penalties (a reused f64 copy when any applies), and whether |l| ≤ 1e100. */
+  #penalised(
+    logits: Float32Array | Float64Array,
+    recent: ArrayLike<number>,
+  ): [Float32Array | Float64Array, boolean] {
+    const f32 = logits instanceof Float32Array;
+    if (!this.#penalties || recent.length === 0) return [logits, f32 || maxAbs(logits) <= SAFE_ABS];
+    const ws = this.#ws;
+    if (ws.row64.length < logits.length) ws.row64 = new Float64Array(logits.length);
+    const row = ws.row64.subarray(0, logits.length);
+    row.set(logits);
+    applyPenalties(row, recent, this.params);
+    if (!f32) return [row, maxAbs(row) <= SAFE_ABS];
+    const n = this.params.repeatLastN;
+    const from = n < 0 ? 0 : Math.max(0, recent.length - n);
+    for (let i = from; i < recent.length; i++) {
+      const v = row[recent[i] as number];
+      if (v !== undefined && Math.abs(v) > SAFE_ABS && v > Number.NEGATIVE_INFINITY) return [row, false];
+    }
+    return [row, true];
   }
 }
