@@ -22,8 +22,9 @@ function layer(name: string): number {
   if (name === "@tp/formats") return 1;
   if (["@tp/quant", "@tp/tokenizer"].includes(name)) return 2; // both read model files through formats
   if (name.startsWith("@tp/backend-")) return 3;
-  if (["@tp/llm", "@tp/diffusion", "@tp/conformance"].includes(name)) return 4; // conformance runs the backends
-  if (name.startsWith("@tp/app-")) return 5;
+  if (["@tp/llm", "@tp/conformance"].includes(name)) return 4; // conformance runs the backends
+  if (name === "@tp/diffusion") return 5; // its text encoders are @tp/llm's decoders (krea2.md §2.3)
+  if (name.startsWith("@tp/app-")) return 6;
   throw new Error(`no layer for ${name}`);
 }
 

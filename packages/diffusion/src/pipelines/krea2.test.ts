@@ -30,7 +30,6 @@ import {
   KREA2_DEFAULTS,
   krea2Parameters,
   krea2Size,
-  loadKrea2TextEncoder,
 } from "./krea2.ts";
 
 /**
@@ -413,18 +412,5 @@ describe("Krea 2 pipeline pieces (no fixtures needed)", () => {
         `E_FORMAT: ${VAE} is not a conditioning file: no tensor 'positive'; it looks like a Wan 2.1-family VAE`,
       );
     }
-  });
-
-  test("the text encoder is a pluggable step that is not in this build yet", async () => {
-    const b = new CpuBackend({ threads: 1 });
-    expect(
-      await errorOf(() => loadKrea2TextEncoder(join(tmp, "te.safetensors"), { backend: b })),
-    ).toStartWith("E_IO: cannot open the text encoder");
-    const te = join(tmp, "te-present.safetensors");
-    await Bun.write(te, "x"); // exists: the check stops at "not in this build"
-    expect(await errorOf(() => loadKrea2TextEncoder(te, { backend: b }))).toStartWith(
-      "E_UNSUPPORTED: the Krea 2 text encoder (Qwen3-VL) is not in this build yet; pass conditioning computed elsewhere with --cond-in",
-    );
-    b.dispose();
   });
 });

@@ -9,8 +9,7 @@
  * space, 8 bits), §6.2–6.3 (sizes, defaults); ComfyUI nodes.py `KSampler`, `EmptyLatentImage`,
  * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
  */
-import { existsSync } from "node:fs";
-import { type Backend, type Tensor, TpError } from "@tp/tensor";
+import { type Tensor, TpError } from "@tp/tensor";
 import type { Krea2Dit } from "../models/krea2.ts";
 import { toRgb8, type WanVaeDecodeOptions, type WanVaeDecoder, wan21ProcessOut } from "../models/wan-vae.ts";
 import { randnTensor, type TorchCpuCapability } from "../noise.ts";
@@ -69,7 +68,8 @@ export interface Krea2ConditioningInput {
 /**
  * A text encoder for Krea 2: prompt → {@link Conditioning} (template, Qwen3-VL layers 0…34, the 12 taps
  * entering layers 2, 5, …, 35, prefix stripping; krea2.md §2). The pipeline takes conditioning, not
- * text, so any implementation (or a saved conditioning file) can stand in.
+ * text, so any implementation (or a saved conditioning file) can stand in; the Qwen3-VL one is
+ * `loadKrea2TextEncoder` (models/krea2-text.ts).
  */
 export interface Krea2TextEncoder {
   /** The conditioning of one prompt, `[1, seq, taps·dim]` f32. */
@@ -92,24 +92,6 @@ export async function encodeKrea2Prompts(
   const positive = await encoder.encode(prompts.prompt);
   if (prompts.negative === undefined) return { positive, negative: "zero" };
   return { positive, negative: await encoder.encode(prompts.negative) };
-}
-
-/**
- * Open the Krea 2 text encoder (Qwen3-VL-4B, 12-layer tap) from a checkpoint.
- * Not in this build yet: it checks that the file exists, then throws E_UNSUPPORTED saying to pass
- * saved conditioning instead (`--cond-in`, {@link Conditioning}). The Qwen3 side comes from @tp/llm.
- * @param path the text-encoder checkpoint (`qwen3vl_4b_fp8_scaled.safetensors`)
- * @throws TpError E_IO when the file does not exist; E_UNSUPPORTED otherwise (for now)
- */
-export function loadKrea2TextEncoder(path: string, _options: { backend: Backend }): Krea2TextEncoder {
-  if (!existsSync(path)) {
-    throw new TpError("E_IO", `cannot open the text encoder ${path}: no such file`, { file: path });
-  }
-  throw new TpError(
-    "E_UNSUPPORTED",
-    "the Krea 2 text encoder (Qwen3-VL) is not in this build yet; pass conditioning computed elsewhere with --cond-in F.safetensors (tensors 'positive' [1, seq, 12·2560] and optionally 'negative')",
-    { file: path },
-  );
 }
 
 /**
