@@ -6,6 +6,9 @@
 // staged in shared memory, each invocation a 4 × 4 block of it (specialization 0 must be 64).
 // The weight may be a window of rows [n_base, n_base + N) of a larger matrix (split at
 // maxStorageBufferRange): y's row stride is n_total and its column n_base + n.
+// K is summed over [k_lo, k_hi): the host splits a long K into chunks, one dispatch each, the later
+// ones adding to y (`accumulate`), so an invocation never loops more than llvmpipe's 65535 iterations
+// (one pass over K broke between K = 40,000 and 65,536; backend-vulkan README "llvmpipe's loop limit").
 // Bindings: 0 y, 1 x, 2 w (words), 3 bias. Groups: (ceil(N / 32), ceil(M / 32)).
 #include "common.glsl"
 #include "minifloat.glsl"
@@ -23,9 +26,12 @@ layout(push_constant) uniform Push {
   float w_scale;
   uint n_total;
   uint n_base;
+  uint k_lo;
+  uint k_hi;
+  uint accumulate;  // 1: y += this chunk's sum (bias was added by the first chunk)
 } pc;
 
-layout(std430, binding = 0) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) buffer Y { float y[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 
@@ -43,12 +49,12 @@ void main() {
   uint n0 = gl_WorkGroupID.x * TN;
   uint m0 = gl_WorkGroupID.y * TM;
   vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));  // acc[i][j]
-  for (uint k0 = 0u; k0 < pc.K; k0 += TK) {
+  for (uint k0 = pc.k_lo; k0 < pc.k_hi; k0 += TK) {
     for (uint t = lid; t < TM * TK; t += 64u) {
       uint r = t / TK;
       uint k = k0 + t % TK;
-      xs[t] = (m0 + r < pc.M && k < pc.K) ? x[pc.x_off + (m0 + r) * pc.K + k] : 0.0;
-      ws[t] = (n0 + r < pc.N && k < pc.K) ? w_at(pc.w_off + (n0 + r) * pc.w_row_bytes, k) : 0.0;
+      xs[t] = (m0 + r < pc.M && k < pc.k_hi) ? x[pc.x_off + (m0 + r) * pc.K + k] : 0.0;
+      ws[t] = (n0 + r < pc.N && k < pc.k_hi) ? w_at(pc.w_off + (n0 + r) * pc.w_row_bytes, k) : 0.0;
     }
     barrier();
     for (uint kk = 0u; kk < TK; kk++) {
@@ -69,7 +75,8 @@ void main() {
       if (n >= pc.N) continue;
       float v = acc[i][j] * pc.w_scale;
       if (pc.has_bias != 0u) v += bias[pc.b_off + pc.n_base + n];
-      y[m * pc.n_total + pc.n_base + n] = v;
+      uint o = m * pc.n_total + pc.n_base + n;
+      y[o] = pc.accumulate != 0u ? y[o] + v : v;
     }
   }
 }

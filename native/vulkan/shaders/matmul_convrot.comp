@@ -6,7 +6,8 @@
 // then + bias. Weight codes: int8 one byte per element; int4 two's-complement nibbles, element 2k in
 // bits 0..3 of byte k (krea2.md §1.8). Tiled as matmul.comp (32 × 32 tiles, 64 invocations, integer
 // accumulators).
-// Bindings: 0 y, 1 codes (i32 [M, K]), 2 w (words), 3 bias, 4 s_x (f32 [M]), 5 s_w (f32 [N]).
+// Bindings: 0 y, 1 codes (i32 [M, K]), 2 w (words), 3 bias, 4 s_x (f32 [M]), 5 s_w (f32 [N]),
+// 6 partial sums (i32 [M, N]; any buffer when K is one chunk).
 // Groups: (ceil(N / 32), ceil(M / 32)).
 #include "common.glsl"
 
@@ -19,6 +20,10 @@ layout(push_constant) uniform Push {
   uint w_off;  // bytes
   uint bits;   // 8 or 4
   uint sw_off;
+  uint k_lo;  // K is summed over [k_lo, k_hi): a long K is split into chunks, one dispatch each,
+  uint k_hi;  // that add exact i32 partial sums in binding 6 (llvmpipe's loop limit; see matmul.comp)
+  uint first; // 1: this chunk starts the sum (else it adds the partial sum)
+  uint last;  // 1: this chunk finishes it and writes y (else it writes the partial sum)
 } pc;
 
 layout(std430, binding = 0) writeonly buffer Y { float y[]; };
@@ -27,6 +32,7 @@ layout(std430, binding = 2) readonly buffer W { uint wq[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 layout(std430, binding = 4) readonly buffer SX { float sx[]; };
 layout(std430, binding = 5) readonly buffer SW { float sw[]; };
+layout(std430, binding = 6) buffer P { int part[]; };  // i32 [M, N] between chunks
 
 uint wb(uint b) { return (wq[b >> 2] >> ((b & 3u) << 3)) & 0xffu; }
 
@@ -51,12 +57,12 @@ void main() {
   uint n0 = gl_WorkGroupID.x * TN;
   uint m0 = gl_WorkGroupID.y * TM;
   ivec4 acc[4] = ivec4[4](ivec4(0), ivec4(0), ivec4(0), ivec4(0));
-  for (uint k0 = 0u; k0 < pc.K; k0 += TK) {
+  for (uint k0 = pc.k_lo; k0 < pc.k_hi; k0 += TK) {
     for (uint t = lid; t < TM * TK; t += 64u) {
       uint r = t / TK;
       uint k = k0 + t % TK;
-      xs[t] = (m0 + r < pc.M && k < pc.K) ? codes[(m0 + r) * pc.K + k] : 0;
-      ws[t] = (n0 + r < pc.N && k < pc.K) ? w_code(n0 + r, k) : 0;
+      xs[t] = (m0 + r < pc.M && k < pc.k_hi) ? codes[(m0 + r) * pc.K + k] : 0;
+      ws[t] = (n0 + r < pc.N && k < pc.k_hi) ? w_code(n0 + r, k) : 0;
     }
     barrier();
     for (uint kk = 0u; kk < TK; kk++) {
@@ -75,7 +81,13 @@ void main() {
     for (uint j = 0u; j < 4u; j++) {
       uint n = n0 + tx + 8u * j;
       if (n >= pc.N) continue;
-      float a = float(acc[i][j]);
+      int sum = acc[i][j];
+      if (pc.first == 0u) sum += part[m * pc.N + n];
+      if (pc.last == 0u) {
+        part[m * pc.N + n] = sum;
+        continue;
+      }
+      float a = float(sum);
       float v = pc.bits == 8u ? a * (sx[m] * sw[pc.sw_off + n]) : (a * sx[m]) * sw[pc.sw_off + n];
       if (pc.has_bias != 0u) v += bias[pc.b_off + n];
       y[m * pc.N + n] = v;

@@ -27,9 +27,12 @@ layout(push_constant) uniform Push {
   float w_scale;
   uint n_total;
   uint n_base;
+  uint k_lo;        // K is summed over [k_lo, k_hi) (a chunk: see matmul.comp)
+  uint k_hi;
+  uint accumulate;  // 1: y += this chunk's sum
 } pc;
 
-layout(std430, binding = 0) writeonly buffer Y { float y[]; };
+layout(std430, binding = 0) buffer Y { float y[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 3) readonly buffer Bias { float bias[]; };
 
@@ -49,7 +52,7 @@ void main() {
   if (n0 >= pc.N) return;  // whole workgroups leave together
   float acc[MR * NR];
   for (uint j = 0u; j < MR * NR; j++) acc[j] = 0.0;
-  for (uint k = lid; k < pc.K; k += wg) {
+  for (uint k = pc.k_lo + lid; k < pc.k_hi; k += wg) {
     float xv[MR];
     for (uint m = 0u; m < MR; m++) xv[m] = x[pc.x_off + m * pc.K + k];
     for (uint r = 0u; r < NR; r++) {
@@ -85,7 +88,8 @@ void main() {
     if (m < pc.M && n < pc.N) {
       float v = acc[0] * pc.w_scale;
       if (pc.has_bias != 0u) v += bias[pc.b_off + pc.n_base + n];
-      y[m * pc.n_total + pc.n_base + n] = v;
+      uint o = m * pc.n_total + pc.n_base + n;
+      y[o] = pc.accumulate != 0u ? y[o] + v : v;
     }
   }
 }

@@ -47,9 +47,9 @@ export const KERNELS = {
   group_norm: { bindings: 4, push: 44 },
   rope: { bindings: 4, push: 36 },
   /** spec 1: weight format (shaders/weights.glsl FORMAT). */
-  matmul: { bindings: 4, push: 44 },
-  /** spec 1: weight format; a subgroup variant. */
-  matmul_vec: { bindings: 4, push: 44 },
+  matmul: { bindings: 4, push: 56 },
+  /** spec 1: weight format, 2: M; a subgroup variant. */
+  matmul_vec: { bindings: 4, push: 56 },
   /** spec 1: weight format. */
   embedding: { bindings: 3, push: 36 },
   /** spec 1: shared floats, 2: head_dim, 3: head_dim_v. */
@@ -61,7 +61,9 @@ export const KERNELS = {
   conv2d: { bindings: 4, push: 68 },
   /** spec 1: largest rotation group. */
   convrot_quantize: { bindings: 4, push: 24 },
-  matmul_convrot: { bindings: 6, push: 32 },
+  matmul_convrot: { bindings: 7, push: 48 },
+  /** GGUF activations as ggml's vec_dot_type (Q8_0 / Q8_1 / Q8_K), dequantized. */
+  ggml_quantize: { bindings: 2, push: 12 },
 } as const satisfies Record<string, KernelSpec>;
 
 /** A kernel name of {@link KERNELS}. */

@@ -28,6 +28,63 @@ import {
 } from "./common.ts";
 import { contiguous, copyInto } from "./layout.ts";
 
+/**
+ * Columns of K per dispatch: a longer K is summed in chunks, one dispatch each (later ones add to y;
+ * ConvRot adds exact i32 partial sums), so no invocation reaches llvmpipe's 65535 loop iterations
+ * (README "llvmpipe's loop limit"). The tiled kernels (matmul.comp, matmul_convrot.comp) walk all of K
+ * in one invocation and broke somewhere between K = 40,000 and 65,536; matmul_vec.comp was still right
+ * at K = 196,608 (M = 8) and is chunked with a wide margin. Multiples of 256 (whole blocks, even).
+ */
+export const MATMUL_K_CHUNK = { tiled: 16384, vec: 65536 } as const;
+
+/** [k_lo, k_hi) chunks of K of at most `chunk` columns. */
+function kChunks(k: number, chunk: number): [number, number][] {
+  const out: [number, number][] = [];
+  for (let lo = 0; lo < k; lo += chunk) out.push([lo, Math.min(k, lo + chunk)]);
+  return out;
+}
+
+/**
+ * GGUF weight formats whose matmul quantizes x first, as ggml's CPU `vec_dot_type` (and the cpu
+ * backend, and @tp/quant ACTIVATION_TYPE): 0 = Q8_0 / Q8_1 blocks of 32, 1 = Q8_K blocks of 256
+ * (shaders/ggml_quantize.comp).
+ */
+const GGML_ACTIVATION: Readonly<Partial<Record<WeightFormat, { kind: number; block: number }>>> = {
+  q4_0: { kind: 0, block: 32 },
+  q5_0: { kind: 0, block: 32 },
+  q8_0: { kind: 0, block: 32 },
+  q4_1: { kind: 0, block: 32 },
+  q5_1: { kind: 0, block: 32 },
+  q2_k: { kind: 1, block: 256 },
+  q3_k: { kind: 1, block: 256 },
+  q4_k: { kind: 1, block: 256 },
+  q5_k: { kind: 1, block: 256 },
+  q6_k: { kind: 1, block: 256 },
+};
+
+/**
+ * x [M, K] (contiguous) as ggml quantizes it for a GGUF weight, dequantized to f32 (a scratch tensor
+ * of the scope), or x itself for other formats.
+ */
+function ggmlActivations(host: VkOpHost, s: OpScope, x: Tensor, format: WeightFormat, k: number): Tensor {
+  const a = GGML_ACTIVATION[format];
+  if (a === undefined || k % a.block !== 0) return x;
+  const xq = s.keep(host.alloc([x.numel], "f32", "quantized activations"));
+  const src = host.bind(x, "matmul");
+  const dst = host.bind(xq, "matmul");
+  const blocks = x.numel / a.block;
+  dispatch1d(
+    host,
+    "matmul",
+    "ggml_quantize",
+    [],
+    [dst.binding, src.binding],
+    new Push(12).u32(blocks).u32(a.kind).u32(src.offset),
+    blocks,
+  );
+  return xq;
+}
+
 /** Activation rows up to which matmul uses the split-K kernel (shaders/matmul_vec.comp MR). */
 const VEC_ROWS = 8;
 /** Weight rows per workgroup of matmul_vec (its NR). */
@@ -231,7 +288,7 @@ export function matmul(host: VkOpHost, x: Tensor, w: Weight, options: { bias?: T
         return;
       }
       const data = deviceWeight(host, s, w).data;
-      const a = host.bind(xc, op);
+      const a = host.bind(ggmlActivations(host, s, xc, w.format, k), op);
       const y = host.bind(out, op);
       const b = bc === null ? null : host.bind(bc, op);
       // Few rows: the split-K kernel; else 32 × 32 tiles.
@@ -239,28 +296,34 @@ export function matmul(host: VkOpHost, x: Tensor, w: Weight, options: { bias?: T
       const pipeline = vec
         ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m], host.subgroups ? "subgroup" : "")
         : host.kernels.get("matmul", [TILE_WORKGROUP, wi.code]);
+      const chunks = kChunks(k, vec ? MATMUL_K_CHUNK.vec : MATMUL_K_CHUNK.tiled);
       for (const win of weightWindows(host, op, data, n, wi.rowBytes)) {
-        const push = new Push(44)
-          .u32(m)
-          .u32(win.rows)
-          .u32(k)
-          .u32(a.offset)
-          .u32(b?.offset ?? 0)
-          .u32(b === null ? 0 : 1)
-          .u32(win.offset)
-          .u32(wi.rowBytes)
-          .f32(wi.scale)
-          .u32(n)
-          .u32(win.n0);
         const groups = vec
           ? grid(host.info, Math.ceil(win.rows / VEC_WEIGHT_ROWS), op)
           : tiles(host, op, m, win.rows, k, n);
-        host.ctx.dispatch(
-          pipeline,
-          [y.binding, a.binding, win.binding, (b ?? a).binding],
-          push.bytes(),
-          groups,
-        );
+        chunks.forEach(([lo, hi], c) => {
+          const push = new Push(56)
+            .u32(m)
+            .u32(win.rows)
+            .u32(k)
+            .u32(a.offset)
+            .u32(b?.offset ?? 0)
+            .u32(b === null || c > 0 ? 0 : 1)
+            .u32(win.offset)
+            .u32(wi.rowBytes)
+            .f32(wi.scale)
+            .u32(n)
+            .u32(win.n0)
+            .u32(lo)
+            .u32(hi)
+            .u32(c > 0 ? 1 : 0);
+          host.ctx.dispatch(
+            pipeline,
+            [y.binding, a.binding, win.binding, (b ?? a).binding],
+            push.bytes(),
+            groups,
+          );
+        });
       }
     }),
   );
@@ -356,19 +419,27 @@ function convRotMatmul(
   const sw = host.bind(dw.scale as Tensor, op);
   const b = bias === null ? null : host.bind(bias, op);
   const y = host.bind(out, op);
-  const push = new Push(32)
-    .u32(m)
-    .u32(n)
-    .u32(k)
-    .u32(b?.offset ?? 0)
-    .u32(b === null ? 0 : 1)
-    .u32(wd.offset)
-    .u32(bits)
-    .u32(sw.offset);
-  host.ctx.dispatch(
-    host.kernels.get("matmul_convrot", [TILE_WORKGROUP]),
-    [y.binding, c.binding, wd.binding, (b ?? y).binding, sxb.binding, sw.binding],
-    push.bytes(),
-    tiles(host, op, m, n, k, n),
-  );
+  const chunks = kChunks(k, MATMUL_K_CHUNK.tiled);
+  const part = chunks.length > 1 ? host.bind(s.keep(host.alloc([m, n], "i32", "partial sums")), op) : y;
+  chunks.forEach(([lo, hi], i) => {
+    const push = new Push(48)
+      .u32(m)
+      .u32(n)
+      .u32(k)
+      .u32(b?.offset ?? 0)
+      .u32(b === null ? 0 : 1)
+      .u32(wd.offset)
+      .u32(bits)
+      .u32(sw.offset)
+      .u32(lo)
+      .u32(hi)
+      .u32(i === 0 ? 1 : 0)
+      .u32(i === chunks.length - 1 ? 1 : 0);
+    host.ctx.dispatch(
+      host.kernels.get("matmul_convrot", [TILE_WORKGROUP]),
+      [y.binding, c.binding, wd.binding, (b ?? y).binding, sxb.binding, sw.binding, part.binding],
+      push.bytes(),
+      tiles(host, op, m, n, k, n),
+    );
+  });
 }

@@ -5,6 +5,7 @@ import { convCases2d } from "./conv.ts";
 import { elementwiseCases } from "./elementwise.ts";
 import { layoutCases } from "./layout.ts";
 import { weightCases } from "./matmul.ts";
+import { exactMatmulCases } from "./matmul-exact.ts";
 import { normCases } from "./norm.ts";
 import { ropeCases } from "./rope.ts";
 import { vectorCases } from "./vectors.ts";
@@ -22,6 +23,7 @@ export function allCases(): ConformanceCase[] {
     ...convCases2d(),
     ...layoutCases(),
     ...weightCases(),
+    ...exactMatmulCases(),
     ...vectorCases(),
   ];
 }
