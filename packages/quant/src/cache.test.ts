@@ -214,9 +214,15 @@ describe("where caches go", () => {
 
   const root = process.getuid?.() === 0;
   const setpriv = Bun.which("setpriv");
-  const skip = root && setpriv === null;
+  // The unprivileged user must be able to read this checkout (not so under a private 0700 folder).
+  const nobodyReads =
+    !root ||
+    (setpriv !== null &&
+      Bun.spawnSync([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", import.meta.path])
+        .exitCode === 0);
+  const skip = (root && setpriv === null) || !nobodyReads;
   test.skipIf(skip)(
-    `read-only checkpoint folder: the cache goes to $TP_CACHE_DIR, and is a hit there next time${skip ? " [skipped: running as root without setpriv to drop privileges]" : ""}`,
+    `read-only checkpoint folder: the cache goes to $TP_CACHE_DIR, and is a hit there next time${skip ? " [skipped: running as root without setpriv to drop privileges, or the checkout is not readable by an unprivileged user]" : ""}`,
     () => {
       const base = join(tmp.dir, `ro${seq++}`);
       chmodSync(tmp.dir, 0o755); // mkdtemp makes 0700; the unprivileged user must reach `base`
