@@ -36,30 +36,35 @@ typedef struct tp_worker {
 } tp_worker;
 
 /*
- * A persistent pool: n_workers threads plus the caller. A job is published by storing it and then
- * bumping `generation` (atomically); each worker runs its fixed share of the tasks, then decrements
- * `pending`; the calling thread runs share 0 itself and waits for pending == 0. Waiting is
- * spin-then-sleep on both sides (pool.c): a worker polls `generation` for TP_POOL_SPIN_NS after its
- * last job before it sleeps on `wake` (announcing itself in `sleepers`), and the caller polls
- * `pending` before it sleeps on `done` (announcing itself in `caller_sleeping`). The counters are
- * accessed with __atomic builtins only.
+ * A persistent pool: n_workers threads plus the caller. A job is published by storing it, resetting
+ * `claim` to (job number, 0) and then bumping `generation` (atomically); every thread, the caller
+ * included, takes the next unclaimed unit of tasks with a compare-and-swap on `claim` until none is
+ * left, and counts the units it finished in `finished`; the caller returns when finished equals the
+ * unit count. So a worker that the OS has not scheduled (a loaded machine) leaves its share to the
+ * threads that run, instead of holding the caller up; the caller only waits for units already
+ * started. Waiting is spin-then-sleep on both sides (pool.c): a worker polls `generation` for
+ * TP_POOL_SPIN_NS after its last job before it sleeps on `wake` (announcing itself in `sleepers`),
+ * and the caller polls `finished` before it sleeps on `done` (announcing itself in
+ * `caller_sleeping`). Everything shared is accessed with __atomic builtins only.
  */
 typedef struct tp_pool {
   pthread_mutex_t lock;
   pthread_cond_t wake;   /* sleeping workers wait here for a new generation or shutdown */
-  pthread_cond_t done;   /* a sleeping caller waits here for pending == 0 */
+  pthread_cond_t done;   /* a sleeping caller waits here for finished == n_units */
   pthread_mutex_t run;   /* serializes tp_parallel_for calls on one pool */
   tp_worker *workers;    /* [n_workers] */
   int32_t n_workers;     /* threads started (the caller is not counted) */
-  int32_t pending;       /* workers still busy with the current generation */
   uint64_t generation;   /* bumped once per job */
+  uint64_t claim;        /* (generation & 0xffffffff) << 32 | next unit to take */
+  int64_t finished;      /* units of the current job done */
   int32_t sleepers;      /* workers asleep (or about to sleep) on `wake` */
   int32_t caller_sleeping; /* 1 while the caller sleeps (or is about to) on `done` */
   int shutdown;          /* set by tp_pool_destroy */
-  /* the current job, valid while pending > 0 */
+  /* the current job, valid while units remain unfinished */
   tp_task_fn fn;
   void *arg;
   int64_t n_tasks;
+  int64_t n_units;       /* min(n_tasks, 2^30): unit u runs tasks [u·n_tasks/n_units, (u+1)·n_tasks/n_units) */
 } tp_pool;
 
 /* Start n_workers threads (0 is allowed: everything then runs on the caller). 0 on success. */
@@ -70,9 +75,10 @@ void tp_pool_destroy(tp_pool *pool);
 
 /*
  * Run fn(arg, t, n_tasks) for t in [0, n_tasks) over the caller plus the pool's workers and
- * return when all are done. The split is deterministic: of the n = n_workers + 1 threads,
- * thread k (the caller is k = 0) runs the contiguous tasks [k * n_tasks / n, (k+1) * n_tasks / n).
- * Calls on one pool are serialized; fn must not call tp_parallel_for on the same pool (deadlock).
+ * return when all are done. Which thread runs a task is not fixed (threads take the next unit as
+ * they come; see tp_pool), so tasks must not depend on it: results are the same whichever thread
+ * runs them. Calls on one pool are serialized; fn must not call tp_parallel_for on the same pool
+ * (deadlock).
  */
 void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg);
 

@@ -29,6 +29,14 @@
 #define TP_MM_COL_ALIGN 64
 /* Below this many multiply-adds a matmul runs on the calling thread: waking workers costs more. */
 #define TP_MM_PARALLEL_MIN_MACS 32768
+/*
+ * A GEMV (m below TP_MM_GEMV_M) splits its columns into this many tasks per thread: the pool hands
+ * tasks out as threads come (pool.c), so when the OS has descheduled one thread the others take its
+ * columns in pieces, and the caller waits at most for one small piece already started. A column's sums
+ * do not depend on the split (ranges stay multiples of TP_MM_COL_ALIGN).
+ */
+#define TP_MM_GEMV_M 16
+#define TP_MM_GEMV_TASKS_PER_THREAD 4
 
 const tp_wformat_info tp_wformats[TP_W_COUNT] = {
     [TP_W_F32] = {"f32", 1, 4, TP_ACT_F32},
@@ -321,7 +329,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int small = (uint64_t)m * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS;
   int64_t prep_tasks = m < threads ? m : threads;
   if (small || (uint64_t)m * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS) prep_tasks = 1;
-  int64_t tasks = small ? 1 : threads;
+  int64_t tasks = small ? 1 : m < TP_MM_GEMV_M ? threads * TP_MM_GEMV_TASKS_PER_THREAD : threads;
   int64_t per = (n + tasks - 1) / tasks;
   per = (per + TP_MM_COL_ALIGN - 1) / TP_MM_COL_ALIGN * TP_MM_COL_ALIGN;
   tasks = (n + per - 1) / per;

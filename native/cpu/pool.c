@@ -1,20 +1,25 @@
 /*
  * The thread pool of a tp_ctx: n_workers persistent pthreads plus the calling thread.
  *
- * tp_parallel_for stores a job (function, argument, task count), then bumps the generation number
- * atomically; each worker runs its share and decrements `pending`; the caller runs share 0 itself and
- * waits until pending is 0. Shares are fixed by the thread index (no work stealing), so the same call
- * always maps the same tasks to the same thread. Everything lives in the tp_pool struct; there is no
- * global state.
+ * tp_parallel_for stores a job (function, argument, task count), resets `claim` to (job, 0), then
+ * bumps the generation atomically. Every thread, the caller included, then takes units of tasks one
+ * at a time with a compare-and-swap on `claim` (the job number in the high 32 bits makes a late
+ * worker's claim on a finished job fail) and counts the units it finished in `finished`; the caller
+ * returns when every unit is finished. A worker that the OS has descheduled (the machine runs other
+ * work) therefore costs nothing: the threads that run take its units, and the caller waits only for
+ * units already started. (With a fixed share per thread, as before, one op waited a whole scheduler
+ * time slice — milliseconds — for a preempted worker, hundreds of times per decoded token.)
+ * Everything lives in the tp_pool struct; there is no global state.
  *
  * Waiting is spin-then-sleep. A condition-variable wake-up costs ~10 µs here (futex wake + the
  * scheduler), as much as a whole small GEMV, so after each job a worker polls the generation (with
- * PAUSE) for TP_POOL_SPIN_NS before it sleeps on `wake`; the caller likewise polls `pending` before it
+ * PAUSE) for TP_POOL_SPIN_NS before it sleeps on `wake`; the caller likewise polls `finished` before it
  * sleeps on `done`. No wake-up is lost: a worker about to sleep increments `sleepers` under `lock` and
  * re-reads the generation before waiting, while the publisher bumps the generation before it reads
  * `sleepers` (and broadcasts under `lock` when it is non-zero); with sequentially consistent atomics
- * one of the two sees the other's write. The caller and the last worker use `caller_sleeping` and
- * `pending` the same way. An idle pool spins for at most TP_POOL_SPIN_NS, then sleeps.
+ * one of the two sees the other's write. The caller and the thread finishing the last unit use
+ * `caller_sleeping` and `finished` the same way. An idle pool spins for at most TP_POOL_SPIN_NS, then
+ * sleeps.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -26,12 +31,16 @@
 
 #include "internal.h"
 
-/* Run the tasks of thread k out of n threads: [k * n_tasks / n, (k + 1) * n_tasks / n). */
-static void run_share(tp_task_fn fn, void *arg, int64_t n_tasks, int64_t k, int64_t n) {
-  const int64_t begin = k * n_tasks / n;
-  const int64_t end = (k + 1) * n_tasks / n;
+/* Run the tasks of unit u out of n units: [u * n_tasks / n, (u + 1) * n_tasks / n). */
+static void run_unit(tp_task_fn fn, void *arg, int64_t n_tasks, int64_t u, int64_t n) {
+  const int64_t begin = u * n_tasks / n;
+  const int64_t end = (u + 1) * n_tasks / n;
   for (int64_t t = begin; t < end; t++) fn(arg, t, n_tasks);
 }
+
+/* Most units per job: the unit index lives in the low 32 bits of `claim`, and UNIT_NONE is above it. */
+#define TP_POOL_MAX_UNITS ((int64_t)1 << 30)
+#define UNIT_NONE 0xffffffffu
 
 /* How long a thread polls before it sleeps: covers the gap between the ops of one model step. */
 #ifndef TP_POOL_SPIN_NS
@@ -70,6 +79,33 @@ static uint64_t spin_while_gen(tp_pool *pool, uint64_t value) {
   }
 }
 
+/*
+ * Take and run units of job `g` (the low 32 bits of its generation) until none is left. The job's
+ * fields may be read after the job ended (a late worker), even half from the next job: then the
+ * compare-and-swap fails, because `claim` changed to the next job before its fields were written.
+ */
+static void run_units(tp_pool *pool, uint64_t g) {
+  const uint64_t tag = (g & 0xffffffffu) << 32;
+  const tp_task_fn fn = LOAD(&pool->fn);
+  void *const arg = LOAD(&pool->arg);
+  const int64_t n_tasks = LOAD(&pool->n_tasks);
+  const int64_t n_units = LOAD(&pool->n_units);
+  uint64_t c = LOAD(&pool->claim);
+  for (;;) {
+    if ((c & ~(uint64_t)0xffffffffu) != tag) return;
+    const int64_t u = (int64_t)(c & 0xffffffffu);
+    if (u >= n_units) return;
+    if (!__atomic_compare_exchange_n(&pool->claim, &c, c + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) continue;
+    run_unit(fn, arg, n_tasks, u, n_units);
+    if (__atomic_add_fetch(&pool->finished, 1, __ATOMIC_SEQ_CST) == n_units && LOAD(&pool->caller_sleeping)) {
+      pthread_mutex_lock(&pool->lock);
+      pthread_cond_signal(&pool->done);
+      pthread_mutex_unlock(&pool->lock);
+    }
+    c = LOAD(&pool->claim);
+  }
+}
+
 static void *worker_main(void *p) {
   tp_worker *self = p;
   tp_pool *pool = self->pool;
@@ -86,19 +122,7 @@ static void *worker_main(void *p) {
     }
     if (LOAD(&pool->shutdown)) break;
     seen = g;
-    /* the job fields were written before the generation was bumped (seq_cst) */
-    const tp_task_fn fn = pool->fn;
-    void *const arg = pool->arg;
-    const int64_t n_tasks = pool->n_tasks;
-    const int64_t n_threads = (int64_t)pool->n_workers + 1;
-
-    run_share(fn, arg, n_tasks, self->index, n_threads);
-
-    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 && LOAD(&pool->caller_sleeping)) {
-      pthread_mutex_lock(&pool->lock);
-      pthread_cond_signal(&pool->done);
-      pthread_mutex_unlock(&pool->lock);
-    }
+    run_units(pool, g);
   }
   return NULL;
 }
@@ -121,8 +145,10 @@ static void stop_workers(tp_pool *pool, int32_t n_started) {
 int tp_pool_init(tp_pool *pool, int32_t n_workers) {
   pool->workers = NULL;
   pool->n_workers = 0;
-  pool->pending = 0;
   pool->generation = 0;
+  pool->claim = UNIT_NONE;
+  pool->finished = 0;
+  pool->n_units = 0;
   pool->sleepers = 0;
   pool->caller_sleeping = 0;
   pool->shutdown = 0;
@@ -172,18 +198,28 @@ void tp_pool_destroy(tp_pool *pool) { stop_workers(pool, pool->n_workers); }
 void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg) {
   if (n_tasks <= 0) return;
   if (pool->n_workers == 0 || n_tasks == 1) {
-    run_share(fn, arg, n_tasks, 0, 1);
+    run_unit(fn, arg, n_tasks, 0, 1);
     return;
   }
 
   pthread_mutex_lock(&pool->run);
 
-  /* publish the job: fields first, then the generation; wake the workers that sleep */
-  pool->fn = fn;
-  pool->arg = arg;
-  pool->n_tasks = n_tasks;
-  STORE(&pool->pending, pool->n_workers);
-  __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
+  /*
+   * Publish the job: first make `claim` refuse every unit (a late worker of the last job must not
+   * claim with this job's fields), then the fields, then the first unit, then the generation; wake the
+   * workers that sleep.
+   */
+  const uint64_t g = LOAD(&pool->generation) + 1;
+  const uint64_t tag = (g & 0xffffffffu) << 32;
+  const int64_t n_units = n_tasks < TP_POOL_MAX_UNITS ? n_tasks : TP_POOL_MAX_UNITS;
+  STORE(&pool->claim, tag | UNIT_NONE);
+  STORE(&pool->fn, fn);
+  STORE(&pool->arg, arg);
+  STORE(&pool->n_tasks, n_tasks);
+  STORE(&pool->n_units, n_units);
+  STORE(&pool->finished, 0);
+  STORE(&pool->claim, tag);
+  STORE(&pool->generation, g);
   const int woke = LOAD(&pool->sleepers) > 0;
   if (woke) {
     pthread_mutex_lock(&pool->lock);
@@ -191,20 +227,20 @@ void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg) {
     pthread_mutex_unlock(&pool->lock);
   }
 
-  /* the caller is thread 0 */
-  run_share(fn, arg, n_tasks, 0, (int64_t)pool->n_workers + 1);
+  /* the caller takes units too, until none is left */
+  run_units(pool, g);
 
   /*
-   * Wait for the workers' shares: poll, then sleep. Workers that were asleep are often woken onto
-   * this CPU (the scheduler's wake-affine placement), where polling would only delay them: then sleep
-   * at once.
+   * Wait for the units other threads started: poll, then sleep. Workers that were asleep are often
+   * woken onto this CPU (the scheduler's wake-affine placement), where polling would only delay them:
+   * then sleep at once.
    */
   const int64_t deadline = woke ? 0 : now_ns() + TP_POOL_SPIN_NS;
-  for (uint32_t i = 1; LOAD(&pool->pending) > 0; i++) {
+  for (uint32_t i = 1; LOAD(&pool->finished) < n_units; i++) {
     if ((woke || i % TP_POOL_SPIN_CHECK == 0) && now_ns() > deadline) {
       pthread_mutex_lock(&pool->lock);
       STORE(&pool->caller_sleeping, 1);
-      while (LOAD(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
+      while (LOAD(&pool->finished) < n_units) pthread_cond_wait(&pool->done, &pool->lock);
       STORE(&pool->caller_sleeping, 0);
       pthread_mutex_unlock(&pool->lock);
       break;

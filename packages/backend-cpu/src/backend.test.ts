@@ -33,6 +33,37 @@ function randomF32(n: number, seed: number): Float32Array {
 }
 
 describe("cpu backend", () => {
+  test("keeps freed blocks for reuse up to blockCacheBytes, outside the memory account", async () => {
+    const b = createBackend({ threads: 1, blockCacheBytes: 4096 });
+    const a = b.upload(new Float32Array([1, 2, 3, 4]), [4], "f32");
+    const ptr = b.elementPointer(a, "test");
+    b.free(a);
+    expect(b.cachedBytes).toBe(16);
+    expect(b.memory.current).toBe(0); // no tensor holds it
+    const again = b.alloc([2, 2], "f32"); // same byte size: the kept block
+    expect(b.elementPointer(again, "test")).toBe(ptr);
+    expect(b.cachedBytes).toBe(0);
+    const other = b.alloc([3], "f32"); // another size: a fresh block
+    b.free(other);
+    b.free(again);
+    expect(b.cachedBytes).toBe(28);
+    const big = b.alloc([2048], "f32"); // 8 KiB: over the limit, so freed at once
+    b.free(big);
+    expect(b.cachedBytes).toBe(28);
+    expect(b.releaseCachedMemory()).toBe(28);
+    expect(b.cachedBytes).toBe(0);
+    const x = b.upload(new Float32Array([5, 6]), [2], "f32");
+    expect(Array.from((await b.read(x)) as Float32Array)).toEqual([5, 6]);
+    b.free(x);
+    b.dispose(); // gives the kept blocks back too
+    expect(b.cachedBytes).toBe(0);
+    const off = createBackend({ threads: 1, blockCacheBytes: 0 });
+    off.free(off.alloc([4], "f32"));
+    expect(off.cachedBytes).toBe(0);
+    off.dispose();
+    expect(code(() => createBackend({ blockCacheBytes: -1 }))).toBe("E_ARG");
+  });
+
   test("loads through the registry and reports its device", async () => {
     const b = await loadBackend("cpu", { threads: 2 });
     expect(b).toBeInstanceOf(CpuBackend);

@@ -13,6 +13,7 @@
  * ../shared/models/synthetic/qwen3-fullvocab-Q4_0.gguf is absent.
  */
 import { statSync } from "node:fs";
+import { loadavg } from "node:os";
 import { resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
@@ -33,6 +34,7 @@ interface WorkerResult {
 }
 
 function worker(script: string, file: string, mode: "pp" | "tg", n: number): WorkerResult {
+  const load = loadavg()[0] ?? 0; // this machine is shared: a figure means little without the load
   const p = Bun.spawnSync(
     ["bun", resolve(import.meta.dir, script), file, mode, String(n), String(THREADS), String(CTX)],
     { stdout: "pipe", stderr: "pipe" },
@@ -54,7 +56,8 @@ function worker(script: string, file: string, mode: "pp" | "tg", n: number): Wor
       `peak RSS ${(r.peak_rss_bytes / MB).toFixed(0)} MB` +
       (r.ms_per_token_engine !== undefined && mode === "tg"
         ? `, engine ${r.ms_per_token_engine.toFixed(2)} ms/token`
-        : ""),
+        : "") +
+      `, load average ${load.toFixed(1)} → ${(loadavg()[0] ?? 0).toFixed(1)}`,
   );
   return r;
 }

@@ -586,7 +586,8 @@ export abstract class DecoderLM implements CausalLM {
         scale: 1 / Math.sqrt(hd),
       }),
     ); // [1, n_head, n, hd]
-    const merged = s.keep(b.copy(o.permute(0, 2, 1, 3))).reshape(n, nh * hd); // [n, n_head·hd]
+    const heads = o.permute(0, 2, 1, 3); // [1, n, n_head, hd]: already row-major when n = 1 (decoding)
+    const merged = (heads.isContiguous ? heads : s.keep(b.copy(heads))).reshape(n, nh * hd); // [n, n_head·hd]
     return b.matmul(merged, this.weights.layers[layer]?.o_proj as Weight); // [n, H]
   }
 
