@@ -111,8 +111,15 @@ describe("files the process may only read", () => {
   const nobodyReads =
     !root ||
     (setpriv !== null &&
-      Bun.spawnSync([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", import.meta.path])
-        .exitCode === 0);
+      Bun.spawnSync([
+        setpriv,
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "test",
+        "-r",
+        import.meta.path,
+      ]).exitCode === 0);
   const skip = process.platform !== "linux" || (root && setpriv === null) || !nobodyReads;
   test.skipIf(skip)(
     `a 0444 checkpoint in a read-only folder opens, maps, reads; writes stay private; mappings are freed${skip ? " [skipped: not Linux, root without setpriv, or the checkout is not readable by an unprivileged user]" : ""}`,

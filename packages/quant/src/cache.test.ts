@@ -218,8 +218,15 @@ describe("where caches go", () => {
   const nobodyReads =
     !root ||
     (setpriv !== null &&
-      Bun.spawnSync([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "test", "-r", import.meta.path])
-        .exitCode === 0);
+      Bun.spawnSync([
+        setpriv,
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "test",
+        "-r",
+        import.meta.path,
+      ]).exitCode === 0);
   const skip = (root && setpriv === null) || !nobodyReads;
   test.skipIf(skip)(
     `read-only checkpoint folder: the cache goes to $TP_CACHE_DIR, and is a hit there next time${skip ? " [skipped: running as root without setpriv to drop privileges, or the checkout is not readable by an unprivileged user]" : ""}`,
