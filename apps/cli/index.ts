@@ -15,8 +15,11 @@ const USAGE = `usage: bun apps/cli <command> [options]
 
 commands:
 ${GENERATE_USAGE}
-  backends [--threads N] [--json]   list the compute backends and whether each can start here
-                                    (--threads 0: all CPUs, the default)
+  backends [--threads N] [--json] [--verbose]
+                                    list the compute backends and whether each can start here
+                                    (--threads 0: all CPUs, the default; --verbose: each backend
+                                    prints its device and limits on stderr, e.g. vulkan's device
+                                    choice, memory, limits, features and kernel variants)
   inspect PATH [--json] [--array-limit N]
                                     what a checkpoint file or directory is: the detected layout,
                                     metadata (long arrays abridged to N elements, default 8) and the
@@ -31,6 +34,7 @@ async function backends(args: string[]): Promise<number> {
     options: {
       threads: { type: "string" },
       json: { type: "boolean", default: false },
+      verbose: { type: "boolean", short: "v", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
     strict: true,
@@ -39,7 +43,7 @@ async function backends(args: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
-  const options: BackendOptions = {};
+  const options: BackendOptions = values.verbose ? { verbose: true } : {};
   if (values.threads !== undefined) {
     const n = Number(values.threads);
     if (!/^\d{1,3}$/.test(values.threads) || n > 256) {

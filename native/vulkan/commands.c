@@ -59,7 +59,7 @@ int tp_vk_commands_init(tp_vk_ctx *ctx) {
       VkQueryPoolCreateInfo qpi = {
           .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
           .queryType = VK_QUERY_TYPE_TIMESTAMP,
-          .queryCount = 2,
+          .queryCount = TP_VK_BATCH_QUERIES,
       };
       if (ctx->vk.vkCreateQueryPool(ctx->device, &qpi, NULL, &f->queries) != VK_SUCCESS) f->queries = VK_NULL_HANDLE;
     }
@@ -109,11 +109,22 @@ static int frame_wait(tp_vk_ctx *ctx, tp_vk_frame *f) {
   f->in_flight = 0;
   if (f->serial > ctx->done_serial) ctx->done_serial = f->serial;
   if (f->timed) {
+    /* The batch's span, then each command's (before, after) pair, credited to its pipeline. */
     f->timed = 0;
-    uint64_t ts[2];
-    if (ctx->vk.vkGetQueryPoolResults(ctx->device, f->queries, 0, 2, sizeof ts, ts, sizeof ts[0],
-                                      VK_QUERY_RESULT_64_BIT) == VK_SUCCESS && ts[1] >= ts[0])
-      ctx->stat_gpu_ns += (ts[1] - ts[0]) * ctx->info.timestamp_period_fs / 1000000u;
+    uint64_t ts[TP_VK_BATCH_QUERIES];
+    uint32_t n = 2u + 2u * f->commands;
+    const uint64_t fs = ctx->info.timestamp_period_fs;
+    if (ctx->vk.vkGetQueryPoolResults(ctx->device, f->queries, 0, n, n * sizeof ts[0], ts, sizeof ts[0],
+                                      VK_QUERY_RESULT_64_BIT) == VK_SUCCESS) {
+      if (ts[1] >= ts[0]) ctx->stat_gpu_ns += (ts[1] - ts[0]) * fs / 1000000u;
+      for (uint32_t i = 0; i < f->commands; i++) {
+        tp_vk_pipeline *p = f->timed_pipes[i];
+        uint64_t t0 = ts[2 + 2 * i], t1 = ts[3 + 2 * i];
+        if (p == NULL) continue;
+        p->timed_dispatches++;
+        if (t1 >= t0) p->gpu_ns += (t1 - t0) * fs / 1000000u;
+      }
+    }
   }
   ctx->stat_waits++;
   return TP_VK_OK;
@@ -135,7 +146,7 @@ int tp_vk_record_begin(tp_vk_ctx *ctx, tp_vk_frame **out) {
     if (r != VK_SUCCESS) return tp_vk_check(ctx, r, "vkBeginCommandBuffer");
     f->timed = ctx->profile && f->queries;
     if (f->timed) {
-      ctx->vk.vkCmdResetQueryPool(f->cmd, f->queries, 0, 2);
+      ctx->vk.vkCmdResetQueryPool(f->cmd, f->queries, 0, TP_VK_BATCH_QUERIES);
       ctx->vk.vkCmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, f->queries, 0);
     }
     /* Order this batch after everything submitted before it. */
@@ -148,7 +159,17 @@ int tp_vk_record_begin(tp_vk_ctx *ctx, tp_vk_frame **out) {
   return TP_VK_OK;
 }
 
+/* While profiling: a timestamp once the commands before have finished (the barrier after each
+ * serialises them), and the pipeline the command's time goes to (NULL: a copy or fill). */
+void tp_vk_record_begin_command(tp_vk_ctx *ctx, tp_vk_frame *f, tp_vk_pipeline *p) {
+  if (!f->timed) return;
+  f->timed_pipes[f->commands] = p;
+  ctx->vk.vkCmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, f->queries, 2u + 2u * f->commands);
+}
+
 void tp_vk_record_end_command(tp_vk_ctx *ctx, tp_vk_frame *f) {
+  if (f->timed)
+    ctx->vk.vkCmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, f->queries, 3u + 2u * f->commands);
   barrier(ctx, f->cmd, DEVICE_STAGES, DEVICE_ACCESS);
   f->commands++;
   if (f->commands >= TP_VK_BATCH_COMMANDS) tp_vk_submit(ctx);
@@ -342,6 +363,7 @@ int32_t tp_vk_dispatch(tp_vk_ctx *ctx, tp_vk_pipeline *p, const uint64_t *bindin
       };
     ctx->vk.vkUpdateDescriptorSets(ctx->device, n_bindings, writes, 0, NULL);
   }
+  tp_vk_record_begin_command(ctx, f, p);
   ctx->vk.vkCmdBindPipeline(f->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipeline);
   if (n_bindings)
     ctx->vk.vkCmdBindDescriptorSets(f->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
@@ -368,5 +390,13 @@ int32_t tp_vk_profile(tp_vk_ctx *ctx, int32_t enable) {
                       ctx->info.name);
   ctx->profile = enable != 0;
   ctx->stat_gpu_ns = 0;
+  for (tp_vk_pipeline *p = ctx->pipelines; p; p = p->next) p->timed_dispatches = 0, p->gpu_ns = 0;
+  return TP_VK_OK;
+}
+
+int32_t tp_vk_pipeline_stats(const tp_vk_ctx *ctx, const tp_vk_pipeline *pipeline, uint64_t *out, uint32_t n) {
+  if (ctx == NULL || pipeline == NULL || (n && out == NULL)) return TP_VK_ERR_ARG;
+  const uint64_t v[2] = {pipeline->timed_dispatches, pipeline->gpu_ns};
+  for (uint32_t i = 0; i < n && i < 2; i++) out[i] = v[i];
   return TP_VK_OK;
 }

@@ -100,13 +100,18 @@ typedef struct {
 /** Bytes of the staging buffer (transfers of larger ranges go through it in pieces). */
 #define TP_VK_STAGING_BYTES (32ull << 20)
 
+/** Timestamps of one batch: its begin and end, then a (before, after) pair per command. */
+#define TP_VK_BATCH_QUERIES (2u + 2u * TP_VK_BATCH_COMMANDS)
+
 /** One batch: a command buffer, its descriptor pool, its fence and its timestamps. */
 typedef struct {
   VkCommandBuffer cmd;
   VkFence fence;
   VkDescriptorPool pool;
-  VkQueryPool queries; /* 2 timestamps (begin, end), or VK_NULL_HANDLE */
+  VkQueryPool queries; /* TP_VK_BATCH_QUERIES timestamps, or VK_NULL_HANDLE */
   uint32_t commands;   /* recorded into cmd */
+  struct tp_vk_pipeline *timed_pipes[TP_VK_BATCH_COMMANDS]; /* per command while profiling: its pipeline, or
+                                                                NULL for a copy / fill (not attributed) */
   int recording;       /* cmd is between begin and end */
   int in_flight;       /* submitted, fence not yet waited */
   int timed;           /* the begin timestamp was written */
@@ -131,6 +136,8 @@ struct tp_vk_pipeline {
   VkPipeline pipeline;
   uint32_t n_buffers;
   uint32_t push_bytes;
+  uint64_t timed_dispatches; /* dispatches timed while profiling (tp_vk_pipeline_stats) */
+  uint64_t gpu_ns;           /* their GPU time */
   struct tp_vk_pipeline *next; /* the context's list of pipelines */
 };
 
@@ -180,6 +187,7 @@ void tp_vk_sweep(tp_vk_ctx *ctx);
 int tp_vk_commands_init(tp_vk_ctx *ctx);
 void tp_vk_commands_destroy(tp_vk_ctx *ctx);
 int tp_vk_record_begin(tp_vk_ctx *ctx, tp_vk_frame **out);
+void tp_vk_record_begin_command(tp_vk_ctx *ctx, tp_vk_frame *f, struct tp_vk_pipeline *p);
 void tp_vk_record_end_command(tp_vk_ctx *ctx, tp_vk_frame *f);
 int tp_vk_wait_serial(tp_vk_ctx *ctx, uint64_t serial);
 

@@ -258,6 +258,7 @@ int32_t tp_vk_buffer_copy(tp_vk_ctx *ctx, tp_vk_buffer *src, uint64_t so, tp_vk_
     return tp_vk_fail(ctx, TP_VK_ERR_ARG, "tp_vk_buffer_copy: source and destination overlap");
   tp_vk_frame *f;
   if ((s = tp_vk_record_begin(ctx, &f)) != TP_VK_OK) return s;
+  tp_vk_record_begin_command(ctx, f, NULL);
   VkBufferCopy region = {.srcOffset = so, .dstOffset = d0, .size = bytes};
   ctx->vk.vkCmdCopyBuffer(f->cmd, src->buffer, dst->buffer, 1, &region);
   src->last_use = dst->last_use = f->serial;
@@ -274,6 +275,7 @@ int32_t tp_vk_buffer_fill(tp_vk_ctx *ctx, tp_vk_buffer *b, uint64_t offset, uint
                       (unsigned long long)offset, (unsigned long long)bytes);
   tp_vk_frame *f;
   if ((s = tp_vk_record_begin(ctx, &f)) != TP_VK_OK) return s;
+  tp_vk_record_begin_command(ctx, f, NULL);
   ctx->vk.vkCmdFillBuffer(f->cmd, b->buffer, offset, bytes, value);
   b->last_use = f->serial;
   tp_vk_record_end_command(ctx, f);

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /** Bumped on every change of a signature or struct below; @tp/backend-vulkan refuses other versions. */
-#define TP_VK_ABI_VERSION 1
+#define TP_VK_ABI_VERSION 2
 
 /** Status codes. */
 typedef enum {
@@ -203,8 +203,20 @@ TP_VK_API int32_t tp_vk_wait(tp_vk_ctx *ctx);
  */
 TP_VK_API int32_t tp_vk_stats(const tp_vk_ctx *ctx, uint64_t *out, uint32_t n);
 
-/** Turn per-batch GPU timing (timestamps around each batch) on or off. */
+/**
+ * Turn GPU timing on or off: timestamps around each batch (tp_vk_stats out[6]) and around each
+ * command, credited per pipeline (tp_vk_pipeline_stats). Turning it on or off resets both.
+ * @return TP_VK_ERR_UNSUPPORTED when the device has no timestamps on its compute queue
+ */
 TP_VK_API int32_t tp_vk_profile(tp_vk_ctx *ctx, int32_t enable);
+
+/**
+ * GPU time of one pipeline since profiling was turned on: out[0] dispatches timed, out[1] their
+ * nanoseconds (each from the end of the command before to the end of this one; batches waited for).
+ * @param n number of entries of out (at most 2 are written)
+ */
+TP_VK_API int32_t tp_vk_pipeline_stats(const tp_vk_ctx *ctx, const tp_vk_pipeline *pipeline, uint64_t *out,
+                                       uint32_t n);
 
 #ifdef __cplusplus
 }

@@ -7,13 +7,26 @@
 //   5 q8_0  6 q4_0  7 q4_1   8 q5_0   9 q5_1   10 q2_k   11 q3_k   12 q4_k   13 q5_k   14 q6_k
 // Needs common.glsl and minifloat.glsl first.
 
+// With TP_STORAGE16 (the .s16.spv variants, for devices with storageBuffer16BitAccess) the same
+// binding is also declared as 16-bit words, and 2-aligned 16-bit reads — every f16 / bf16 weight, the
+// f16 scales of the GGUF blocks — are one 16-bit load instead of a 32-bit load, a shift and a mask.
+// The values are the same bits either way.
+
 layout(constant_id = 1) const uint FORMAT = 0;
 
 layout(std430, binding = 2) readonly buffer W { uint wq[]; };
+#ifdef TP_STORAGE16
+#extension GL_EXT_shader_16bit_storage : require
+layout(std430, binding = 2) readonly buffer W16 { uint16_t wh[]; };
+#endif
 
 uint wb(uint b) { return (wq[b >> 2] >> ((b & 3u) << 3)) & 0xffu; }
 uint wu16(uint b) {
+#ifdef TP_STORAGE16
+  if ((b & 1u) == 0u) return uint(wh[b >> 1]);
+#else
   if ((b & 1u) == 0u) return (wq[b >> 2] >> ((b & 2u) << 3)) & 0xffffu;  // one word when 2-aligned
+#endif
   return wb(b) | (wb(b + 1u) << 8);
 }
 uint wu32(uint b) { return wu16(b) | (wu16(b + 2u) << 16); }

@@ -178,6 +178,26 @@ async function buildLibrary(compiler: string[], force: boolean): Promise<boolean
   return true;
 }
 
+/**
+ * Kernel variants, in file-name order: a shader whose text (with its includes) tests `define` is also
+ * compiled with it (src/kernels.ts KERNELS lists the same variants per kernel; a test checks both agree).
+ */
+const SHADER_VARIANTS = [
+  { name: "subgroup", define: "TP_SUBGROUP" }, // subgroup arithmetic / shuffles in the reductions
+  { name: "s16", define: "TP_STORAGE16" }, // 16-bit storage: f16 / bf16 weights read as uint16_t
+] as const;
+
+/** The text of a shader and, recursively, of the files it includes (`#include "x.glsl"`). */
+function withIncludes(path: string, seen = new Set<string>()): string {
+  if (seen.has(path)) return "";
+  seen.add(path);
+  const text = readFileSync(path, "utf8");
+  const included = [...text.matchAll(/^\s*#include\s+"([^"]+)"/gm)].map((m) =>
+    withIncludes(join(SHADER_DIR, m[1] as string), seen),
+  );
+  return [text, ...included].join("\n");
+}
+
 /** Compile every shader whose .spv is older than it, its includes or this script. */
 async function buildShaders(glslang: string, force: boolean): Promise<number> {
   const shaders = listFiles(SHADER_DIR, ".comp");
@@ -185,13 +205,21 @@ async function buildShaders(glslang: string, force: boolean): Promise<number> {
   const includes = Math.max(...[import.meta.path, ...listFiles(SHADER_DIR, ".glsl")].map(mtime));
   const spirvVal = Bun.which("spirv-val");
   mkdirSync(SPV_DIR, { recursive: true });
-  // A shader that tests TP_SUBGROUP also gets a variant with subgroup operations (<name>.subgroup.spv),
-  // used on devices that have them; the plain one is the fallback.
+  // A shader that tests a variant's macro (in its own text or an include) is also built with it
+  // defined, once per combination: <name>.spv (the fallback, any Vulkan 1.1 device),
+  // <name>.subgroup.spv, <name>.s16.spv, <name>.subgroup.s16.spv (src/kernels.ts picks one per device).
   const builds = shaders.flatMap((src) => {
     const name = basename(src, ".comp");
-    const plain = { src, out: `${name}.spv`, defines: [] as string[] };
-    if (!readFileSync(src, "utf8").includes("TP_SUBGROUP")) return [plain];
-    return [plain, { src, out: `${name}.subgroup.spv`, defines: ["-DTP_SUBGROUP=1"] }];
+    const text = withIncludes(src);
+    let outs = [{ src, out: name, defines: [] as string[] }];
+    for (const v of SHADER_VARIANTS) {
+      if (!text.includes(v.define)) continue;
+      outs = outs.flatMap((b) => [
+        b,
+        { src, out: `${b.out}.${v.name}`, defines: [...b.defines, `-D${v.define}=1`] },
+      ]);
+    }
+    return outs.map((b) => ({ ...b, out: `${b.out}.spv` }));
   });
   const stale = builds.filter(
     (b) => force || mtime(join(SPV_DIR, b.out)) <= Math.max(mtime(b.src), includes),

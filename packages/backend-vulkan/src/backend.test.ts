@@ -3,9 +3,21 @@
 // tensors freed while queued work uses them, batching, resident weights, views of buffers past
 // maxStorageBufferRange, attention's split of long key ranges, and disposal. Skips, saying why, where the backend cannot start.
 import { afterAll, describe, expect, test } from "bun:test";
-import { isTpError, loadBackend, type Tensor, type TpErrorCode, Weight } from "@tp/tensor";
-import { createBackend, parseDeviceSelector, VulkanBackend } from "./backend.ts";
-import type { VulkanBuffer } from "./ffi.ts";
+import { readdirSync } from "node:fs";
+import {
+  f16ToF32,
+  f32ToBf16,
+  f32ToF16,
+  isTpError,
+  loadBackend,
+  type Tensor,
+  type TpErrorCode,
+  Weight,
+  type WeightFormat,
+} from "@tp/tensor";
+import { createBackend, kernelFeatures, parseDeviceSelector, VulkanBackend } from "./backend.ts";
+import { defaultShaderDir, type VulkanBuffer } from "./ffi.ts";
+import { KERNELS, type KernelName, kernelFile } from "./kernels.ts";
 import { ATTENTION_LOOP_BUDGET, attention, attentionPlan } from "./ops/attention.ts";
 
 /** [B, H, Hkv, Sq, Skv, D] */
@@ -50,6 +62,27 @@ function attentionF64(
   return out;
 }
 
+/** A weight [n, k] from f32 values: f16 / bf16 rounded, or GGUF Q8_0 blocks (ggml quantize_row_q8_0). */
+function weightOf(format: WeightFormat, values: Float32Array, [n, k]: [number, number]): Weight {
+  let data: Uint8Array;
+  if (format === "f16" || format === "bf16") {
+    const h = Uint16Array.from(values, (v) => (format === "f16" ? f32ToF16(v) : f32ToBf16(v)));
+    data = new Uint8Array(h.buffer);
+  } else if (format === "q8_0") {
+    data = new Uint8Array((values.length / 32) * 34);
+    const view = new DataView(data.buffer);
+    for (let blk = 0; blk < values.length / 32; blk++) {
+      const xs = values.subarray(blk * 32, blk * 32 + 32);
+      const amax = xs.reduce((a, v) => Math.max(a, Math.abs(v)), 0);
+      const d = amax / 127;
+      view.setUint16(blk * 34, f32ToF16(d), true);
+      for (let i = 0; i < 32; i++)
+        view.setInt8(blk * 34 + 2 + i, d === 0 ? 0 : Math.round((xs[i] as number) / d));
+    }
+  } else throw new Error(`weightOf: ${format}`);
+  return new Weight({ name: `w_${format}`, format, shape: [n, k], data });
+}
+
 function errorOf(fn: () => unknown): { code: TpErrorCode; message: string } {
   try {
     fn();
@@ -69,6 +102,11 @@ try {
 }
 afterAll(() => backend?.dispose());
 const b = () => backend as VulkanBackend;
+/** What the device offers the kernel variants (auto mode picks these). */
+const has = {
+  subgroup: (backend?.info.features.includes("subgroup") ?? false) && (backend?.info.subgroupSize ?? 0) >= 4,
+  s16: backend?.info.features.includes("storage16") ?? false,
+};
 
 if (backend === null) test.skip(`vulkan backend cannot start here: ${why}`, () => {});
 
@@ -317,12 +355,201 @@ describe.skipIf(backend === null)("vulkan backend", () => {
       return s;
     });
     for (const subgroups of [true, false]) {
+      if (subgroups && !has.subgroup) continue;
       const v = createBackend({ subgroups });
-      expect(v.subgroups).toBe(subgroups && v.info.features.includes("subgroup"));
+      expect(v.subgroups).toBe(subgroups);
       const got = (await v.read(v.matmul(v.upload(xs, [m, k], "f32"), w))) as Float32Array;
       for (let i = 0; i < m * n; i++)
         expect(Math.abs((got[i] as number) - (want[i] as number))).toBeLessThan(1e-4);
       v.dispose();
+    }
+  });
+
+  test("kernel variants: subgroup reductions and 16-bit weight reads give the fallbacks' results", async () => {
+    // Every op whose kernel has a variant, on every combination the device can run; the all-fallback
+    // backend is the baseline (it also runs the whole conformance suite with TP_VULKAN_SUBGROUPS=0
+    // TP_VULKAN_STORAGE16=0). Selection / maxima / 16-bit reads are exact; sums differ by rounding.
+    const [rows, d] = [6, 1000];
+    const xs = Float32Array.from(
+      { length: rows * d },
+      (_, i) => Math.sin(i * 0.37) * 3 + 100 * Math.floor(i / d),
+    );
+    for (let r = 0; r < rows; r++) xs[r * d + 700] = xs[r * d + 300] = 200 + 100 * r; // ties: the lower index wins
+    const k = 96;
+    const xa = Float32Array.from({ length: 12 * k }, (_, i) => Math.sin(i * 0.37) * 3);
+    const ws = Float32Array.from({ length: 40 * k }, (_, i) => Math.cos(i * 0.11) * (1 + (i % 5)));
+    const weights = [
+      weightOf("f16", ws, [40, k]),
+      weightOf("bf16", ws, [40, k]),
+      weightOf("q8_0", ws, [40, k]),
+    ];
+    const run = async (v: VulkanBackend) => {
+      const x = v.upload(xs, [rows, d], "f32");
+      const out: Record<string, number[]> = {
+        softmax: [...((await v.read(v.softmax(x))) as Float32Array)],
+        rms_norm: [...((await v.read(v.rmsNorm(x, null, { eps: 1e-6 }))) as Float32Array)],
+        layer_norm: [...((await v.read(v.layerNorm(x, null, null, { eps: 1e-5 }))) as Float32Array)],
+        group_norm: [
+          ...((await v.read(
+            v.groupNorm(v.upload(xs, [2, rows, d / 2], "f32"), 3, null, null, { eps: 1e-5 }),
+          )) as Float32Array),
+        ],
+        argmax: [...((await v.read(v.argmax(x))) as Int32Array)],
+        top_k: [...((await v.read(v.topK(x, 5).indices)) as Int32Array)],
+      };
+      for (const w of weights) {
+        for (const m of [1, 3, 12]) {
+          const a = v.upload(xa.subarray(0, m * k), [m, k], "f32");
+          out[`matmul ${w.format} M=${m}`] = [...((await v.read(v.matmul(a, w))) as Float32Array)];
+        }
+        const ids = v.upload(Int32Array.from([3, 0, 39, 3]), [4], "i32");
+        out[`embedding ${w.format}`] = [...((await v.read(v.embedding(w, ids))) as Float32Array)];
+      }
+      return out;
+    };
+    const base = createBackend({ subgroups: false, storage16: false });
+    expect(base.kernels.features).toEqual({ subgroup: false, s16: false });
+    const want = await run(base);
+    base.dispose();
+    // The baseline against plain references.
+    for (let r = 0; r < rows; r++) expect(want.argmax?.[r]).toBe(300);
+    expect(want.top_k?.slice(0, 2)).toEqual([300, 700]);
+    const wf16 = Float32Array.from(ws, (v) => f16ToF32(f32ToF16(v)));
+    const mm = want["matmul f16 M=3"] as number[];
+    for (let i = 0; i < 3 * 40; i++) {
+      let s = 0;
+      for (let t = 0; t < k; t++)
+        s += (xa[Math.floor(i / 40) * k + t] as number) * (wf16[(i % 40) * k + t] as number);
+      expect(Math.abs((mm[i] as number) - s)).toBeLessThan(1e-4 * (1 + Math.abs(s)));
+    }
+    for (const [subgroups, storage16] of [
+      [true, false],
+      [false, true],
+      [true, true],
+    ] as const) {
+      if ((subgroups && !has.subgroup) || (storage16 && !has.s16)) {
+        expect(errorOf(() => createBackend({ subgroups, storage16 })).code).toBe("E_UNSUPPORTED");
+        continue;
+      }
+      const v = createBackend({ subgroups, storage16 });
+      expect(v.kernels.features).toEqual({ subgroup: subgroups, s16: storage16 });
+      const got = await run(v);
+      v.dispose();
+      for (const [op, values] of Object.entries(want)) {
+        const g = got[op] as number[];
+        expect(g.length).toBe(values.length);
+        // Exact: selections, 16-bit reads without a subgroup sum (the same kernel arithmetic).
+        const exact =
+          op === "argmax" ||
+          op === "top_k" ||
+          op.startsWith("embedding") ||
+          (!subgroups && op.startsWith("matmul"));
+        for (let i = 0; i < values.length; i++) {
+          const [a, e] = [g[i] as number, values[i] as number];
+          if (exact) expect(`${op} ${i}: ${a}`).toBe(`${op} ${i}: ${e}`);
+          else if (Math.abs(a - e) > (op.startsWith("matmul") ? 1e-4 : 2e-6) * Math.max(1, Math.abs(e)))
+            expect(`${op} ${i}: ${a}`).toBe(`${op} ${i}: ${e}`);
+        }
+      }
+    }
+  }, 120_000); // four backends, each compiling its pipelines on first use (~10 s on llvmpipe, 2 cores)
+
+  test("kernel variants follow the device's features; one asked for but missing names device and feature", () => {
+    const info = b().info;
+    const bare = { ...info, index: 3, name: "Example GPU", features: [] as typeof info.features };
+    expect(kernelFeatures(bare, {}, {})).toEqual({ subgroup: false, s16: false });
+    expect(kernelFeatures(info, {}, {})).toEqual(has);
+    expect(kernelFeatures(info, {}, { TP_VULKAN_SUBGROUPS: "0", TP_VULKAN_STORAGE16: "0" })).toEqual({
+      subgroup: false,
+      s16: false,
+    });
+    expect(kernelFeatures(info, { subgroups: false }, { TP_VULKAN_SUBGROUPS: "1" }).subgroup).toBe(false);
+    const e1 = errorOf(() => kernelFeatures(bare, { storage16: true }, {}));
+    expect(e1.code).toBe("E_UNSUPPORTED");
+    expect(e1.message).toContain("Vulkan device 3 (Example GPU)");
+    expect(e1.message).toContain("storageBuffer16BitAccess");
+    const e2 = errorOf(() => kernelFeatures(bare, {}, { TP_VULKAN_SUBGROUPS: "1" }));
+    expect(e2.code).toBe("E_UNSUPPORTED");
+    expect(e2.message).toMatch(/TP_VULKAN_SUBGROUPS=1 needs subgroup arithmetic .* \(Example GPU\) lacks/);
+    expect(e2.message).not.toContain("\n");
+    expect(errorOf(() => kernelFeatures(info, {}, { TP_VULKAN_STORAGE16: "yes" })).code).toBe("E_ARG");
+    // A small GPU-like subgroup is not enough for matmul_vec's per-subgroup slots.
+    expect(kernelFeatures({ ...info, subgroupSize: 2 }, {}, {}).subgroup).toBe(false);
+  });
+
+  test("every kernel variant of KERNELS is built, and nothing else", () => {
+    const dir = defaultShaderDir();
+    const built = new Set(readdirSync(dir).filter((f) => f.endsWith(".spv")));
+    const expected = new Set<string>();
+    for (const name of Object.keys(KERNELS) as KernelName[]) {
+      for (const subgroup of [false, true])
+        for (const s16 of [false, true]) expected.add(`${kernelFile(name, { subgroup, s16 })}.spv`);
+    }
+    expect([...built].sort()).toEqual([...expected].sort());
+    expect(kernelFile("matmul_vec", { subgroup: true, s16: true })).toBe("matmul_vec.subgroup.s16");
+    expect(kernelFile("add", { subgroup: true, s16: true })).toBe("add");
+  });
+
+  test("profiling: GPU timestamps per batch and per dispatch, reported by kernel", async () => {
+    if (!b().info.features.includes("timestamps")) {
+      const e = errorOf(() => b().profile(true));
+      expect(e.code).toBe("E_UNSUPPORTED");
+      expect(e.message).toContain(b().info.name);
+      return;
+    }
+    b().profile(true);
+    const x = b().upload(
+      Float32Array.from({ length: 64 * 512 }, (_, i) => Math.sin(i)),
+      [64, 512],
+      "f32",
+    );
+    const w = weightOf(
+      "f16",
+      Float32Array.from({ length: 256 * 512 }, (_, i) => Math.cos(i)),
+      [256, 512],
+    );
+    const y = b().softmax(b().matmul(x, w));
+    const r = b().profileReport();
+    const names = r.kernels.map((k) => k.kernel.split(":")[0]);
+    expect(names).toContain(b().storage16 ? "matmul.s16" : "matmul");
+    expect(names).toContain(b().subgroups ? "softmax.subgroup" : "softmax");
+    for (const k of r.kernels) {
+      expect(k.dispatches).toBeGreaterThan(0);
+      expect(k.ms).toBeGreaterThanOrEqual(0);
+    }
+    const sum = r.kernels.reduce((a, k) => a + k.ms, 0);
+    expect(sum).toBeGreaterThan(0);
+    expect(sum).toBeLessThanOrEqual(r.totalMs * 1.01 + 0.01);
+    b().profile(false);
+    for (const t of [x, y]) b().free(t);
+  });
+
+  test("--verbose: the device, its limits and the kernels chosen, on stderr", () => {
+    const code = `const { createBackend } = await import(${JSON.stringify(`${import.meta.dir}/backend.ts`)});
+      createBackend({ verbose: true }).dispose();`;
+    const p = Bun.spawnSync([process.execPath, "-e", code], {
+      stderr: "pipe",
+      stdout: "pipe",
+      env: process.env,
+    });
+    const err = p.stderr.toString();
+    expect(p.exitCode).toBe(0);
+    expect(err).toContain(`vulkan: device ${b().info.index} of ${b().info.count}: ${b().info.name}`);
+    expect(err).toContain("max storage-buffer range");
+    expect(err).toContain("subgroup reductions");
+    expect(err).toContain("16-bit weight reads");
+  });
+
+  test("a budget's E_OOM names the device", () => {
+    const small = createBackend({ memoryBudget: 4096 });
+    try {
+      small.alloc([1024], "f32");
+      const e = errorOf(() => small.alloc([1], "f32"));
+      expect(e.code).toBe("E_OOM");
+      expect(e.message).toContain(`vulkan (${b().info.name})`);
+      expect(e.message).toContain("budget");
+    } finally {
+      small.dispose();
     }
   });
 

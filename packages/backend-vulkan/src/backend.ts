@@ -11,8 +11,9 @@
  *
  * Environment: TP_VULKAN_DEVICE (an index, or part of a device name), TP_VULKAN_LOADER (the loader's
  * path), TP_VULKAN_VALIDATION=1 (Khronos validation layer), TP_VULKAN_STAGING=1 (copy through staging
- * even where memory is host-visible), TP_VULKAN_SUBGROUPS=0 (no subgroup kernels), TP_VULKAN_LIB /
- * TP_VULKAN_SHADERS (prebuilt files).
+ * even where memory is host-visible), TP_VULKAN_SUBGROUPS / TP_VULKAN_STORAGE16 (0: the fallback kernels,
+ * 1: require the feature, unset: use it where the device has it), TP_VULKAN_LIB / TP_VULKAN_SHADERS
+ * (prebuilt files).
  *
  * Source: native/vulkan/tp_vk.h; @tp/tensor backend.ts for the op contracts.
  */
@@ -28,6 +29,7 @@ import {
   dtypeBytes,
   type OpName,
   type RopeOptions,
+  type Storage,
   storageSpan,
   type Tensor,
   TpError,
@@ -43,7 +45,7 @@ import {
   type VulkanContext,
   type VulkanDeviceInfo,
 } from "./ffi.ts";
-import { KernelCache } from "./kernels.ts";
+import { KernelCache, type KernelFeatures } from "./kernels.ts";
 import { attention } from "./ops/attention.ts";
 import { supportsOp, VK_OP_DTYPES, VK_WEIGHT_FORMATS } from "./ops/capabilities.ts";
 import type { BoundTensor, VkOpHost } from "./ops/common.ts";
@@ -75,10 +77,87 @@ export interface VulkanBackendOptions extends BackendOptions {
   /** Copy through a staging buffer even where device memory is mapped; default TP_VULKAN_STAGING=1. */
   forceStaging?: boolean;
   /**
-   * Use kernels with subgroup operations where the device has them (default); false uses the
-   * shared-memory fallbacks everywhere (also TP_VULKAN_SUBGROUPS=0).
+   * Kernels with subgroup operations (the reductions of softmax, the norms, argmax / top_k,
+   * convrot_quantize, matmul_vec's sums): unset uses them where the device has them; false the
+   * shared-memory fallbacks; true requires them (E_UNSUPPORTED naming the device where missing).
+   * Default from TP_VULKAN_SUBGROUPS (0 / 1 / unset).
    */
   subgroups?: boolean;
+  /**
+   * Kernels that read f16 / bf16 weights (and GGUF f16 scales) through 16-bit storage
+   * (storageBuffer16BitAccess): unset where the device has it, false the 32-bit-word fallback, true
+   * required. Default from TP_VULKAN_STORAGE16 (0 / 1 / unset).
+   */
+  storage16?: boolean;
+  /**
+   * Time every dispatch with GPU timestamps from the start ({@link VulkanBackend.profile}); the
+   * report by kernel is printed on stderr at dispose. Default TP_VULKAN_PROFILE=1.
+   */
+  profile?: boolean;
+}
+
+/** GPU time of one kernel (pipeline: file and specialization constants) while profiling. */
+export interface KernelTime {
+  /** "<spv file>:<specialization constants>", e.g. "matmul_vec.subgroup.s16:128,1,1". */
+  readonly kernel: string;
+  readonly dispatches: number;
+  readonly ms: number;
+}
+
+/** One optional device feature the kernels can use, as {@link kernelFeatures} checks it. */
+const OPTIONAL_FEATURES = {
+  subgroup: {
+    option: "subgroups",
+    env: "TP_VULKAN_SUBGROUPS",
+    what: "subgroup arithmetic and shuffles in compute shaders (VkPhysicalDeviceSubgroupProperties, subgroup size ≥ 4)",
+    has: (info: VulkanDeviceInfo) => info.features.includes("subgroup") && info.subgroupSize >= 4,
+  },
+  s16: {
+    option: "storage16",
+    env: "TP_VULKAN_STORAGE16",
+    what: "16-bit storage buffers (VK_KHR_16bit_storage storageBuffer16BitAccess)",
+    has: (info: VulkanDeviceInfo) => info.features.includes("storage16"),
+  },
+} as const;
+
+/**
+ * The kernel variants a backend uses on a device: each optional feature the device has, unless its
+ * option (or environment variable) is false / "0"; an option true / "1" requires the feature.
+ * @throws TpError E_UNSUPPORTED when a required feature is missing, naming the device and the feature;
+ *   E_ARG for an environment value other than 0 / 1
+ */
+export function kernelFeatures(
+  info: VulkanDeviceInfo,
+  options: Pick<VulkanBackendOptions, "subgroups" | "storage16"> = {},
+  env: Record<string, string | undefined> = process.env,
+): KernelFeatures {
+  const choose = (key: keyof typeof OPTIONAL_FEATURES): boolean => {
+    const f = OPTIONAL_FEATURES[key];
+    let want: boolean | undefined = options[f.option];
+    let from = `${f.option}: ${want}`;
+    if (want === undefined) {
+      const raw = env[f.env]?.trim();
+      if (raw !== undefined && raw !== "") {
+        if (raw !== "0" && raw !== "1")
+          throw new TpError(
+            "E_ARG",
+            `${f.env} must be 0 (fallback kernels) or 1 (require the feature), got '${raw}'`,
+          );
+        want = raw === "1";
+        from = `${f.env}=${raw}`;
+      }
+    }
+    const has = f.has(info);
+    if (want === true && !has) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `backend vulkan: ${from} needs ${f.what}, which Vulkan device ${info.index} (${info.name}) lacks; ` +
+          `unset it to use the fallback kernels`,
+      );
+    }
+    return want !== false && has;
+  };
+  return { subgroup: choose("subgroup"), s16: choose("s16") };
 }
 
 /**
@@ -117,7 +196,10 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   readonly workgroup: number;
   /** Kernels use subgroup operations (see {@link VulkanBackendOptions.subgroups}). */
   readonly subgroups: boolean;
+  /** Kernels read 16-bit weights through 16-bit storage (see {@link VulkanBackendOptions.storage16}). */
+  readonly storage16: boolean;
   readonly #resident = new Map<Weight, ResidentWeight>();
+  #reportAtDispose = false;
 
   /**
    * @throws TpError E_UNSUPPORTED when the backend was not built (naming what the build lacked), or
@@ -150,17 +232,40 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
       });
     }
     this.info = this.ctx.info;
-    this.kernels = new KernelCache(this.ctx, shaders);
+    let features: KernelFeatures;
+    try {
+      // matmul_vec's subgroup kernel keeps one slot per subgroup for up to 32 subgroups of a 128-wide
+      // workgroup, hence subgroup size ≥ 4.
+      features = kernelFeatures(this.info, options, env);
+    } catch (e) {
+      this.ctx.destroy();
+      throw e;
+    }
+    this.kernels = new KernelCache(this.ctx, shaders, features);
+    this.subgroups = features.subgroup;
+    this.storage16 = features.s16;
     // A power of two (the tree reductions halve it); Vulkan guarantees at least 128.
     this.workgroup =
       2 **
       Math.floor(Math.log2(Math.min(256, this.info.maxWorkgroupInvocations, this.info.maxWorkgroupSize[0])));
-    // The subgroup kernels keep one slot per subgroup for up to 32 subgroups of a 128-wide workgroup.
-    this.subgroups =
-      (options.subgroups ?? env.TP_VULKAN_SUBGROUPS !== "0") &&
-      this.info.features.includes("subgroup") &&
-      this.info.subgroupSize >= 4;
     this.device = `${this.info.name} (${this.info.type}, Vulkan ${this.info.apiVersion})`;
+    if (options.profile ?? env.TP_VULKAN_PROFILE === "1") {
+      try {
+        this.profile(true);
+      } catch (e) {
+        this.ctx.destroy();
+        throw e;
+      }
+      this.#reportAtDispose = true;
+    }
+    if (options.verbose === true) {
+      // The shim printed the device and its limits; this says which kernels run on it.
+      const on = (b: boolean, what: string) => `${what} ${b ? "on" : "off (fallback)"}`;
+      process.stderr.write(
+        `vulkan:   kernels: ${on(this.subgroups, "subgroup reductions")}, ${on(this.storage16, "16-bit weight reads")}, ` +
+          `workgroup ${this.workgroup}; GPU timestamps ${this.info.features.includes("timestamps") ? "available (profile())" : "unavailable"}\n`,
+      );
+    }
   }
 
   capabilities(): BackendCapabilities {
@@ -174,6 +279,16 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   }
 
   // ---- storage --------------------------------------------------------------------------------------
+
+  /** As BackendBase's, with the device named in a budget's E_OOM (the device's own limits name it in C). */
+  protected override newStorage(bytes: number, what: string): Storage {
+    try {
+      return super.newStorage(bytes, what);
+    } catch (e) {
+      if (!(e instanceof TpError) || e.code !== "E_OOM" || e.message.includes(this.info.name)) throw e;
+      throw new TpError("E_OOM", e.message.replace(/^vulkan:/, `vulkan (${this.info.name}):`), { cause: e });
+    }
+  }
 
   protected allocStorage(bytes: number): DeviceStorage {
     return { buffer: bytes === 0 ? null : this.ctx.createBuffer(bytes) };
@@ -192,6 +307,36 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
     const b = (handle as DeviceStorage).buffer;
     return b === null ? new Uint8Array(length) : this.ctx.read(b, offset, length);
+  }
+
+  // ---- profiling ----------------------------------------------------------------------------------
+
+  /**
+   * Turn GPU timing on (resetting it) or off: timestamps around every batch and every dispatch
+   * (native/vulkan commands.c), read back when a batch is waited for; see {@link profileReport}.
+   * @throws TpError E_UNSUPPORTED naming the device when it has no timestamps on its compute queue
+   */
+  profile(on: boolean): void {
+    this.assertUsable();
+    this.ctx.profile(on);
+  }
+
+  /**
+   * GPU time per kernel since {@link profile} was turned on, largest first (waits for queued work so
+   * every timed batch is counted). On llvmpipe these are CPU times of the kernels.
+   */
+  profileReport(): { totalMs: number; kernels: KernelTime[] } {
+    this.assertUsable();
+    this.ctx.wait();
+    const kernels = this.kernels
+      .entries()
+      .map(([kernel, p]) => {
+        const s = this.ctx.pipelineStats(p);
+        return { kernel, dispatches: s.dispatches, ms: s.gpuNs / 1e6 };
+      })
+      .filter((k) => k.dispatches > 0)
+      .sort((a, b) => b.ms - a.ms);
+    return { totalMs: this.ctx.stats().gpuNs / 1e6, kernels };
   }
 
   /** Submit the recorded work and wait for it. */
@@ -375,6 +520,18 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
 
   override dispose(): void {
     if (this.ctx.destroyed) return;
+    if (this.#reportAtDispose) {
+      const r = this.profileReport();
+      const lines = r.kernels
+        .slice(0, 20)
+        .map(
+          (k) =>
+            `vulkan:   ${k.ms.toFixed(3).padStart(10)} ms ${String(k.dispatches).padStart(7)}×  ${k.kernel}`,
+        );
+      process.stderr.write(
+        `vulkan: GPU time ${r.totalMs.toFixed(3)} ms in batches; by kernel (dispatch timestamps):\n${lines.join("\n")}\n`,
+      );
+    }
     this.#resident.clear();
     super.dispose();
     this.ctx.destroy();

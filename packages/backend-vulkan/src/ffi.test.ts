@@ -335,6 +335,29 @@ describe.skipIf(!live)("pipelines and batches", () => {
     );
     c().wait();
     expect(c().stats().gpuNs).toBeGreaterThan(0);
+    // Per dispatch: credited to the pipeline; fills and copies between them are not; batches that
+    // fill up (512 commands) and submit themselves are timed too.
+    expect(c().pipelineStats(p).dispatches).toBe(1);
+    expect(c().pipelineStats(p).gpuNs).toBeGreaterThan(0);
+    expect(c().pipelineStats(p).gpuNs).toBeLessThanOrEqual(c().stats().gpuNs);
+    c().profile(true);
+    expect(c().pipelineStats(p)).toEqual({ dispatches: 0, gpuNs: 0 });
+    for (let i = 0; i < 700; i++) {
+      if (i % 3 === 0) c().fill(a, 0, 64, i);
+      c().dispatch(
+        p,
+        [
+          { buffer: b, offset: 0, range: 1 << 20 },
+          { buffer: a, offset: 0, range: 1 << 20 },
+        ],
+        copyPush(64),
+        [1, 1, 1],
+      );
+    }
+    c().wait();
+    const s = c().pipelineStats(p);
+    expect(s.dispatches).toBe(700);
+    expect(s.gpuNs).toBeLessThanOrEqual(c().stats().gpuNs);
     c().profile(false);
     c().destroyBuffer(a);
     c().destroyBuffer(b);

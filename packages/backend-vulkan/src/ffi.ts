@@ -21,7 +21,7 @@ export type { Pointer } from "bun:ffi";
 export { checkLibraryFile };
 
 /** tp_vk.h TP_VK_ABI_VERSION this file was written for; libraries of another version are refused. */
-export const TP_VK_ABI_VERSION = 1;
+export const TP_VK_ABI_VERSION = 2;
 
 /** Status codes of tp_vk.h (`tp_vk_status`). */
 export const TP_VK_STATUS = { OK: 0, ERR_ARG: 1, ERR_OOM: 2, ERR_UNSUPPORTED: 3, ERR_INTERNAL: 4 } as const;
@@ -106,6 +106,7 @@ const SYMBOLS = {
   tp_vk_wait: { args: ["ptr"], returns: "i32" },
   tp_vk_stats: { args: ["ptr", "ptr", "u32"], returns: "i32" },
   tp_vk_profile: { args: ["ptr", "i32"], returns: "i32" },
+  tp_vk_pipeline_stats: { args: ["ptr", "ptr", "ptr", "u32"], returns: "i32" },
 } as const;
 
 /** The raw, unchecked bun:ffi functions of libtp_vulkan.so (tp_vk.h signatures). */
@@ -284,6 +285,14 @@ export interface VulkanStats {
   /** Buffers freed by the caller whose memory waits for queued work. */
   readonly pendingFrees: number;
   /** GPU nanoseconds of the batches waited for since profiling was turned on. */
+  readonly gpuNs: number;
+}
+
+/** GPU time of one pipeline since profiling was turned on ({@link VulkanContext.pipelineStats}). */
+export interface VulkanPipelineStats {
+  /** Dispatches timed (in batches waited for). */
+  readonly dispatches: number;
+  /** Their GPU nanoseconds. */
   readonly gpuNs: number;
 }
 
@@ -567,9 +576,19 @@ export class VulkanContext {
     this.#check(this.lib.raw.tp_vk_wait(this.handle));
   }
 
-  /** Turn GPU timing of batches on (resetting the total) or off. @throws TpError E_UNSUPPORTED without timestamps */
+  /**
+   * Turn GPU timing on or off — timestamps around each batch ({@link stats} gpuNs) and each dispatch
+   * ({@link pipelineStats}) — resetting the totals. @throws TpError E_UNSUPPORTED without timestamps
+   */
   profile(enable: boolean): void {
     this.#check(this.lib.raw.tp_vk_profile(this.handle, enable ? 1 : 0));
+  }
+
+  /** GPU time of a pipeline's dispatches since {@link profile} was turned on (batches waited for). */
+  pipelineStats(p: VulkanPipeline): VulkanPipelineStats {
+    const out = new BigUint64Array(2);
+    this.#check(this.lib.raw.tp_vk_pipeline_stats(this.handle, p.ptr, out, 2));
+    return { dispatches: Number(out[0]), gpuNs: Number(out[1]) };
   }
 
   /** Counters of the context (tp_vk_stats). */

@@ -38,8 +38,6 @@ export interface VkOpHost {
   readonly kernels: KernelCache;
   /** Invocations per workgroup of the 1-D kernels. */
   readonly workgroup: number;
-  /** Use the subgroup variants of kernels (the device has subgroup arithmetic, not turned off). */
-  readonly subgroups: boolean;
   /** A new contiguous tensor (accounted). @throws E_OOM */
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
   /** Free a tensor's storage. @throws E_STATE */

@@ -294,7 +294,7 @@ export function matmul(host: VkOpHost, x: Tensor, w: Weight, options: { bias?: T
       // Few rows: the split-K kernel; else 32 × 32 tiles.
       const vec = m <= VEC_ROWS;
       const pipeline = vec
-        ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m], host.subgroups ? "subgroup" : "")
+        ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m])
         : host.kernels.get("matmul", [TILE_WORKGROUP, wi.code]);
       const chunks = kChunks(k, vec ? MATMUL_K_CHUNK.vec : MATMUL_K_CHUNK.tiled);
       for (const win of weightWindows(host, op, data, n, wi.rowBytes)) {
