@@ -59,12 +59,25 @@ if (!existsSync(te)) {
 }
 
 const cli = resolve(import.meta.dir, "../apps/cli/index.ts");
-const args = [
-  "generate",
-  ...["--prompt", prompt, "--dit", dit, "--vae", vae, "--text-encoder", te],
-  ...["--size", "256x256", "--steps", "8", "--seed", "0", "--out", out],
-  ...process.argv.slice(2),
+const extra = process.argv.slice(2);
+/** Whether the user's arguments set `flag` (`--flag V` or `--flag=V`). */
+const given = (flag: string): boolean => extra.some((a) => a === flag || a.startsWith(`${flag}=`));
+// The demo's defaults, each dropped when the user's arguments set it (so the echoed command is the
+// one that runs, without both values); --width/--height replace --size.
+const defaults: [string, string][] = [
+  ["--prompt", prompt],
+  ["--dit", dit],
+  ["--vae", vae],
+  ["--text-encoder", te],
+  ["--size", "256x256"],
+  ["--steps", "8"],
+  ["--seed", "0"],
+  ["--out", out],
 ];
+const kept = defaults.filter(
+  ([flag]) => !given(flag) && !(flag === "--size" && (given("--width") || given("--height"))),
+);
+const args = ["generate", ...kept.flat(), ...extra];
 console.error(`$ bun apps/cli ${args.map((a) => (/[\s()]/.test(a) ? JSON.stringify(a) : a)).join(" ")}`);
 const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "inherit", stderr: "inherit" });
 if (r.exitCode !== 0) process.exit(r.exitCode ?? 1);

@@ -4,7 +4,16 @@
 // --cond-out. Always (random-weight checkpoints written by the test): a run with CFG, and every error —
 // one `error E_CODE: …` line on stderr, exit 1 (2 for usage errors), and no file written.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import {
@@ -14,6 +23,7 @@ import {
   TINY_KREA2_CONFIG,
   TINY_KREA2_TEXT_CONFIG,
   writeConditioning,
+  writeLatent,
   writeRandomKrea2Dit,
   writeRandomQwen3VlText,
   writeRandomWanVae,
@@ -181,7 +191,7 @@ describe(`the text encoder through the CLI${teNote}`, () => {
         ...["--size", "32x32", "--steps", "1", "--out", png],
       );
       expect(`${g.code} ${g.err}`).toStartWith(
-        "1 error E_SHAPE: the positive conditioning is [1, 14, 192]; this DiT takes [1, seq ≥ 1, 12×80 = 960]",
+        `1 error E_SHAPE: the text encoder ${TE} gives conditioning 12×16 = 192 wide; the DiT ${rdit} takes 12×80 = 960`,
       );
       expect(g.err.trimEnd().split("\n").length).toBe(1);
       expect(readdirSync(dir)).toEqual(["cond.safetensors"]);
@@ -237,6 +247,43 @@ describe(`the text encoder through the CLI${teNote}`, () => {
   }, 120_000);
 });
 
+/**
+ * A folder this process cannot write to: chmod 0555 for an ordinary user; as root (who ignores
+ * permissions) the immutable attribute, `chattr +i`, when the file system supports it. `skip` says
+ * why the test cannot run here.
+ */
+const readOnly = (() => {
+  const root = process.getuid?.() === 0;
+  const chattr = Bun.which("chattr");
+  const lock = (dir: string) => {
+    if (root) Bun.spawnSync([chattr as string, "+i", dir]);
+    else chmodSync(dir, 0o555);
+  };
+  const unlock = (dir: string) => {
+    if (root) Bun.spawnSync([chattr as string, "-i", dir]);
+    else chmodSync(dir, 0o755);
+  };
+  let skip: string | null = null;
+  if (root && chattr === null) skip = "running as root without chattr to make a folder read-only";
+  else {
+    const probe = mkdtempSync(join(tmpdir(), "tp-cli-ro-"));
+    try {
+      lock(probe);
+      try {
+        writeFileSync(join(probe, "x"), "x");
+        skip = `writing into a ${root ? "chattr +i" : "0555"} folder still succeeds here`;
+      } catch {
+        // read-only, as wanted
+      } finally {
+        unlock(probe);
+      }
+    } finally {
+      rmSync(probe, { recursive: true, force: true });
+    }
+  }
+  return { skip, lock, unlock };
+})();
+
 describe("generate, decode and encode on random-weight checkpoints", () => {
   test("a run with CFG (zeroed negative), a rounded size and the AuraFlow schedule", () => {
     const png = join(out, "random.png");
@@ -276,6 +323,18 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
     writeConditioning(smallCond, { positive: randomConditioning(3, 192) });
     const te = join(tmp, "te.safetensors"); // an existing file that is not a text encoder
     writeConditioning(te, { positive: randomConditioning(1, 4) });
+    // Latents decode refuses before reading their data: too wide, empty, effectively unbounded.
+    const latent = (name: string, shape: number[]) => {
+      const p = join(tmp, name);
+      writeLatent(p, { data: new Float32Array(shape.reduce((a, b) => a * b, 1)), shape });
+      return p;
+    };
+    const latent2100 = latent("latent-2100.safetensors", [1, 16, 1, 1, 2100]);
+    const latentEmpty = latent("latent-empty.safetensors", [1, 16, 1, 0, 8]);
+    const latentWide = latent("latent-wide.safetensors", [1, 16, 1, 1, 200000]);
+    // A text encoder 12 × 64 wide: its width is checked against the DiT's 12 × 80 before it runs.
+    const wideTe = join(tmp, "te-64.safetensors");
+    writeRandomQwen3VlText(wideTe, { ...TINY_KREA2_TEXT_CONFIG, hidden_size: 64 }, { seed: 5 });
     const cases: [string[], number, string][] = [
       [
         ["generate", ...base.slice(0, 2), "--vae", join(tmp, "nope.safetensors"), "--cond-in", rcond],
@@ -323,8 +382,94 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
       ],
       [
         ["generate", ...base.slice(0, 6), "--size", "8x4096", "--out", png],
+        2,
+        "error E_ARG: --size must be WIDTHxHEIGHT with each side an integer from 16 to 16384 (e.g. 1024x768), got '8x4096'",
+      ],
+      [
+        ["generate", ...base.slice(0, 6), "--size", "0x0", "--out", png],
+        2,
+        "error E_ARG: --size must be WIDTHxHEIGHT with each side an integer from 16 to 16384 (e.g. 1024x768), got '0x0'",
+      ],
+      [
+        ["generate", ...base.slice(0, 6), "--size", "15x16", "--out", png],
+        2,
+        "error E_ARG: --size must be WIDTHxHEIGHT with each side an integer from 16 to 16384 (e.g. 1024x768), got '15x16'",
+      ],
+      [
+        ["generate", ...base.slice(0, 6), "--width", "15", "--out", png],
+        2,
+        "error E_ARG: --width must be an integer from 16 to 16384, got '15'",
+      ],
+      [
+        ["generate", ...base.slice(0, 6), "--height", "16385", "--out", png],
+        2,
+        "error E_ARG: --height must be an integer from 16 to 16384, got '16385'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--steps", "1001"],
+        2,
+        "error E_ARG: --steps must be an integer from 1 to 1000, got '1001'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--sampler-shift", "89"],
+        2,
+        "error E_ARG: --sampler-shift must be a positive number up to 88.72283905206835 with --schedule simple (above it e^shift overflows float32 and the sigmas are NaN), got '89'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--schedule", "auraflow", "--sampler-shift", "4e38"],
+        2,
+        "error E_ARG: --sampler-shift must be a positive number up to 3.4028234663852886e+38 with --schedule auraflow",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--cond-out", rcond],
+        2,
+        `error E_ARG: --cond-out ${rcond} is the same file as --cond-in ${rcond}; writing it would overwrite the input`,
+      ],
+      [
+        ["generate", ...base, "--out", png, "--cond-out", join(tmp, ".", "random-cond.safetensors")],
+        2,
+        `error E_ARG: --cond-out ${join(tmp, ".", "random-cond.safetensors")} is the same file as --cond-in ${rcond}`,
+      ],
+      [
+        ["generate", ...base, "--out", png, "--latent-out", rdit],
+        2,
+        `error E_ARG: --latent-out ${rdit} is the same file as --dit ${rdit}`,
+      ],
+      [
+        [
+          ...["generate", ...base, "--out", png],
+          ...["--latent-out", join(out, "z.safetensors"), "--cond-out", `${out}/../out/z.safetensors`],
+        ],
+        2,
+        `error E_ARG: --cond-out ${out}/../out/z.safetensors and --latent-out ${join(out, "z.safetensors")} are the same file; one would overwrite the other`,
+      ],
+      [
+        ["decode", "--vae", rvae, "--latent", latent2100, "--out", png],
         1,
-        "error E_UNSUPPORTED: width 8 is outside the sizes Krea 2 runs at (16 to 16384 pixels per side)",
+        `error E_SHAPE: the latent is [1, 16, 1, 1, 2100]; Krea 2 decodes [1, 16, 1, h, w] f32 with h and w from 2 to 2048 (images of 16 to 16384 pixels per side) (file ${latent2100}, tensor latent)`,
+      ],
+      [
+        ["decode", "--vae", rvae, "--latent", latentEmpty, "--out", png],
+        1,
+        `error E_SHAPE: the latent is [1, 16, 1, 0, 8]; Krea 2 decodes [1, 16, 1, h, w] f32 with h and w from 2 to 2048 (images of 16 to 16384 pixels per side) (file ${latentEmpty}, tensor latent)`,
+      ],
+      [
+        ["decode", "--vae", rvae, "--latent", latentWide, "--out", png],
+        1,
+        `error E_SHAPE: the latent is [1, 16, 1, 1, 200000]; Krea 2 decodes [1, 16, 1, h, w] f32`,
+      ],
+      [
+        ["encode", "--text-encoder", rte, "--prompt", "p", "--out", `${tmp}/./random-te.safetensors`],
+        2,
+        `error E_ARG: --out ${tmp}/./random-te.safetensors is the same file as --text-encoder ${rte}`,
+      ],
+      [
+        [
+          ...["generate", "--prompt", "p", "--dit", rdit, "--vae", rvae, "--text-encoder", wideTe],
+          ...["--size", "32x32", "--out", png],
+        ],
+        1,
+        `error E_SHAPE: the text encoder ${wideTe} gives conditioning 12×64 = 768 wide; the DiT ${rdit} takes 12×80 = 960: pass the text encoder that belongs to this DiT`,
       ],
       [
         ["generate", ...base, "--out", join(tmp, "no-such-dir", "x.png")],
@@ -334,7 +479,7 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
       [
         ["generate", ...base, "--out", png, "--steps", "x"],
         2,
-        "error E_ARG: --steps must be an integer from 1 to 10000, got 'x'",
+        "error E_ARG: --steps must be an integer from 1 to 1000, got 'x'",
       ],
       [
         ["generate", ...base, "--out", png, "--cfg", "abc"],
@@ -405,6 +550,39 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
     expect(readdirSync(out)).toEqual(["never.png"]);
     rmSync(png);
   }, 120_000);
+
+  test.skipIf(readOnly.skip !== null)(
+    `a read-only output folder is found before any work; no --latent-out / --cond-out left behind${readOnly.skip ? ` [skipped: ${readOnly.skip}]` : ""}`,
+    () => {
+      const ro = join(tmp, "read-only");
+      mkdirSync(ro);
+      const ok = join(tmp, "writable");
+      mkdirSync(ok);
+      readOnly.lock(ro);
+      try {
+        const png = join(ro, "x.png");
+        const r = run(
+          ...["generate", "--dit", rdit, "--vae", rvae, "--cond-in", rcond, "--size", "32x32"],
+          ...["--steps", "1", "--out", png, "--latent-out", join(ok, "z.safetensors")],
+          ...["--cond-out", join(ok, "c.safetensors")],
+        );
+        expect(r.err).toStartWith(`error E_IO: --out ${png}: the folder ${ro} is not writable`);
+        expect(r.err).not.toContain("sampling"); // found before any work
+        expect(r.code).toBe(1);
+        const d = run("decode", "--vae", rvae, "--latent", rcond, "--out", png);
+        expect(d.err).toStartWith(`error E_IO: --out ${png}: the folder ${ro} is not writable`);
+        const e = run("encode", "--text-encoder", rte, "--prompt", "p", "--out", join(ro, "c.safetensors"));
+        expect(e.err).toStartWith(
+          `error E_IO: --out ${join(ro, "c.safetensors")}: the folder ${ro} is not writable`,
+        );
+        expect(readdirSync(ro)).toEqual([]);
+        expect(readdirSync(ok)).toEqual([]);
+      } finally {
+        readOnly.unlock(ro);
+      }
+    },
+    60_000,
+  );
 
   test("help lists the commands", () => {
     const r = run("help");

@@ -6,7 +6,7 @@
  * through temporary names (nothing is left on failure).
  */
 import { existsSync, statSync } from "node:fs";
-import { basename, dirname, extname, resolve } from "node:path";
+import { basename, extname } from "node:path";
 import { parseArgs } from "node:util";
 import {
   type Conditioning,
@@ -14,19 +14,26 @@ import {
   decodeKrea2Latent,
   generateKrea2,
   KREA2_DEFAULTS,
+  KREA2_MAX_SIZE,
+  KREA2_MAX_STEPS,
+  KREA2_MIN_SIZE,
   KREA2_MODES,
   KREA2_SCHEDULES,
   KREA2_TEXT_MODES,
   type Krea2ConditioningInput,
   type Krea2Mode,
+  type Krea2QwenTextEncoder,
   type Krea2Schedule,
   type Krea2TextMode,
+  krea2MaxShift,
   krea2Parameters,
   krea2Size,
   loadKrea2,
   loadKrea2TextEncoder,
   loadWanVae,
   readConditioning,
+  readKrea2DitConfig,
+  readKrea2TextEncoderWidth,
   readLatent,
   type TorchCpuCapability,
   writeConditioning,
@@ -34,6 +41,7 @@ import {
   writePng,
 } from "@tp/diffusion";
 import { type Backend, formatBytes, loadBackend, TpError } from "@tp/tensor";
+import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
 
 /** Help lines of the three commands (indented as in the CLI's usage text). */
@@ -43,7 +51,8 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
            [--out x.png] [--cond-out F] [--latent-out F] [--vae-tiled] [--noise avx2|default]
            [--dit-mode native|upcast|dequant] [--te-mode native|upcast]
                                     a Krea 2 image (defaults: 1024x1024, 8 steps, cfg 1, seed 0,
-                                    shift 1.15, simple; sizes floor to multiples of 8, as ComfyUI);
+                                    shift 1.15, simple; sides 16 to 16384, floored to multiples of
+                                    8 as ComfyUI; steps 1 to 1000; shift up to 88.72 with simple);
                                     --cond-in: saved conditioning instead of the text encoder;
                                     --cond-out / --latent-out: save the conditioning / final latent
                                     (safetensors); --noise: which torch CPU randn kernel to match;
@@ -94,26 +103,52 @@ export function seedFlag(text: string): bigint {
   return BigInt(text);
 }
 
-/** `--size WxH` or `--width` / `--height` (not both forms), defaults 1024. */
+/**
+ * `--size WxH` or `--width` / `--height` (not both forms), defaults 1024. One rule for every form:
+ * each side a whole number of pixels from 16 to 16384 (Krea 2's sizes, ComfyUI's `EmptyLatentImage`),
+ * else E_ARG naming the flag.
+ */
 export function sizeFlags(values: { size?: string; width?: string; height?: string }): {
   width: number;
   height: number;
 } {
+  const [lo, hi] = [KREA2_MIN_SIZE, KREA2_MAX_SIZE];
   if (values.size !== undefined) {
     if (values.width !== undefined || values.height !== undefined) {
       throw new TpError("E_ARG", "give either --size WxH or --width/--height, not both");
     }
     const m = /^(\d+)[xX×](\d+)$/.exec(values.size);
-    if (!m) throw new TpError("E_ARG", `--size must be WIDTHxHEIGHT (e.g. 1024x768), got '${values.size}'`);
-    return {
-      width: intFlag("size", m[1] as string, 1, 1e6),
-      height: intFlag("size", m[2] as string, 1, 1e6),
-    };
+    const sides = m ? [Number(m[1]), Number(m[2])] : [];
+    if (!m || sides.some((v) => !Number.isSafeInteger(v) || v < lo || v > hi)) {
+      throw new TpError(
+        "E_ARG",
+        `--size must be WIDTHxHEIGHT with each side an integer from ${lo} to ${hi} (e.g. 1024x768), got '${values.size}'`,
+      );
+    }
+    return { width: sides[0] as number, height: sides[1] as number };
   }
   return {
-    width: values.width === undefined ? KREA2_DEFAULTS.width : intFlag("width", values.width, 1, 1e6),
-    height: values.height === undefined ? KREA2_DEFAULTS.height : intFlag("height", values.height, 1, 1e6),
+    width: values.width === undefined ? KREA2_DEFAULTS.width : intFlag("width", values.width, lo, hi),
+    height: values.height === undefined ? KREA2_DEFAULTS.height : intFlag("height", values.height, lo, hi),
   };
+}
+
+/**
+ * `--sampler-shift` for a schedule: positive, and no larger than the schedule's float32 table allows
+ * (simple: e^μ overflows above ln(f32 max) ≈ 88.72; auraflow: the f32 max ≈ 3.4e38).
+ */
+export function shiftFlag(text: string | undefined, schedule: Krea2Schedule): number {
+  if (text === undefined) return KREA2_DEFAULTS.shift;
+  const shift = numberFlag("sampler-shift", text, true);
+  const max = krea2MaxShift(schedule);
+  if (shift > max) {
+    const why = schedule === "auraflow" ? "the shift overflows float32" : "e^shift overflows float32";
+    throw new TpError(
+      "E_ARG",
+      `--sampler-shift must be a positive number up to ${max} with --schedule ${schedule} (above it ${why} and the sigmas are NaN), got '${text}'`,
+    );
+  }
+  return shift;
 }
 
 /** The `--threads` option of the backend (0 or absent: the backend's default). */
@@ -135,19 +170,49 @@ function inputFile(flag: string, path: string | undefined, what: string): string
   return path;
 }
 
-/** An output path whose folder exists, checked before any long work (E_IO naming the flag). */
+/** An output path with the right extension (E_ARG naming the flag); its folder is checked by {@link checkPaths}. */
 function outputFile(flag: string, path: string, ext: string): string {
   if (extname(path).toLowerCase() !== ext) {
     throw new TpError("E_ARG", `--${flag} must end in ${ext}, got '${path}'`);
   }
-  const dir = dirname(resolve(path));
-  if (!existsSync(dir) || !statSync(dir).isDirectory()) {
-    throw new TpError("E_IO", `--${flag} ${path}: the folder ${dir} does not exist`, { file: path });
-  }
-  if (existsSync(path) && statSync(path).isDirectory()) {
-    throw new TpError("E_IO", `--${flag} ${path} is a directory`, { file: path });
-  }
   return path;
+}
+
+/**
+ * Before anything is read: no output is an input and no two outputs are one file (E_ARG naming both
+ * flags), and every output's folder exists and is writable (E_IO naming the flag).
+ */
+function checkPaths(
+  inputs: Record<string, string | undefined>,
+  outputs: Record<string, string | undefined>,
+): void {
+  const named = (r: Record<string, string | undefined>): NamedPath[] =>
+    Object.entries(r).flatMap(([flag, path]) => (path === undefined ? [] : [{ label: `--${flag}`, path }]));
+  const outs = named(outputs);
+  checkDistinctPaths(named(inputs), outs);
+  for (const o of outs) checkOutputFolder(o.label, o.path);
+}
+
+/**
+ * Open the text encoder after checking, from the tensor shapes of both files, that its conditioning
+ * width (taps × hidden) is the DiT's (txtlayers × txtdim) — before the encoder is loaded or run.
+ * @throws TpError E_SHAPE naming both files; as loadKrea2TextEncoder
+ */
+function openTextEncoder(
+  tePath: string,
+  ditPath: string,
+  dit: { txtlayers: number; txtdim: number },
+  options: { backend: Backend; mode: Krea2TextMode },
+): Krea2QwenTextEncoder {
+  const te = readKrea2TextEncoderWidth(tePath);
+  const want = dit.txtlayers * dit.txtdim;
+  if (te.width !== want) {
+    throw new TpError(
+      "E_SHAPE",
+      `the text encoder ${tePath} gives conditioning ${te.taps}×${te.hidden} = ${te.width} wide; the DiT ${ditPath} takes ${dit.txtlayers}×${dit.txtdim} = ${want}: pass the text encoder that belongs to this DiT`,
+    );
+  }
+  return loadKrea2TextEncoder(tePath, options);
 }
 
 /** `--te-mode`: how the text encoder computes (default native). */
@@ -180,9 +245,11 @@ const ms = (t: number): string => formatSeconds(t / 1000);
  * `generate`: flags → checks → backend → conditioning (text encoder or `--cond-in`) → DiT, VAE →
  * `generateKrea2` → `--cond-out`, `--latent-out`, PNG with the parameters in a `tEXt` chunk.
  * @returns exit status 0 (usage printed for --help)
- * @throws TpError E_ARG for bad flags (exit 2); E_IO for missing inputs or output folders;
- *   E_FORMAT for a file that is not the component its flag names; E_SHAPE when the text encoder's
- *   conditioning does not fit the DiT; E_UNSUPPORTED for sizes out of range — exit 1, nothing written
+ * @throws TpError E_ARG for bad flags, sizes or steps out of range, an output that is an input or
+ *   another output (exit 2); E_IO for missing inputs or output folders that are missing or not
+ *   writable; E_FORMAT for a file that is not the component its flag names; E_SHAPE when the text
+ *   encoder's or the saved conditioning's width does not fit the DiT (checked from tensor shapes
+ *   before anything runs) — exit 1, nothing written
  */
 export async function generate(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -225,13 +292,10 @@ export async function generate(args: string[]): Promise<number> {
   }
   const requested = sizeFlags(values);
   const size = krea2Size(requested.width, requested.height);
-  const steps = values.steps === undefined ? KREA2_DEFAULTS.steps : intFlag("steps", values.steps, 1, 10000);
+  const steps =
+    values.steps === undefined ? KREA2_DEFAULTS.steps : intFlag("steps", values.steps, 1, KREA2_MAX_STEPS);
   const cfg = values.cfg === undefined ? KREA2_DEFAULTS.cfg : numberFlag("cfg", values.cfg);
   const seed = values.seed === undefined ? BigInt(KREA2_DEFAULTS.seed) : seedFlag(values.seed);
-  const shift =
-    values["sampler-shift"] === undefined
-      ? KREA2_DEFAULTS.shift
-      : numberFlag("sampler-shift", values["sampler-shift"], true);
   const schedule = (values.schedule ?? KREA2_DEFAULTS.schedule) as Krea2Schedule;
   if (!KREA2_SCHEDULES.includes(schedule)) {
     throw new TpError(
@@ -239,6 +303,7 @@ export async function generate(args: string[]): Promise<number> {
       `unknown --schedule '${values.schedule}'; expected one of: ${KREA2_SCHEDULES.join(", ")}`,
     );
   }
+  const shift = shiftFlag(values["sampler-shift"], schedule);
   const noise = (values.noise ?? "avx2") as TorchCpuCapability;
   if (noise !== "avx2" && noise !== "default") {
     throw new TpError("E_ARG", `unknown --noise '${values.noise}'; expected one of: avx2, default`);
@@ -255,13 +320,27 @@ export async function generate(args: string[]): Promise<number> {
   const condOut = values["cond-out"] && outputFile("cond-out", values["cond-out"], ".safetensors");
   const latentOut = values["latent-out"] && outputFile("latent-out", values["latent-out"], ".safetensors");
   const useCfg = Math.fround(cfg) !== 1;
-  // 2. Inputs exist (before the backend starts).
+  const tePath = values["text-encoder"];
+  if (condIn === undefined && tePath === undefined) {
+    throw new TpError("E_ARG", "missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)");
+  }
+  // 2. Outputs: none is an input, none is another, every folder writable; then the inputs exist and
+  // the DiT's conditioning width is read from its tensor shapes (before the backend starts).
+  checkPaths(
+    { dit: values.dit, vae: values.vae, "text-encoder": tePath, "cond-in": condIn },
+    { out, "cond-out": condOut || undefined, "latent-out": latentOut || undefined },
+  );
   const ditPath = inputFile("dit", values.dit, "the Krea 2 DiT checkpoint");
   const vaePath = inputFile("vae", values.vae, "the Wan 2.1 / Qwen-Image VAE");
-  const tePath = values["text-encoder"];
   if (condIn !== undefined) inputFile("cond-in", condIn, "saved conditioning");
-  if (condIn === undefined || tePath !== undefined) {
-    inputFile("text-encoder", tePath, "the Qwen3-VL text encoder, or pass --cond-in");
+  if (tePath !== undefined) inputFile("text-encoder", tePath, "the Qwen3-VL text encoder, or pass --cond-in");
+  const ditConfig = readKrea2DitConfig(ditPath);
+  let saved: ReturnType<typeof readConditioning> | undefined;
+  if (condIn !== undefined) {
+    // Saved conditioning must fit the DiT (width, at most KREA2_MAX_TEXT_TOKENS tokens) before any work.
+    saved = readConditioning(condIn);
+    checkKrea2Conditioning(saved.positive, { config: ditConfig }, "the positive");
+    if (saved.negative) checkKrea2Conditioning(saved.negative, { config: ditConfig }, "the negative");
   }
   const notices: string[] = [];
   if (size.notice) notices.push(size.notice);
@@ -279,14 +358,13 @@ export async function generate(args: string[]): Promise<number> {
     let prompt = values.prompt;
     let negativeText = useCfg ? values.negative : undefined;
     let teLine = "";
-    if (condIn !== undefined) {
-      const saved = readConditioning(condIn);
+    if (condIn !== undefined && saved !== undefined) {
       prompt ??= saved.metadata.prompt ?? "";
       let negative: Conditioning | "zero" = "zero";
       if (useCfg && values.negative !== undefined) {
         if (tePath !== undefined) {
           // The saved positive with a negative prompt encoded now.
-          const encoder = loadKrea2TextEncoder(tePath, { backend, mode: teMode });
+          const encoder = openTextEncoder(tePath, ditPath, ditConfig, { backend, mode: teMode });
           try {
             negative = await encoder.encode(values.negative);
           } finally {
@@ -307,7 +385,7 @@ export async function generate(args: string[]): Promise<number> {
       }
       conditioning = { positive: saved.positive, negative };
     } else {
-      const encoder = loadKrea2TextEncoder(tePath as string, { backend, mode: teMode });
+      const encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
       teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
       try {
         const positive = await encoder.encode(prompt as string);
@@ -385,29 +463,32 @@ export async function generate(args: string[]): Promise<number> {
           vae: basename(vaePath),
           conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
         });
-        if (condOut) {
-          const c = conditioning;
-          writeConditioning(
-            condOut,
-            {
-              positive: c.positive,
-              ...(c.negative && c.negative !== "zero" ? { negative: c.negative } : {}),
-            },
-            {
-              prompt: prompt ?? "",
-              ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
-            },
-          );
-        }
-        if (latentOut) {
-          writeLatent(
-            latentOut,
-            { data: result.latent, shape: result.latentShape },
-            { parameters, tensorpencil: settings },
-          );
-        }
-        writePng(out, result.rgb, result.width, result.height, {
-          text: { parameters, tensorpencil: settings },
+        // Every output to a temporary name; all renamed only once all are written (else none is).
+        writeAllOrNothing((stage) => {
+          if (condOut) {
+            const c = conditioning;
+            writeConditioning(
+              stage("--cond-out", condOut),
+              {
+                positive: c.positive,
+                ...(c.negative && c.negative !== "zero" ? { negative: c.negative } : {}),
+              },
+              {
+                prompt: prompt ?? "",
+                ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
+              },
+            );
+          }
+          if (latentOut) {
+            writeLatent(
+              stage("--latent-out", latentOut),
+              { data: result.latent, shape: result.latentShape },
+              { parameters, tensorpencil: settings },
+            );
+          }
+          writePng(stage("--out", out), result.rgb, result.width, result.height, {
+            text: { parameters, tensorpencil: settings },
+          });
         });
         const writeMs = performance.now() - tWrite;
         const tm = result.timings;
@@ -439,8 +520,10 @@ export async function generate(args: string[]): Promise<number> {
 /**
  * `decode`: a latent file (`--latent-out`) → PNG through the VAE; the latent's saved parameters go
  * into the PNG's text chunk.
- * @throws TpError E_ARG for bad flags; E_IO for missing files; E_FORMAT for a file that is not a
- *   latent / not a Wan 2.1 VAE; E_SHAPE for a latent the VAE cannot decode
+ * @throws TpError E_ARG for bad flags or --out being an input; E_IO for missing files or an output
+ *   folder that is missing or not writable; E_FORMAT for a file that is not a latent / not a Wan 2.1
+ *   VAE; E_SHAPE naming the file and tensor for a latent that is not [1, 16, 1, h, w] within the sizes
+ *   generate makes
  */
 export async function decode(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -460,8 +543,10 @@ export async function decode(args: string[]): Promise<number> {
   }
   const t0 = performance.now();
   const out = outputFile("out", values.out ?? "out.png", ".png");
+  checkPaths({ vae: values.vae, latent: values.latent }, { out });
   const vaePath = inputFile("vae", values.vae, "the Wan 2.1 / Qwen-Image VAE");
   const latentPath = inputFile("latent", values.latent, "a latent saved with --latent-out");
+  // Shape checked before its data is read: [1, 16, 1, h, w] with 8h, 8w within 16 … 16384 pixels.
   const latent = readLatent(latentPath);
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
@@ -473,7 +558,7 @@ export async function decode(args: string[]): Promise<number> {
       const text: Record<string, string> = {};
       if (latent.metadata.parameters) text.parameters = latent.metadata.parameters;
       if (latent.metadata.tensorpencil) text.tensorpencil = latent.metadata.tensorpencil;
-      writePng(out, img.rgb, img.width, img.height, { text });
+      writeAllOrNothing((stage) => writePng(stage("--out", out), img.rgb, img.width, img.height, { text }));
       console.error(`timings: decode ${ms(decodeMs)}, total ${ms(performance.now() - t0)}`);
       console.error(memoryLine(backend));
       console.log(`wrote ${out} (${img.width}x${img.height})`);
@@ -492,8 +577,9 @@ export async function decode(args: string[]): Promise<number> {
 /**
  * `encode`: the text-encode step alone (ComfyUI's "text encode" node), writing conditioning for
  * `--cond-in`: `positive` and, with `--negative`, `negative`, `[1, seq, 12·hidden]` f32.
- * @throws TpError E_ARG for bad flags; E_IO for a missing encoder file or output folder; E_FORMAT for
- *   a file that is not a Qwen3-VL text encoder — exit 1, nothing written
+ * @throws TpError E_ARG for bad flags or --out being the encoder; E_IO for a missing encoder file or
+ *   an output folder that is missing or not writable; E_FORMAT for a file that is not a Qwen3-VL text
+ *   encoder — exit 1, nothing written
  */
 export async function encode(args: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -516,6 +602,7 @@ export async function encode(args: string[]): Promise<number> {
   const teMode = teModeFlag(values["te-mode"]);
   if (values.out === undefined) throw new TpError("E_ARG", "encode needs --out cond.safetensors");
   const out = outputFile("out", values.out, ".safetensors");
+  checkPaths({ "text-encoder": values["text-encoder"] }, { out });
   const tePath = inputFile("text-encoder", values["text-encoder"], "the Qwen3-VL text encoder");
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
@@ -527,7 +614,7 @@ export async function encode(args: string[]): Promise<number> {
       const negative = values.negative === undefined ? undefined : await encoder.encode(values.negative);
       shapes = `positive [${positive.shape.join(", ")}]${negative ? `, negative [${negative.shape.join(", ")}]` : ""}`;
       writeConditioning(
-        out,
+        out, // one file: writeConditioning writes it to a temporary name and renames it
         { positive, ...(negative ? { negative } : {}) },
         {
           prompt: values.prompt,

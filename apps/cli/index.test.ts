@@ -50,3 +50,16 @@ test("usage errors are one line on stderr with exit status 2", () => {
   }
   expect(run("help").out).toStartWith("usage: bun apps/cli <command>");
 });
+
+test("no command is a usage error: the usage on stderr, exit 2; help / --help / -h: stdout, exit 0", () => {
+  const none = run();
+  expect(none.code).toBe(2);
+  expect(none.out).toBe("");
+  expect(none.err).toStartWith("usage: bun apps/cli <command>");
+  for (const h of ["help", "--help", "-h"]) {
+    const r = run(h);
+    expect(r.code).toBe(0);
+    expect(r.out).toStartWith("usage: bun apps/cli <command>");
+    expect(r.err).toBe("");
+  }
+});

@@ -3,7 +3,8 @@
  * `bun apps/cli <command>` — TensorPencil's command line: generate / decode / encode (Krea 2,
  * generate.ts), backends, inspect, quantize (quantize.ts); models and bench arrive with their issues.
  * This file only parses the command and prints every
- * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors).
+ * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors; no command
+ * at all prints the usage on stderr with status 2, `help` / `--help` on stdout with status 0).
  */
 import { parseArgs } from "node:util";
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
@@ -115,6 +116,9 @@ await runCli(async () => {
       case "encode":
         return await encode(rest);
       case undefined:
+        // No command is a usage error: the usage on stderr, exit status 2.
+        console.error(USAGE);
+        return 2;
       case "help":
       case "--help":
       case "-h":

@@ -6,7 +6,17 @@
 // when --group-size GLOB=N gives the 64 / 16 layers their groups. fp8-scaled reproduces that file too.
 // Then the errors: one line, exit 1 (2 for usage errors), nothing written.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import {
@@ -171,12 +181,27 @@ describe("errors: one line, exit 1 (2 for usage), nothing written", () => {
     [
       ["quantize", "--format", "int4-convrot", "--layers", "x", odd, join(dir, "a.safetensors")],
       1,
-      "error E_SHAPE: int4 ConvRot packs two columns per byte and needs an even K, got K = 7; use --keep 'x' (keep) to leave it unquantized",
+      "error E_SHAPE: int4 ConvRot packs two columns per byte and needs an even K, got K = 7; use --keep 'x' to leave it unquantized",
     ],
     [
       ["quantize", "--format", "int8-convrot", "--layers", "x", odd, join(dir, "a.safetensors")],
       1,
       "error E_SHAPE: K = 7 input columns is not a multiple of the rotation group 256",
+    ],
+    [
+      ["quantize", "--format", "fp8-scaled", odd, `${tmp}/./odd.safetensors`],
+      2,
+      `error E_ARG: OUT ${tmp}/./odd.safetensors is the same file as IN ${odd}; writing it would overwrite the input — choose another OUT\n`,
+    ],
+    [
+      ["quantize", "--format", "fp8-scaled", odd, join(dir, "..", "odd.safetensors")],
+      2,
+      `error E_ARG: OUT ${join(dir, "..", "odd.safetensors")} is the same file as IN ${odd}`,
+    ],
+    [
+      ["quantize", "--format", "fp8-scaled", odd, join(dir, "no-such-dir", "q.safetensors")],
+      1,
+      `error E_IO: OUT ${join(dir, "no-such-dir", "q.safetensors")}: the folder ${join(dir, "no-such-dir")} does not exist (file ${join(dir, "no-such-dir", "q.safetensors")})\n`,
     ],
   ];
   test("usage errors exit 2, shape errors exit 1 naming the tensor; no output file, no temporary file", () => {
@@ -185,11 +210,33 @@ describe("errors: one line, exit 1 (2 for usage), nothing written", () => {
       const r = run(...args);
       expect(r.err).toStartWith(message);
       expect(r.err.trimEnd().split("\n").length).toBe(1);
-      if (code === 1) expect(r.err).toContain("tensor x.weight");
+      if (code === 1 && !r.err.startsWith("error E_IO")) expect(r.err).toContain("tensor x.weight");
+      expect(r.err).not.toMatch(/\((groupSizes|keep)\)|\.tmp-/); // CLI flags only; never a temporary name
       expect(r.code).toBe(code);
       expect(r.out).toBe("");
       expect(readdirSync(dir)).toEqual([]);
     }
+  });
+
+  test("OUT a hard or symbolic link to IN is refused (exit 2) and IN is untouched", () => {
+    const dir2 = join(tmp, "links");
+    mkdirSync(dir2);
+    const input = join(dir2, "in.safetensors");
+    writeSafetensors(input, [{ name: "x.weight", dtype: "BF16", shape: [2, 8], data: new Uint8Array(32) }]);
+    const before = readFileSync(input);
+    const hard = join(dir2, "hard.safetensors");
+    linkSync(input, hard);
+    const sym = join(dir2, "sym.safetensors");
+    symlinkSync(input, sym);
+    for (const out of [hard, sym]) {
+      const r = run("quantize", "--format", "fp8-scaled", "--layers", "x", input, out);
+      expect(r.err).toBe(
+        `error E_ARG: OUT ${out} is the same file as IN ${input}; writing it would overwrite the input — choose another OUT\n`,
+      );
+      expect(r.code).toBe(2);
+    }
+    expect(readFileSync(input).equals(before)).toBe(true);
+    expect(readdirSync(dir2).sort()).toEqual(["hard.safetensors", "in.safetensors", "sym.safetensors"]);
   });
 
   test("a non-safetensors input is one E_FORMAT line naming the file", () => {

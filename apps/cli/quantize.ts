@@ -18,6 +18,7 @@ import {
   type WeightQuantizer,
 } from "@tp/quant";
 import { TpError } from "@tp/tensor";
+import { checkDistinctPaths, checkOutputFolder } from "./paths.ts";
 
 /** The help lines of the command (indented as in the CLI's usage text). */
 export const QUANTIZE_USAGE = `  quantize --format int8-convrot|int4-convrot|fp8-scaled [--group-size N] [--group-size GLOB=N]
@@ -109,8 +110,9 @@ export function parseGroupSizes(values: readonly string[]): {
 /**
  * Run `quantize` with its arguments (after the command name).
  * @returns exit status 0
- * @throws TpError E_ARG for usage errors (exit 2); others from @tp/quant / @tp/formats, naming the
- *   tensor or file (exit 1)
+ * @throws TpError E_ARG for usage errors, OUT being IN included (exit 2); E_IO naming OUT when its
+ *   folder is missing or not writable; others from @tp/quant / @tp/formats, naming the tensor or file
+ *   (exit 1)
  */
 export function quantize(args: string[]): number {
   const { values, positionals } = parseArgs({
@@ -140,6 +142,9 @@ export function quantize(args: string[]): number {
   }
   const [input, output] = positionals as [string, string];
   const groups = parseGroupSizes(values["group-size"] ?? []);
+  // OUT must not be IN (resolved paths, hard links) and its folder must be writable — before any work.
+  checkDistinctPaths([{ label: "IN", path: input }], [{ label: "OUT", path: output }]);
+  checkOutputFolder("OUT", output);
   const { quantizer, dispose } = quantizerFromFlags(values.quantizer, values.threads);
   try {
     const report = quantizeCheckpoint(input, output, {
@@ -149,6 +154,7 @@ export function quantize(args: string[]): number {
       ...(values.keep ? { keep: values.keep } : {}),
       progress: stderrProgress(),
       quantizer,
+      hints: "cli",
     });
     console.log(`${describeQuantizeReport(report)} (${quantizer.name} quantizer)`);
   } finally {

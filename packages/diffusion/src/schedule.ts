@@ -15,9 +15,30 @@ const fr = Math.fround;
 /** Krea 2's model-sampling shift (a flux-style μ, used as e^μ; not ln 1.15). krea2.md §4.1, §6.3. */
 export const KREA2_SHIFT = 1.15;
 
-function checkShift(shift: number, what: string): void {
+/** The largest f32 (torch's float32 max); a shift whose f32 image exceeds it overflows to infinity. */
+const F32_MAX = 3.4028234663852886e38;
+
+/**
+ * The largest μ {@link fluxSigmaTable} takes: ln(f32 max) ≈ 88.7228. Above it e^μ rounds to infinity
+ * in float32 and the table turns into NaN (∞/∞), as it does in ComfyUI.
+ */
+export const FLUX_MAX_SHIFT = Math.log(F32_MAX);
+
+/**
+ * The largest shift {@link auraFlowSigmaTable} takes: the f32 maximum (≈ 3.4e38); a larger one rounds
+ * to infinity in float32 and the table is NaN. (Long before that every sigma is 1.)
+ */
+export const AURAFLOW_MAX_SHIFT = F32_MAX;
+
+function checkShift(shift: number, what: string, max = Number.POSITIVE_INFINITY): void {
   if (!Number.isFinite(shift))
     throw new TpError("E_ARG", `${what}: shift must be a finite number, got ${shift}`);
+  if (shift > max) {
+    throw new TpError(
+      "E_ARG",
+      `${what}: shift ${shift} is above ${max} (the schedule overflows float32 and its sigmas become NaN)`,
+    );
+  }
 }
 
 function checkTimesteps(n: number, what: string): void {
@@ -33,11 +54,11 @@ function checkTimesteps(n: number, what: string): void {
  * @param shift     μ (Krea 2: 1.15)
  * @param timesteps table length (ComfyUI: 10000)
  * @returns Float32Array [timesteps], increasing, last entry 1 (sigma units, = timestep for the DiT)
- * @throws TpError E_ARG for a non-finite shift or a bad length
+ * @throws TpError E_ARG for a non-finite shift, one above {@link FLUX_MAX_SHIFT}, or a bad length
  * Source: comfy/model_sampling.py `flux_time_shift(mu, 1.0, t)`; krea2.md §4.1.
  */
 export function fluxSigmaTable(shift: number = KREA2_SHIFT, timesteps = 10000): Float32Array {
-  checkShift(shift, "fluxSigmaTable");
+  checkShift(shift, "fluxSigmaTable", FLUX_MAX_SHIFT);
   checkTimesteps(timesteps, "fluxSigmaTable");
   const e = fr(Math.exp(shift));
   const n = fr(timesteps);
@@ -57,11 +78,11 @@ export function fluxSigmaTable(shift: number = KREA2_SHIFT, timesteps = 10000): 
  * @param shift     AuraFlow shift (e.g. 1.15; 1 gives σ = t)
  * @param timesteps table length (ComfyUI: 1000)
  * @returns Float32Array [timesteps], increasing, last entry 1
- * @throws TpError E_ARG for a non-finite shift or a bad length
+ * @throws TpError E_ARG for a non-finite shift, one above {@link AURAFLOW_MAX_SHIFT}, or a bad length
  * Source: comfy/model_sampling.py `time_snr_shift`, `ModelSamplingDiscreteFlow.set_parameters`.
  */
 export function auraFlowSigmaTable(shift: number, timesteps = 1000): Float32Array {
-  checkShift(shift, "auraFlowSigmaTable");
+  checkShift(shift, "auraFlowSigmaTable", AURAFLOW_MAX_SHIFT);
   checkTimesteps(timesteps, "auraFlowSigmaTable");
   const a = fr(shift);
   const a1 = fr(shift - 1); // Python computes alpha − 1 in double, torch rounds it to f32

@@ -2,7 +2,17 @@
  * Atomic file output: outputs and caches are written to a temporary name and renamed, so nothing is
  * left half-written (../shared/ARCHITECTURE.md, "Errors").
  */
-import { closeSync, fsyncSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  fsyncSync,
+  openSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { ioError } from "./errors.ts";
 
@@ -40,5 +50,39 @@ export function writeAtomically(path: string, fill: (write: (bytes: Uint8Array) 
     rmSync(tmp, { force: true });
     if (e instanceof TpError) throw e;
     throw ioError("write the file", path, e);
+  }
+}
+
+/**
+ * Where a path leads: the realpath of an existing file, else the realpath of its folder joined with
+ * its name (a file about to be created), else the absolute path.
+ */
+export function resolvedPath(path: string): string {
+  try {
+    return realpathSync(path);
+  } catch {
+    // not there (yet)
+  }
+  const abs = resolve(path);
+  try {
+    return join(realpathSync(dirname(abs)), basename(abs));
+  } catch {
+    return abs;
+  }
+}
+
+/**
+ * Whether two paths are one file — so that writing one would overwrite the other: the same
+ * {@link resolvedPath} (symbolic links, `./`, `..` resolved), or, both existing, the same device and
+ * inode (a hard link).
+ */
+export function sameFile(a: string, b: string): boolean {
+  if (resolvedPath(a) === resolvedPath(b)) return true;
+  try {
+    const sa = statSync(a);
+    const sb = statSync(b);
+    return sa.dev === sb.dev && sa.ino === sb.ino;
+  } catch {
+    return false;
   }
 }

@@ -4,7 +4,7 @@
 // (including a tensor quantized in several row blocks), and every error naming its tensor or option
 // with nothing left on disk. Exact answers: the streaming writer must give the quantizers' bytes.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadWeight, openSafetensors, writeSafetensors } from "@tp/formats";
 import type { TpError } from "@tp/tensor";
@@ -135,15 +135,20 @@ describe("errors name the tensor or option, and leave nothing behind", () => {
     return e;
   };
 
-  test("K not a multiple of the group: E_SHAPE naming the tensor and the flags that fix it", () => {
-    const e = failing("k", {
+  test("K not a multiple of the group: E_SHAPE naming the tensor and the options (or CLI flags) that fix it", () => {
+    const options = {
       format: "int8_convrot",
       groupSizes: [{ pattern: "blocks.0.attn.wq", groupSize: 1024 }],
-    });
+    } as const;
+    const e = failing("k", options);
     expect([e.code, e.tensor]).toEqual(["E_SHAPE", "blocks.0.attn.wq.weight"]);
-    expect(e.message).toContain("K = 256 input columns is not a multiple of the rotation group 1024");
-    expect(e.message).toContain("--group-size 'blocks.0.attn.wq=256'");
-    expect(e.message).toContain("--keep 'blocks.0.attn.wq'");
+    expect(e.message).toBe(
+      `K = 256 input columns is not a multiple of the rotation group 1024; set groupSizes [{ pattern: 'blocks.0.attn.wq', groupSize: 256 }] or keep ['blocks.0.attn.wq'] to leave it unquantized (file ${input}, tensor blocks.0.attn.wq.weight)`,
+    );
+    // hints "cli": the flags of `bun apps/cli quantize` only, no option names
+    expect(failing("k", { ...options, hints: "cli" }).message).toBe(
+      `K = 256 input columns is not a multiple of the rotation group 1024; use --group-size 'blocks.0.attn.wq=256' or --keep 'blocks.0.attn.wq' to leave it unquantized (file ${input}, tensor blocks.0.attn.wq.weight)`,
+    );
   });
 
   test("odd K for int4: E_SHAPE naming the tensor", () => {
@@ -184,9 +189,23 @@ describe("errors name the tensor or option, and leave nothing behind", () => {
     expect([j.code, j.file]).toEqual(["E_FORMAT", junk]);
   });
 
-  test("the output may not overwrite the input", () => {
-    const e = thrown(() => quantizeCheckpoint(input, input, { format: "int8_convrot" })) as TpError;
-    expect(e.code).toBe("E_ARG");
-    expect(openSafetensors(input).tensor("blocks.0.attn.wq.weight").dtype).toBe("BF16");
+  test("the output may not overwrite the input: same string, another spelling, a symbolic or hard link", () => {
+    const sym = join(tmp.dir, "sym_in.safetensors");
+    symlinkSync(input, sym);
+    const hard = join(tmp.dir, "hard_in.safetensors");
+    linkSync(input, hard);
+    try {
+      for (const out of [input, `${tmp.dir}/./tiny_bf16.safetensors`, sym, hard]) {
+        const e = thrown(() => quantizeCheckpoint(input, out, { format: "int8_convrot" })) as TpError;
+        expect([e.code, e.message]).toEqual([
+          "E_ARG",
+          `the output ${out} is the input ${input}; it must not overwrite it (file ${out})`,
+        ]);
+      }
+      expect(openSafetensors(input).tensor("blocks.0.attn.wq.weight").dtype).toBe("BF16");
+    } finally {
+      rmSync(sym);
+      rmSync(hard);
+    }
   });
 });

@@ -20,6 +20,7 @@ import {
   quantizableWeights,
   type SafetensorsTensorSpec,
   SafetensorsWriter,
+  sameFile,
   type TensorEntry,
   type TensorSource,
 } from "@tp/formats";
@@ -63,6 +64,12 @@ export interface QuantizePlanOptions {
   readonly layers?: readonly string[];
   /** Globs of layers to leave as they are (applied after `layers`). Each must match a selected layer. */
   readonly keep?: readonly string[];
+  /**
+   * How error messages name the fix for a layer whose K does not fit: `options` (default) names these
+   * options (`groupSizes` / `keep`), `cli` the flags of `bun apps/cli quantize` (`--group-size` /
+   * `--keep`).
+   */
+  readonly hints?: "options" | "cli";
 }
 
 /** One tensor of the source and what becomes of it. */
@@ -209,7 +216,8 @@ export function planQuantization(src: TensorSource, options: QuantizePlanOptions
       outputs: [{ name: t.name, dtype: t.dtype, shape: t.shape }],
     };
     if (!selected.has(t.name)) return copy;
-    return planLayer(src, t, format, convRot ? groupOf(t.name, defaultGroup, groupRules) : 0);
+    const group = convRot ? groupOf(t.name, defaultGroup, groupRules) : 0;
+    return planLayer(src, t, format, group, options.hints ?? "options");
   });
   for (const r of groupRules) {
     if (!r.used && convRot) {
@@ -241,6 +249,7 @@ function planLayer(
   t: TensorEntry,
   format: CheckpointQuantFormat,
   groupSize: number,
+  hints: "options" | "cli",
 ): PlannedTensor {
   const where = { file: src.path, tensor: t.name };
   if (!t.name.endsWith(".weight")) {
@@ -272,8 +281,12 @@ function planLayer(
   const hint = (why: string) => {
     let g = 4;
     while (k % (g * 4) === 0 && g * 4 <= 256) g *= 4;
-    const fix = k % 4 === 0 ? `--group-size '${layer}=${g}' (groupSizes) or ` : "";
-    return `${why}; use ${fix}--keep '${layer}' (keep) to leave it unquantized`;
+    if (hints === "cli") {
+      const fix = k % 4 === 0 ? `--group-size '${layer}=${g}' or ` : "";
+      return `${why}; use ${fix}--keep '${layer}' to leave it unquantized`;
+    }
+    const fix = k % 4 === 0 ? `groupSizes [{ pattern: '${layer}', groupSize: ${g} }] or ` : "";
+    return `${why}; set ${fix}keep ['${layer}'] to leave it unquantized`;
   };
   if (format === "int4_convrot" && k % 2 !== 0) {
     throw new TpError(
@@ -456,7 +469,8 @@ export interface QuantizeReport {
  * @param input  a `.safetensors` (or `.safetensors.index.json`) path, or an opened source
  * @param output the output `.safetensors` path (must differ from the input)
  * @param options format, group sizes, selection ({@link planQuantization}), progress
- * @throws TpError as {@link planQuantization}; E_ARG when output is the input; E_IO / E_FORMAT from
+ * @throws TpError as {@link planQuantization}; E_ARG when output is the input (or one of its shards),
+ *   compared by resolved path and, when the output exists, by device and inode; E_IO / E_FORMAT from
  *   reading and writing (the temporary file is removed)
  */
 export function quantizeCheckpoint(
@@ -467,8 +481,11 @@ export function quantizeCheckpoint(
   const t0 = performance.now();
   const src = typeof input === "string" ? openCheckpoint(input) : input;
   try {
-    if (src.files.includes(output) || src.path === output) {
-      throw new TpError("E_ARG", "the output must not overwrite the input", { file: output });
+    const into = [src.path, ...src.files].find((f) => sameFile(f, output));
+    if (into !== undefined) {
+      throw new TpError("E_ARG", `the output ${output} is the input ${into}; it must not overwrite it`, {
+        file: output,
+      });
     }
     const plan = planQuantization(src, options);
     const specs = plan.tensors.flatMap((t) => t.outputs);

@@ -16,10 +16,11 @@
 import { existsSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join, resolve } from "node:path";
+import { identifyCheckpoint, openCheckpoint } from "@tp/formats";
 import { loadQwen3VlText, type Qwen3HiddenStates } from "@tp/llm";
-import { type Backend, TpError } from "@tp/tensor";
+import { type Backend, isTpError, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer } from "@tp/tokenizer";
-import type { Conditioning, Krea2TextEncoder } from "../pipelines/krea2.ts";
+import { type Conditioning, KREA2_MAX_TEXT_TOKENS, type Krea2TextEncoder } from "../pipelines/krea2.ts";
 
 /** The layers whose input Krea 2 taps (krea2.md §2.4): hidden_states[k], k = 2, 5, …, 35. */
 export const KREA2_TEXT_TAPS: readonly number[] = [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35];
@@ -193,9 +194,18 @@ export class Krea2QwenTextEncoder implements Krea2TextEncoder {
   /**
    * Conditioning of already tokenized, templated ids: layers 0 … 34 over the whole sequence, the 12
    * taps, tokens from {@link krea2KeepFrom} on (krea2.md §2.3–2.5).
-   * @throws TpError E_ARG for empty ids or an id outside the model's vocabulary
+   * @throws TpError E_ARG for empty ids, an id outside the model's vocabulary, or more than
+   *   {@link KREA2_MAX_TEXT_TOKENS} kept tokens (checked before the model runs)
    */
   async encodeIds(ids: readonly number[]): Promise<Conditioning> {
+    // The template adds 39 tokens (34 before the prompt, 5 kept after it); 64 leaves room for edits.
+    const kept = ids.length - krea2KeepFrom(ids);
+    if (kept > KREA2_MAX_TEXT_TOKENS || ids.length > KREA2_MAX_TEXT_TOKENS + 64) {
+      throw new TpError(
+        "E_ARG",
+        `the prompt is ${kept} tokens in Krea 2's template; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
+      );
+    }
     const b = this.model.backend;
     const H = this.model.config.hidden_size;
     const states = this.model.hiddenStates(ids, KREA2_TEXT_TAPS); // 12 × [n, H]
@@ -216,6 +226,40 @@ export class Krea2QwenTextEncoder implements Krea2TextEncoder {
   /** Free the uploaded norm scales and close the checkpoint. */
   dispose(): void {
     this.model.dispose();
+  }
+}
+
+/**
+ * The conditioning width a Qwen3-VL text-encoder file gives, from its tensor shapes alone (headers
+ * only, nothing loaded): taps × hidden size (12 × 2560 for Qwen3-VL-4B), to check against a DiT's
+ * `txtlayers × txtdim` before any encoding.
+ * @returns `taps`, `hidden` and `width` (= taps · hidden)
+ * @throws TpError E_IO for a missing or unreadable file; E_FORMAT when the file is not a Qwen3-VL text
+ *   encoder (saying what it looks like)
+ */
+export function readKrea2TextEncoderWidth(path: string): { taps: number; hidden: number; width: number } {
+  const src = openCheckpoint(path);
+  try {
+    let layout: ReturnType<typeof identifyCheckpoint>;
+    try {
+      layout = identifyCheckpoint(src);
+    } catch (e) {
+      if (!isTpError(e)) throw e;
+      throw new TpError("E_FORMAT", `${path} is not a Qwen3-VL text encoder: ${e.message}`, { file: path });
+    }
+    const embed = `${layout.prefix ?? "model.language_model."}embed_tokens.weight`;
+    const shape = src.has(embed) ? src.tensor(embed).shape : [];
+    if (layout.kind !== "qwen3vl-text-encoder" || shape.length !== 2) {
+      throw new TpError(
+        "E_FORMAT",
+        `${path} is not a Qwen3-VL text encoder (no ${embed} [vocab, hidden]): it looks like a ${layout.description} (${layout.kind})`,
+        { file: path },
+      );
+    }
+    const hidden = shape[1] as number;
+    return { taps: KREA2_TEXT_TAPS.length, hidden, width: KREA2_TEXT_TAPS.length * hidden };
+  } finally {
+    src.close();
   }
 }
 

@@ -415,6 +415,41 @@ class ParamLoader {
   }
 }
 
+/** The layout of a Krea 2 DiT file, or E_FORMAT saying what the file is instead. */
+function identifyKrea2(src: TensorSource, path: string): DetectedLayout {
+  let layout: DetectedLayout;
+  try {
+    layout = identifyCheckpoint(src);
+  } catch (e) {
+    if (isTpError(e)) {
+      throw new TpError("E_FORMAT", `${path} is not a Krea 2 DiT: ${e.message}`, { file: path, cause: e });
+    }
+    throw e;
+  }
+  if (layout.kind !== "krea2-dit") {
+    throw new TpError(
+      "E_FORMAT",
+      `${path} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight): it looks like a ${layout.description} (${layout.kind}); pass it where that component goes`,
+      { file: path },
+    );
+  }
+  return layout;
+}
+
+/**
+ * A Krea 2 DiT file's hyper-parameters from its tensor shapes alone (headers only, no weights read) —
+ * e.g. to check a text encoder's conditioning width against `txtlayers × txtdim` before encoding.
+ * @throws TpError E_IO for a missing or unreadable file; E_FORMAT as {@link loadKrea2}
+ */
+export function readKrea2DitConfig(path: string): Krea2Config {
+  const src = openCheckpoint(path);
+  try {
+    return readKrea2Config(src, identifyKrea2(src, path).prefix ?? "");
+  } finally {
+    src.close();
+  }
+}
+
 /**
  * Open a Krea 2 DiT checkpoint (bare names or `model.diffusion_model.`-prefixed; bf16, fp8 raw, fp8
  * scaled, INT8 / INT4 ConvRot with any per-layer rotation group, decided per tensor by @tp/formats) and
@@ -435,22 +470,7 @@ export function loadKrea2(path: string, options: LoadKrea2Options): Krea2Dit {
   }
   const src = openCheckpoint(path);
   try {
-    let layout: DetectedLayout;
-    try {
-      layout = identifyCheckpoint(src);
-    } catch (e) {
-      if (isTpError(e)) {
-        throw new TpError("E_FORMAT", `${path} is not a Krea 2 DiT: ${e.message}`, { file: path, cause: e });
-      }
-      throw e;
-    }
-    if (layout.kind !== "krea2-dit") {
-      throw new TpError(
-        "E_FORMAT",
-        `${path} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight): it looks like a ${layout.description} (${layout.kind}); pass it where that component goes`,
-        { file: path },
-      );
-    }
+    const layout = identifyKrea2(src, path);
     const prefix = layout.prefix ?? "";
     const config = readKrea2Config(src, prefix);
     const loader = new ParamLoader(src, prefix, options.backend, mode);

@@ -11,7 +11,7 @@
 import { existsSync } from "node:fs";
 import { identifyCheckpoint, openSafetensors, type SafetensorsFile, writeSafetensors } from "@tp/formats";
 import { isTpError, TpError } from "@tp/tensor";
-import type { Conditioning } from "./krea2.ts";
+import { type Conditioning, checkKrea2Latent } from "./krea2.ts";
 
 /** `__metadata__.format` of a conditioning file. */
 export const CONDITIONING_FORMAT = "tensorpencil.krea2.conditioning";
@@ -180,13 +180,21 @@ export function writeLatent(
 }
 
 /**
- * Read a latent file ({@link writeLatent}: an F32 `latent` `[1, C, 1, h, w]` in VAE space).
+ * Read a latent file ({@link writeLatent}: an F32 `latent` `[1, 16, 1, h, w]` in VAE space), its shape
+ * checked before its data is read.
  * @throws TpError E_IO for a missing file; E_FORMAT when there is no F32 rank-5 `latent` tensor
- *   (saying what the file looks like)
+ *   (saying what the file looks like); E_SHAPE naming the file and tensor when the shape is not
+ *   `[1, 16, 1, h, w]` with 8h and 8w within Krea 2's 16 … 16384 pixels ({@link checkKrea2Latent})
  */
 export function readLatent(path: string): LatentFile {
   const src = open(path, "latent file");
   try {
+    if (src.has("latent")) {
+      const info = src.tensor("latent");
+      if (info.dtype === "F32" && info.shape.length === 5) {
+        checkKrea2Latent(info.shape, undefined, { file: path, tensor: "latent" });
+      }
+    }
     const t = f32Tensor(src, "latent", 5, "latent");
     return { data: t.data, shape: t.shape, metadata: Object.fromEntries(src.metadata ?? []) };
   } finally {

@@ -12,10 +12,11 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { isTpError } from "@tp/tensor";
-import { loadKrea2 } from "../models/krea2.ts";
+import { loadKrea2, readKrea2DitConfig } from "../models/krea2.ts";
+import { loadKrea2TextEncoder, readKrea2TextEncoderWidth } from "../models/krea2-text.ts";
 import { loadWanVae } from "../models/wan-vae.ts";
 import { randn } from "../noise.ts";
-import { krea2Sigmas } from "../schedule.ts";
+import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, krea2Sigmas } from "../schedule.ts";
 import {
   CONDITIONING_FORMAT,
   readConditioning,
@@ -25,12 +26,17 @@ import {
 } from "./files.ts";
 import {
   type Conditioning,
+  checkKrea2Conditioning,
+  checkKrea2Latent,
   decodeKrea2Latent,
   generateKrea2,
   KREA2_DEFAULTS,
+  KREA2_MAX_TEXT_TOKENS,
+  krea2MaxShift,
   krea2Parameters,
   krea2Size,
 } from "./krea2.ts";
+import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "./random-text-encoder.ts";
 
 /**
  * Latents vs ComfyUI: the DiT alone is within ~1e-6 of torch per forward (models/krea2.test.ts), the
@@ -292,9 +298,21 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
         }),
       ),
     ).toStartWith("E_SHAPE: the negative conditioning is [1, 1, 5]");
-    expect(await errorOf(run({ steps: 0 }))).toBe("E_ARG: steps must be an integer from 1 to 10000, got 0");
+    expect(await errorOf(run({ steps: 0 }))).toBe("E_ARG: steps must be an integer from 1 to 1000, got 0");
+    expect(await errorOf(run({ steps: 1001 }))).toBe(
+      "E_ARG: steps must be an integer from 1 to 1000, got 1001",
+    );
     expect(await errorOf(run({ cfg: Number.NaN }))).toBe("E_ARG: cfg must be a finite number, got NaN");
-    expect(await errorOf(run({ shift: 0 }))).toBe("E_ARG: shift must be a positive number, got 0");
+    expect(await errorOf(run({ shift: 0 }))).toBe(
+      "E_ARG: shift must be a positive number up to 88.72283905206835 for the simple schedule, got 0",
+    );
+    // e^89 overflows float32 (the sigmas would be NaN); AuraFlow takes shifts up to the f32 maximum.
+    expect(await errorOf(run({ shift: 89 }))).toBe(
+      "E_ARG: shift must be a positive number up to 88.72283905206835 for the simple schedule, got 89",
+    );
+    expect(await errorOf(run({ shift: 4e38, schedule: "auraflow" }))).toBe(
+      "E_ARG: shift must be a positive number up to 3.4028234663852886e+38 for the auraflow schedule, got 4e+38",
+    );
     expect(await errorOf(run({ schedule: "karras" }))).toBe(
       "E_ARG: unknown schedule 'karras'; expected one of: simple, auraflow",
     );
@@ -306,12 +324,97 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
       await errorOf(() =>
         decodeKrea2Latent(m.vae, { data: new Float32Array(4 * 16), shape: [1, 4, 1, 4, 4] }),
       ),
-    ).toBe("E_SHAPE: the latent is [1, 4, 1, 4, 4] with 64 values; the VAE decodes [1, 16, 1, h, w] f32");
+    ).toBe(
+      "E_SHAPE: the latent is [1, 4, 1, 4, 4]; Krea 2 decodes [1, 16, 1, h, w] f32 with h and w from 2 to 2048 (images of 16 to 16384 pixels per side)",
+    );
+    expect(
+      await errorOf(() =>
+        decodeKrea2Latent(m.vae, { data: new Float32Array(16 * 2100), shape: [1, 16, 1, 1, 2100] }),
+      ),
+    ).toStartWith("E_SHAPE: the latent is [1, 16, 1, 1, 2100]; Krea 2 decodes");
     m.close();
   });
 });
 
 describe("Krea 2 pipeline pieces (no fixtures needed)", () => {
+  test("the text encoder's width from its tensor shapes; too many prompt tokens fail before encoding", async () => {
+    const te = join(tmp, "te-random.safetensors");
+    writeRandomQwen3VlText(te, TINY_KREA2_TEXT_CONFIG, { seed: 4 });
+    expect(readKrea2TextEncoderWidth(te)).toEqual({ taps: 12, hidden: 80, width: 960 });
+    const notTe = join(tmp, "not-te.safetensors");
+    writeLatent(notTe, { data: new Float32Array(64), shape: [1, 16, 1, 2, 2] });
+    expect(await errorOf(() => readKrea2TextEncoderWidth(notTe))).toStartWith(
+      `E_FORMAT: ${notTe} is not a Qwen3-VL text encoder`,
+    );
+    expect(await errorOf(() => readKrea2DitConfig(notTe))).toStartWith(
+      `E_FORMAT: ${notTe} is not a Krea 2 DiT`,
+    );
+    const backend = new CpuBackend({ threads: 1 });
+    const encoder = loadKrea2TextEncoder(te, { backend });
+    try {
+      const ids = encoder.ids("a cat");
+      const long = [...ids.slice(0, 34), ...new Array(KREA2_MAX_TEXT_TOKENS).fill(64), ...ids.slice(-5)];
+      expect(await errorOf(() => encoder.encodeIds(long))).toBe(
+        `E_ARG: the prompt is ${KREA2_MAX_TEXT_TOKENS + 5} tokens in Krea 2's template; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
+      );
+    } finally {
+      encoder.dispose();
+      backend.dispose();
+    }
+  });
+
+  test("limits: latent shapes, conditioning tokens, shifts per schedule", async () => {
+    for (const shape of [
+      [1, 16, 1, 1, 2100], // 8 × 16800 pixels
+      [1, 16, 1, 0, 8], // empty
+      [1, 16, 1, 2, 2049], // 16392 pixels wide
+      [1, 16, 2, 2, 2], // two frames
+      [1, 12, 1, 2, 2], // not 16 channels
+      [16, 2, 2], // rank 3
+    ]) {
+      expect(
+        await errorOf(() => checkKrea2Latent(shape, undefined, { file: "z.safetensors", tensor: "latent" })),
+      ).toBe(
+        `E_SHAPE: the latent is [${shape.join(", ")}]; Krea 2 decodes [1, 16, 1, h, w] f32 with h and w from 2 to 2048 (images of 16 to 16384 pixels per side) (file z.safetensors, tensor latent)`,
+      );
+    }
+    checkKrea2Latent([1, 16, 1, 2, 2048], 16 * 4096);
+    checkKrea2Latent([1, 16, 2, 2], 64);
+    expect(await errorOf(() => checkKrea2Latent([1, 16, 1, 2, 2], 3))).toBe(
+      "E_SHAPE: the latent holds 3 values, not [1, 16, 1, 2, 2]",
+    );
+    // readLatent refuses a latent of another size before reading its data, naming file and tensor.
+    const big = join(tmp, "latent-big.safetensors");
+    writeLatent(big, { data: new Float32Array(16 * 2100), shape: [1, 16, 1, 1, 2100] });
+    expect(await errorOf(() => readLatent(big))).toBe(
+      `E_SHAPE: the latent is [1, 16, 1, 1, 2100]; Krea 2 decodes [1, 16, 1, h, w] f32 with h and w from 2 to 2048 (images of 16 to 16384 pixels per side) (file ${big}, tensor latent)`,
+    );
+
+    const dit = { config: { txtlayers: 12, txtdim: 4 } };
+    const cond = (seq: number): Conditioning => ({ data: new Float32Array(seq * 48), shape: [1, seq, 48] });
+    checkKrea2Conditioning(cond(KREA2_MAX_TEXT_TOKENS), dit);
+    expect(
+      await errorOf(() => checkKrea2Conditioning(cond(KREA2_MAX_TEXT_TOKENS + 1), dit, "the positive")),
+    ).toBe(
+      `E_SHAPE: the positive conditioning has ${KREA2_MAX_TEXT_TOKENS + 1} tokens; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
+    );
+
+    // The flux table's e^μ is finite in float32 up to ln(f32 max); beyond it ComfyUI's table is NaN.
+    expect(krea2MaxShift("simple")).toBe(FLUX_MAX_SHIFT);
+    expect(krea2MaxShift("auraflow")).toBe(AURAFLOW_MAX_SHIFT);
+    expect(Number.isFinite(Math.fround(Math.exp(FLUX_MAX_SHIFT)))).toBe(true);
+    expect(Math.fround(Math.exp(FLUX_MAX_SHIFT + 1e-6))).toBe(Number.POSITIVE_INFINITY);
+    for (const s of krea2Sigmas(8, { shift: FLUX_MAX_SHIFT })) expect(Number.isNaN(s)).toBe(false);
+    expect(await errorOf(() => krea2Sigmas(8, { shift: 89 }))).toStartWith(
+      "E_ARG: fluxSigmaTable: shift 89 is above 88.72283905206835",
+    );
+    for (const s of krea2Sigmas(8, { sampling: "auraflow", shift: 1e38 }))
+      expect(Number.isNaN(s)).toBe(false);
+    expect(await errorOf(() => krea2Sigmas(8, { sampling: "auraflow", shift: 4e38 }))).toStartWith(
+      "E_ARG: auraFlowSigmaTable: shift 4e+38 is above 3.4028234663852886e+38",
+    );
+  });
+
   test("defaults of spec §6.3 and the size rule of §6.2", async () => {
     expect(KREA2_DEFAULTS).toEqual({
       width: 1024,

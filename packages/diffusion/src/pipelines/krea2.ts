@@ -10,11 +10,11 @@
  * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
  */
 import { type Tensor, TpError } from "@tp/tensor";
-import type { Krea2Dit } from "../models/krea2.ts";
+import type { Krea2Config, Krea2Dit } from "../models/krea2.ts";
 import { toRgb8, type WanVaeDecodeOptions, type WanVaeDecoder, wan21ProcessOut } from "../models/wan-vae.ts";
 import { randnTensor, type TorchCpuCapability } from "../noise.ts";
 import { type CondKind, flowDenoiser, noiseScaling, type StepInfo, sampleEuler } from "../sampler.ts";
-import { KREA2_SHIFT, krea2Sigmas } from "../schedule.ts";
+import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, KREA2_SHIFT, krea2Sigmas } from "../schedule.ts";
 
 /** Sigma schedule of a run: "simple" over Krea 2's own flux-shift table, or over the AuraFlow table. */
 export type Krea2Schedule = "simple" | "auraflow";
@@ -41,6 +41,25 @@ export const KREA2_MIN_SIZE = 16;
 export const KREA2_MAX_SIZE = 16384;
 /** Pixels per latent cell of the Wan 2.1 VAE. */
 const VAE_SCALE = 8;
+/**
+ * Most Euler steps of a run (TensorPencil's bound; ComfyUI allows 10000). The AuraFlow table has 1000
+ * entries, so more steps would only repeat sigmas; Krea 2 Turbo takes 8.
+ */
+export const KREA2_MAX_STEPS = 1000;
+/**
+ * Most conditioning tokens (prompt tokens plus the template's 5 trailing ones; krea2.md §2.5) a run
+ * takes — TensorPencil's bound, the spec sets none (Qwen3-VL's context is 262,144): about 3,000 words,
+ * as many text tokens as a 1024² image has image tokens, so a run's cost stays bounded.
+ */
+export const KREA2_MAX_TEXT_TOKENS = 4096;
+
+/**
+ * The largest shift a schedule takes before its float32 table overflows (see schedule.ts): "simple"
+ * (flux μ, used as e^μ) ln(f32 max) ≈ 88.72; "auraflow" the f32 max ≈ 3.4e38.
+ */
+export function krea2MaxShift(schedule: Krea2Schedule): number {
+  return schedule === "auraflow" ? AURAFLOW_MAX_SHIFT : FLUX_MAX_SHIFT;
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Conditioning
@@ -95,17 +114,29 @@ export async function encodeKrea2Prompts(
 }
 
 /**
- * Check that a conditioning fits a DiT: `[1, seq ≥ 1, txtlayers·txtdim]` with matching data length.
+ * Check that a conditioning fits a DiT: `[1, seq, txtlayers·txtdim]` with 1 ≤ seq ≤
+ * {@link KREA2_MAX_TEXT_TOKENS} and matching data length.
+ * @param dit   a loaded DiT, or just its config ({@link readKrea2DitConfig}: check before loading)
  * @param what  which one, for the message ("the positive", "the negative")
  * @throws TpError E_SHAPE saying what the DiT takes
  */
-export function checkKrea2Conditioning(c: Conditioning, dit: Krea2Dit, what = "the"): void {
+export function checkKrea2Conditioning(
+  c: Conditioning,
+  dit: { readonly config: Pick<Krea2Config, "txtlayers" | "txtdim"> },
+  what = "the",
+): void {
   const width = dit.config.txtlayers * dit.config.txtdim;
   const [b, s, f] = c.shape;
   if (c.shape.length !== 3 || b !== 1 || !(s >= 1) || f !== width) {
     throw new TpError(
       "E_SHAPE",
       `${what} conditioning is [${c.shape.join(", ")}]; this DiT takes [1, seq ≥ 1, ${dit.config.txtlayers}×${dit.config.txtdim} = ${width}] (${dit.config.txtlayers} tapped text-encoder layers of width ${dit.config.txtdim})`,
+    );
+  }
+  if (s > KREA2_MAX_TEXT_TOKENS) {
+    throw new TpError(
+      "E_SHAPE",
+      `${what} conditioning has ${s} tokens; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
     );
   }
   if (c.data.length !== b * s * f) {
@@ -249,20 +280,23 @@ export interface Krea2Result {
 /** The settings of {@link Krea2GenerateOptions} with defaults applied and checked. */
 function settingsOf(o: Krea2GenerateOptions): Krea2Result["settings"] {
   const steps = o.steps ?? KREA2_DEFAULTS.steps;
-  if (!Number.isSafeInteger(steps) || steps < 1 || steps > 10000) {
-    throw new TpError("E_ARG", `steps must be an integer from 1 to 10000, got ${steps}`);
+  if (!Number.isSafeInteger(steps) || steps < 1 || steps > KREA2_MAX_STEPS) {
+    throw new TpError("E_ARG", `steps must be an integer from 1 to ${KREA2_MAX_STEPS}, got ${steps}`);
   }
   const cfg = o.cfg ?? KREA2_DEFAULTS.cfg;
   if (!Number.isFinite(cfg)) throw new TpError("E_ARG", `cfg must be a finite number, got ${cfg}`);
-  const shift = o.shift ?? KREA2_DEFAULTS.shift;
-  if (!Number.isFinite(shift) || shift <= 0) {
-    throw new TpError("E_ARG", `shift must be a positive number, got ${shift}`);
-  }
   const schedule = o.schedule ?? KREA2_DEFAULTS.schedule;
   if (!KREA2_SCHEDULES.includes(schedule)) {
     throw new TpError(
       "E_ARG",
       `unknown schedule '${schedule}'; expected one of: ${KREA2_SCHEDULES.join(", ")}`,
+    );
+  }
+  const shift = o.shift ?? KREA2_DEFAULTS.shift;
+  if (!Number.isFinite(shift) || shift <= 0 || shift > krea2MaxShift(schedule)) {
+    throw new TpError(
+      "E_ARG",
+      `shift must be a positive number up to ${krea2MaxShift(schedule)} for the ${schedule} schedule, got ${shift}`,
     );
   }
   const raw = o.seed ?? KREA2_DEFAULTS.seed;
@@ -394,12 +428,41 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
 }
 
 /**
+ * Check a Krea 2 latent's shape before any work: `[1, 16, 1, h, w]` (or `[1, 16, h, w]`) whose image,
+ * 8h × 8w, is within {@link KREA2_MIN_SIZE} … {@link KREA2_MAX_SIZE} pixels per side, as generate makes
+ * them; `values`, when given, must fill the shape.
+ * @param where the file and tensor, for the message
+ * @throws TpError E_SHAPE naming them
+ */
+export function checkKrea2Latent(
+  shape: readonly number[],
+  values?: number,
+  where: { readonly file?: string; readonly tensor?: string } = {},
+  channels = 16,
+): void {
+  const s = shape;
+  const ok = (s.length === 5 && s[2] === 1) || s.length === 4;
+  const expected = `[1, ${channels}, 1, h, w] f32 with h and w from ${KREA2_MIN_SIZE / VAE_SCALE} to ${KREA2_MAX_SIZE / VAE_SCALE} (images of ${KREA2_MIN_SIZE} to ${KREA2_MAX_SIZE} pixels per side)`;
+  const h = s[s.length - 2] as number;
+  const w = s[s.length - 1] as number;
+  const inRange = (v: number) =>
+    Number.isSafeInteger(v) && v * VAE_SCALE >= KREA2_MIN_SIZE && v * VAE_SCALE <= KREA2_MAX_SIZE;
+  if (!ok || s[0] !== 1 || s[1] !== channels || !inRange(h) || !inRange(w)) {
+    throw new TpError("E_SHAPE", `the latent is [${s.join(", ")}]; Krea 2 decodes ${expected}`, where);
+  }
+  if (values !== undefined && values !== s.reduce((a, v) => a * v, 1)) {
+    throw new TpError("E_SHAPE", `the latent holds ${values} values, not [${s.join(", ")}]`, where);
+  }
+}
+
+/**
  * Decode a latent in VAE space (what {@link Krea2Result.latent} holds and `--latent-out` saves) to
  * 8-bit RGB: the VAE decode and ComfyUI's truncation (krea2.md §5, §5.5).
  * @param vae    a Wan 2.1 decoder
  * @param latent f32 `[1, 16, 1, h, w]` (or `[1, 16, h, w]`) in VAE space
  * @returns interleaved RGB8 `[8h, 8w, 3]` and its size
- * @throws TpError E_SHAPE for a latent of another shape or channel count
+ * @throws TpError E_SHAPE for a latent of another shape or channel count, or a size out of range
+ *   ({@link checkKrea2Latent})
  */
 export async function decodeKrea2Latent(
   vae: WanVaeDecoder,
@@ -407,14 +470,7 @@ export async function decodeKrea2Latent(
   options: WanVaeDecodeOptions = {},
 ): Promise<{ width: number; height: number; rgb: Uint8Array }> {
   const s = latent.shape;
-  const zd = vae.config.z_dim;
-  const ok = (s.length === 5 && s[2] === 1) || s.length === 4;
-  if (!ok || s[0] !== 1 || s[1] !== zd || latent.data.length !== s.reduce((a, v) => a * v, 1)) {
-    throw new TpError(
-      "E_SHAPE",
-      `the latent is [${s.join(", ")}] with ${latent.data.length} values; the VAE decodes [1, ${zd}, 1, h, w] f32`,
-    );
-  }
+  checkKrea2Latent(s, latent.data.length, {}, vae.config.z_dim);
   const b = vae.backend;
   const k = vae.config.scale;
   const h = s[s.length - 2] as number;

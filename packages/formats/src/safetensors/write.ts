@@ -239,13 +239,14 @@ export class SafetensorsWriter {
     try {
       this.#fd = openSync(this.tmpPath, "wx");
     } catch (e) {
-      throw ioError("create the output file", this.tmpPath, e);
+      // Named by the final path: the temporary name means nothing to the user.
+      throw ioError("create the output file", this.path, e);
     }
     try {
       ftruncateSync(this.#fd, this.layout.fileSize);
     } catch (e) {
       this.abort();
-      throw ioError("size the output file", this.tmpPath, e);
+      throw ioError("size the output file", this.path, e);
     }
   }
 

@@ -64,3 +64,10 @@ describe("SafetensorsWriter", () => {
     expect((e.cause as { code?: string }).code).toBe("ENOENT");
   });
 });
+
+test("a missing output folder is E_IO naming the output, not its temporary name", () => {
+  const path = join(tmp.dir, "no-such-dir", "out.safetensors");
+  const e = thrown(() => new SafetensorsWriter(path, specs)) as TpError;
+  expect([e.code, e.file]).toEqual(["E_IO", path]);
+  expect(e.message).toBe(`cannot create the output file: no such file or directory (file ${path})`);
+});
