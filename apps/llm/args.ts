@@ -1,6 +1,8 @@
 /**
  * Command-line flags of `bun apps/llm`, parsed with `node:util` `parseArgs` (as apps/cli does) and
  * checked: every bad value is a TpError E_ARG that names the flag, the value and the valid range.
+ * Numbers are decimal (`0x10`, `Infinity` are refused); numeric flags take negative values as the next
+ * argument (`--repeat-last-n -1`), which node's parseArgs alone would call ambiguous.
  * Flag names follow llama.cpp's `llama-cli` (`-n`, `--temp`, `--top-k`, `--top-p`, `--min-p`,
  * `--repeat-penalty`, `--seed`, `--ctx`, `--threads`); see ../shared/spec/llm.md §9.
  */
@@ -24,7 +26,8 @@ export const USAGE = `usage: bun apps/llm --model FILE.gguf [--prompt TEXT] [opt
   --min-p P               0 = off (default ${DEFAULT_SAMPLING.minP})
   --repeat-penalty R      1 = off (default ${DEFAULT_SAMPLING.repeatPenalty})
   --repeat-last-n N       tokens the penalty scans; 0 = off, -1 = all (default ${DEFAULT_SAMPLING.repeatLastN})
-  --seed S                base seed (default: the clock; printed in the banner)
+  --seed S                base seed, 0 … 2^64-1 (default: the clock; printed in the banner
+                          and as "seed" by --json: pass it back to reproduce a run)
   --ctx N                 context window in tokens (default: the model's, at most 131072)
   --threads N             CPU threads (default: all cores)
   --backend NAME          cpu | vulkan | ptx | cuda (default cpu)
@@ -53,19 +56,92 @@ export interface LlmArgs {
   help: boolean;
 }
 
+/** Decimal numbers only (no hex, no `Infinity`, no blank): `-1`, `0.8`, `.5`, `1e-3`. */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+/** Decimal integers only. */
+const INTEGER = /^[+-]?\d+$/;
+
+/**
+ * A number flag: decimal (integers only when `integer`), finite, and `ok`; else E_ARG naming the flag,
+ * the valid range and the value given.
+ */
 function num(
   flag: string,
   v: string | undefined,
   ok: (x: number) => boolean,
   range: string,
+  integer = false,
 ): number | undefined {
   if (v === undefined) return undefined;
-  const x = v.trim() === "" ? Number.NaN : Number(v);
-  if (!Number.isFinite(x) || !ok(x)) throw new TpError("E_ARG", `${flag} must be ${range}, got '${v}'`);
+  const t = v.trim();
+  const x = (integer ? INTEGER : DECIMAL).test(t) ? Number(t) : Number.NaN;
+  if (!Number.isFinite(x) || (integer && !Number.isSafeInteger(x)) || !ok(x))
+    throw new TpError("E_ARG", `${flag} must be ${range}, got '${v}'`);
   return x;
 }
 
-const int = (x: number) => Number.isSafeInteger(x);
+/** An integer flag (decimal); see {@link num}. */
+const int = (flag: string, v: string | undefined, ok: (x: number) => boolean, range: string) =>
+  num(flag, v, ok, range, true);
+
+/** The flags that take a number, by every spelling, with their long name. */
+const NUMERIC_FLAGS: ReadonlyMap<string, string> = new Map([
+  ["-n", "n-predict"],
+  ...[
+    "n-predict",
+    "temp",
+    "top-k",
+    "top-p",
+    "min-p",
+    "repeat-penalty",
+    "repeat-last-n",
+    "seed",
+    "ctx",
+    "threads",
+  ].map((f) => [`--${f}`, f] as [string, string]),
+]);
+
+/**
+ * `--flag -1` → `--flag=-1` for the numeric flags, so that node's parseArgs takes a negative number
+ * as the flag's value (it refuses a value that starts with "-" as "ambiguous"); the range checks then
+ * give their own message.
+ */
+function joinNegativeValues(argv: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    if (a === "--") {
+      out.push(...argv.slice(i));
+      break;
+    }
+    const long = NUMERIC_FLAGS.get(a);
+    const next = argv[i + 1];
+    if (long !== undefined && next !== undefined && /^-[\d.]/.test(next)) {
+      out.push(`--${long}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
+
+/** The largest seed + 1 (seeds are u64). */
+const SEED_LIMIT = 2n ** 64n;
+
+/** `--seed`: a decimal integer in [0, 2^64), as `bun apps/cli generate --seed`. */
+function seedFlag(text: string): bigint {
+  const t = text.trim();
+  if (!/^\+?\d{1,20}$/.test(t) || BigInt(t) >= SEED_LIMIT)
+    throw new TpError("E_ARG", `--seed must be an integer from 0 to ${SEED_LIMIT - 1n}, got '${text}'`);
+  return BigInt(t);
+}
+
+/** The smallest --ctx: the prompt takes at least one token and leaves room for one more. */
+export const MIN_CTX = 2;
+
+/** The --ctx range message (also used when the model's trained context turns out smaller). */
+export function ctxRange(ceiling?: number): string {
+  return `an integer from ${MIN_CTX} to ${ceiling === undefined ? "the model's trained context" : `${ceiling} (the model's trained context)`}`;
+}
 
 /**
  * Parse `argv` (without `bun apps/llm`).
@@ -76,7 +152,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   let values: Record<string, string | boolean | undefined>;
   try {
     ({ values } = parseArgs({
-      args: argv,
+      args: joinNegativeValues(argv),
       options: {
         model: { type: "string", short: "m" },
         prompt: { type: "string", short: "p" },
@@ -118,35 +194,30 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
     throw new TpError("E_ARG", "--json needs --prompt (the REPL prints text)");
   const sampling: SamplingParams = { ...DEFAULT_SAMPLING };
   sampling.temperature = num("--temp", s("temp"), (x) => x >= 0, "a number ≥ 0") ?? sampling.temperature;
-  sampling.topK = num("--top-k", s("top-k"), (x) => int(x) && x >= 0, "an integer ≥ 0") ?? sampling.topK;
+  sampling.topK = int("--top-k", s("top-k"), (x) => x >= 0, "an integer ≥ 0") ?? sampling.topK;
   sampling.topP = num("--top-p", s("top-p"), (x) => x > 0 && x <= 1, "a number in (0, 1]") ?? sampling.topP;
   sampling.minP = num("--min-p", s("min-p"), (x) => x >= 0 && x <= 1, "a number in [0, 1]") ?? sampling.minP;
   sampling.repeatPenalty =
     num("--repeat-penalty", s("repeat-penalty"), (x) => x > 0, "a number > 0") ?? sampling.repeatPenalty;
   sampling.repeatLastN =
-    num("--repeat-last-n", s("repeat-last-n"), (x) => int(x) && x >= -1, "an integer ≥ -1") ??
+    int("--repeat-last-n", s("repeat-last-n"), (x) => x >= -1, "an integer ≥ -1 (-1: all)") ??
     sampling.repeatLastN;
   const seedText = s("seed");
-  let seed: bigint | undefined;
-  if (seedText !== undefined) {
-    if (!/^-?\d{1,20}$/.test(seedText.trim()))
-      throw new TpError("E_ARG", `--seed must be an integer, got '${seedText}'`);
-    seed = BigInt.asUintN(64, BigInt(seedText.trim()));
-  }
+  const seed = seedText === undefined ? undefined : seedFlag(seedText);
   return {
     model: model ?? "",
     prompt,
     system: s("system"),
     raw: values.raw === true,
     think: values.think === true ? true : values["no-think"] === true ? false : undefined,
-    nPredict: num("-n", s("n-predict"), (x) => int(x) && x >= 1, "an integer ≥ 1") ?? 256,
+    nPredict: int("-n", s("n-predict"), (x) => x >= 1, "an integer ≥ 1") ?? 256,
     sampling,
     seed,
-    ctx: num("--ctx", s("ctx"), (x) => int(x) && x >= 2, "an integer ≥ 2"),
-    threads: num(
+    ctx: int("--ctx", s("ctx"), (x) => x >= MIN_CTX, ctxRange()),
+    threads: int(
       "--threads",
       s("threads"),
-      (x) => int(x) && x >= 0 && x <= 256,
+      (x) => x >= 0 && x <= 256,
       "an integer from 0 to 256 (0: all CPUs)",
     ),
     backend: s("backend") ?? "cpu",

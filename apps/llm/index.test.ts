@@ -6,8 +6,10 @@ import { describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { ggufKv, writeGguf } from "@tp/formats";
+import { type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
+import { TpError } from "@tp/tensor";
 import { tokenizerFromGguf } from "@tp/tokenizer";
+import { parseLlmArgs } from "./args.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
@@ -276,6 +278,163 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm REPL", () => {
       const [stderr, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
       expect(code).toBe(0);
       expect(stderr).toContain("stopped: interrupted");
+    },
+    T,
+  );
+});
+
+/** A copy of a GGUF with metadata replaced or added (same key) and tensors rewritten. */
+function rewriteGguf(
+  src: string,
+  dst: string,
+  kv: readonly GgufKvInput[],
+  tensor: (t: GgufTensorInput) => GgufTensorInput = (t) => t,
+): void {
+  const g = openGguf(src);
+  try {
+    const keep = [...g.metadata.entries.values()].filter((e) => !kv.some((k) => k.key === e.key));
+    const tensors = g.tensors.map((t) =>
+      tensor({ name: t.name, type: t.dtype, shape: t.shape, data: g.data(t.name) }),
+    );
+    writeGguf(dst, [...keep, ...kv], tensors);
+  } finally {
+    g.close();
+  }
+}
+
+describe("flags: decimal numbers, negative values, one range message per flag", () => {
+  const err = (argv: string[]): TpError => {
+    try {
+      parseLlmArgs(["-m", "x.gguf", ...argv]);
+    } catch (e) {
+      expect(e).toBeInstanceOf(TpError);
+      expect((e as TpError).code).toBe("E_ARG");
+      return e as TpError;
+    }
+    throw new Error(`expected ${argv.join(" ")} to be refused`);
+  };
+
+  test("a negative number is the flag's value (--repeat-last-n -1 = all), not 'ambiguous'", () => {
+    expect(parseLlmArgs(["-m", "x", "--repeat-last-n", "-1"]).sampling.repeatLastN).toBe(-1);
+    expect(parseLlmArgs(["-m", "x", "--repeat-last-n=-1"]).sampling.repeatLastN).toBe(-1);
+    expect(err(["-n", "-1"]).message).toBe("-n must be an integer ≥ 1, got '-1'");
+    expect(err(["--n-predict", "-3"]).message).toBe("-n must be an integer ≥ 1, got '-3'");
+    expect(err(["--temp", "-1"]).message).toBe("--temp must be a number ≥ 0, got '-1'");
+    expect(err(["--top-k", "-2"]).message).toContain("--top-k");
+    expect(err(["--repeat-last-n", "-2"]).message).toContain("≥ -1");
+    expect(err(["--seed", "-5"]).message).toBe(
+      "--seed must be an integer from 0 to 18446744073709551615, got '-5'",
+    );
+    // the text flags still refuse a missing value rather than eat the next flag
+    expect(err(["-p", "--json"]).message).toContain("--prompt");
+  });
+
+  test("--seed: 0 … 2^64 − 1, decimal; integers are decimal everywhere; --ctx has one range message", () => {
+    expect(parseLlmArgs(["-m", "x", "--seed", "18446744073709551615"]).seed).toBe(2n ** 64n - 1n);
+    expect(err(["--seed", "99999999999999999999"]).message).toContain("--seed");
+    expect(err(["--seed", "18446744073709551616"]).message).toContain("--seed");
+    expect(err(["--seed", "0x10"]).message).toContain("--seed");
+    expect(err(["-n", "0x10"]).message).toBe("-n must be an integer ≥ 1, got '0x10'");
+    expect(err(["-n", "1e3"]).message).toContain("-n");
+    expect(err(["--temp", "0x1"]).message).toContain("--temp");
+    expect(err(["--temp", "Infinity"]).message).toContain("--temp");
+    expect(parseLlmArgs(["-m", "x", "--temp", ".5"]).sampling.temperature).toBe(0.5);
+    expect(err(["--ctx", "1"]).message).toBe(
+      "--ctx must be an integer from 2 to the model's trained context, got '1'",
+    );
+  });
+});
+
+describe.skipIf(!HAVE_MODELS)("bun apps/llm: broken files fail at load, reruns reproduce", () => {
+  if (!HAVE_MODELS) test.skip(NO_MODELS, () => {});
+
+  const oneLine = (r: Run, code: number, start: string, ...has: string[]) => {
+    expect(r.stdout).toBe("");
+    const lines = r.stderr.trimEnd().split("\n");
+    expect(lines).toEqual([expect.stringContaining(start)]);
+    expect(lines[0]).toStartWith(start);
+    for (const h of has) expect(lines[0]).toContain(h);
+    expect(r.code).toBe(code);
+  };
+
+  test(
+    "a hostile chat template is E_FORMAT naming the file and tokenizer.chat_template, at once (-p and REPL)",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tp-llm-app-"));
+      try {
+        const file = join(dir, "loop.gguf");
+        rewriteGguf(STORIES, file, [
+          ggufKv("tokenizer.chat_template", "str", "{% for i in range(100000000) %}x{% endfor %}"),
+        ]);
+        const t0 = performance.now();
+        oneLine(await run(["-m", file, "-p", "hi"]), 1, "error E_FORMAT:", file, "tokenizer.chat_template");
+        // the REPL renders once before its banner
+        oneLine(await run(["-m", file], "hi\n"), 1, "error E_FORMAT:", file, "tokenizer.chat_template");
+        expect(performance.now() - t0).toBeLessThan(20_000);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    T,
+  );
+
+  test(
+    "NaN weights: --temp 0 and --temp 0.8 both stop with E_FORMAT 'non-finite logits' naming the file",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tp-llm-app-"));
+      try {
+        const file = join(dir, "nan.gguf");
+        rewriteGguf(STORIES, file, [], (t) =>
+          t.name === "output_norm.weight"
+            ? { ...t, data: new Uint8Array(new Float32Array(t.data.length / 4).fill(Number.NaN).buffer) }
+            : t,
+        );
+        for (const temp of ["0", "0.8"]) {
+          const r = await run(["-m", file, "-p", "Once", "--temp", temp, "-n", "4", "--json"]);
+          oneLine(r, 1, "error E_FORMAT:", "non-finite logits at position", file);
+        }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    T,
+  );
+
+  test(
+    "--json reports the base seed: --seed with it reproduces the ids; --ctx out of range and overflow messages",
+    async () => {
+      const s = ["-m", QWEN, "-p", "Hello", "-n", "12", "--threads", "1", "--temp", "1.5", "--top-k", "0"];
+      const a = await json(s); // seed from the clock
+      const b = await json([...s, "--seed", a.seed as string]);
+      expect(b.seed).toBe(a.seed as string);
+      expect(b.ids).toEqual(a.ids);
+      expect((await json([...s, "--seed", "42"])).seed).toBe("42");
+      // the model's trained context is 512: the same message shape as --ctx 1
+      const big = await run(["-m", STORIES, "-p", "x", "--ctx", "99999999"]);
+      oneLine(
+        big,
+        2,
+        "error E_ARG: --ctx must be an integer from 2 to 512 (the model's trained context), got '99999999'",
+      );
+      const over = await run(["-m", STORIES, "-p", "Once upon a time there was", "--ctx", "4"]);
+      oneLine(over, 2, "error E_ARG: context window full", "--ctx");
+      expect(over.stderr).not.toContain("/reset");
+      // a negative value reaches the run: --repeat-last-n -1 penalizes the whole context
+      const all = await json([
+        "-m",
+        STORIES,
+        "-p",
+        "Once",
+        "--temp",
+        "0",
+        "-n",
+        "4",
+        "--repeat-penalty",
+        "1.2",
+        "--repeat-last-n",
+        "-1",
+      ]);
+      expect((all.ids as number[]).length).toBe(4);
     },
     T,
   );

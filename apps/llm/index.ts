@@ -17,8 +17,8 @@ import {
   PLAIN_TEMPLATE,
   tokensPerSecond,
 } from "@tp/llm";
-import { formatErrorLine, loadBackend, runCli, TpError } from "@tp/tensor";
-import { type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
+import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
+import { ctxRange, type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
 
 /** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
 export function peakRssBytes(): number {
@@ -53,10 +53,26 @@ async function main(args: LlmArgs): Promise<number> {
     args.backend,
     args.threads === undefined ? {} : { threads: args.threads },
   );
-  const loaded = await loadModel(args.model, {
-    backend,
-    ...(args.ctx === undefined ? {} : { maxContext: args.ctx }),
-  });
+  let loaded: ReturnType<typeof loadModel>;
+  try {
+    loaded = loadModel(args.model, {
+      backend,
+      ...(args.ctx === undefined ? {} : { maxContext: args.ctx }),
+    });
+  } catch (e) {
+    // The library names its option (maxContext) and the model's ceiling; say it with the flag.
+    const ceiling = isTpError(e, "E_ARG") ? /from 1 to (\d+)/.exec(e.message)?.[1] : undefined;
+    if (
+      args.ctx !== undefined &&
+      ceiling !== undefined &&
+      e instanceof Error &&
+      e.message.startsWith("maxContext")
+    )
+      throw new TpError("E_ARG", `--ctx must be ${ctxRange(Number(ceiling))}, got '${args.ctx}'`, {
+        cause: e,
+      });
+    throw e;
+  }
   const { model, tokenizer } = loaded;
   const hasTemplate = tokenizer.chatTemplate !== undefined && tokenizer.chatTemplate.trim() !== "";
   const raw = args.raw || !hasTemplate;
@@ -117,7 +133,7 @@ async function main(args: LlmArgs): Promise<number> {
             prompt_seconds: r.promptSeconds,
             generation_seconds: r.genSeconds,
             stop_reason: r.stopReason,
-            seed: String(r.seed),
+            seed: String(session.seed), // the base seed: --seed with it reproduces this run
             peak_rss_bytes: peakRssBytes(),
             backend_peak_bytes: backend.memory.peak,
             ctx: model.maxContext,
@@ -129,6 +145,8 @@ async function main(args: LlmArgs): Promise<number> {
       }
       return 0;
     }
+    // Render the template once before the banner, so that a broken one fails now, not at the first line.
+    chat.promptIds("Hello");
     return await repl(chat, genOptions, banner(), (c) => {
       current = c;
     });
@@ -171,7 +189,9 @@ async function repl(
         console.error(summary(r, model.cached, model.maxContext, model.kvBytes));
       } catch (e) {
         if (!(e instanceof TpError) || e.code !== "E_ARG") throw e;
-        console.error(formatErrorLine(e)); // e.g. context window full: /reset and go on
+        // e.g. context window full: /reset and go on
+        const full = e.message.startsWith("context window full");
+        console.error(`${formatErrorLine(e)}${full ? "; /reset clears the conversation" : ""}`);
       } finally {
         setCurrent(null);
       }

@@ -62,6 +62,72 @@ describe("built-in templates", () => {
   });
 });
 
+describe("rendering is bounded: a hostile template is E_FORMAT naming the file and key, quickly", () => {
+  const msgs = [{ role: "user", content: "hi" }];
+  const cases: [string, string, string][] = [
+    [
+      "a loop of 10^8 (range charges its length up front)",
+      "{% for i in range(100000000) %}x{% endfor %}",
+      "steps",
+    ],
+    [
+      "nested loops past the step budget",
+      "{% for i in range(2000) %}{% for j in range(2000) %}x{% endfor %}{% endfor %}",
+      "steps",
+    ],
+    [
+      "a string doubled 40 times",
+      "{% set s = namespace(v='x') %}{% for i in range(40) %}{% set s.v = s.v ~ s.v %}{% endfor %}{{ s.v }}",
+      "characters",
+    ],
+    ["runaway macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "resources"],
+  ];
+  for (const [what, source, why] of cases) {
+    test(what, () => {
+      const t0 = performance.now();
+      const e = thrown(() => new ChatTemplate(source, { source: "bad.gguf" }).render(msgs));
+      expect(e.code).toBe("E_FORMAT");
+      expect(e.file).toBe("bad.gguf");
+      expect(e.message).toContain("tokenizer.chat_template");
+      expect(e.message).toContain(why);
+      expect(performance.now() - t0).toBeLessThan(10_000);
+    });
+  }
+
+  test("the key follows the source: tokenizer_config.json's chat_template, built-ins by name", () => {
+    const e = thrown(() =>
+      new ChatTemplate("{% for i in range(10**9) %}{% endfor %}", {
+        source: "m/tokenizer.json",
+        key: "tokenizer_config.json chat_template",
+      }).render(msgs),
+    );
+    expect(e.message).toContain("tokenizer_config.json chat_template");
+    expect(thrown(() => new ChatTemplate("{% if %}", { source: "x.gguf" })).message).toContain(
+      "tokenizer.chat_template",
+    );
+  });
+
+  test("what real templates use still works: range, loop, namespace, strftime_now, raise_exception", () => {
+    const t = new ChatTemplate(
+      "{%- set ns = namespace(n=0) -%}{%- for i in range(1, 7, 2) -%}{%- set ns.n = ns.n + i -%}{%- endfor -%}" +
+        "{{ ns.n }} {{ range(3) | join(',') }} {{ range(5, 0, -2) | list | length }} " +
+        "{{ strftime_now('%Y') | length }} {{ true and not false and none is none }}",
+    );
+    expect(t.render([])).toBe("9 0,1,2 3 4 true");
+    const e = thrown(() => new ChatTemplate("{{ raise_exception('no system role') }}").render([]));
+    expect(e.code).toBe("E_ARG");
+  });
+
+  test("a long conversation is far inside the budget", () => {
+    const t = new ChatTemplate(CHATML_TEMPLATE, { kind: "chatml" });
+    const long = Array.from({ length: 2000 }, (_, i) => ({
+      role: i % 2 ? "assistant" : "user",
+      content: "word ".repeat(200),
+    }));
+    expect(t.render(long).length).toBeGreaterThan(2000 * 1000);
+  });
+});
+
 describe.skipIf(!HAVE_MODELS)(
   `the templates inside the shared GGUFs${HAVE_MODELS ? "" : ` — ${NO_MODELS}`}`,
   () => {

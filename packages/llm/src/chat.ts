@@ -11,7 +11,7 @@
  * the vocabulary adds BOS itself, a trailing EOS text when it adds EOS) and `src/llama-chat.cpp`
  * (`LLM_CHAT_TEMPLATE_CHATML`).
  */
-import { Template } from "@huggingface/jinja";
+import { Environment, Interpreter, Template } from "@huggingface/jinja";
 import { TpError } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
 
@@ -83,6 +83,138 @@ export interface ChatTemplateOptions {
   eosToken?: string;
   /** File the template came from, for messages. */
   source?: string;
+  /**
+   * Where in that file the template sits, for messages (GGUF `tokenizer.chat_template`,
+   * `tokenizer_config.json` `chat_template`). Default: `tokenizer.chat_template` for a template of
+   * kind `"model"`, else the built-in template's name.
+   */
+  key?: string;
+  /** Most evaluation steps of one render (default {@link TEMPLATE_STEP_BUDGET}). */
+  stepBudget?: number;
+}
+
+/**
+ * Evaluation steps (Jinja expressions and statements, plus one per `range()` element) a render may take
+ * on top of 2,000 per message (Qwen3's and Gemma 3's take about 60 per message, 300 for a one-message render; a step costs about 1 µs). Past it a render stops
+ * with E_FORMAT instead of running (`{% for i in range(100000000) %}`) until the process dies.
+ */
+export const TEMPLATE_STEP_BUDGET = 1_000_000;
+
+/**
+ * Characters that the strings a render computes may add up to, on top of 64 per character of the
+ * messages (each string value an expression produces is counted, so output built by doubling or by
+ * loops is bounded before it is assembled). Past it a render stops with E_FORMAT.
+ */
+export const TEMPLATE_CHAR_BUDGET = 1 << 26;
+
+/** A render went past its step or character budget. */
+class TemplateBudgetError extends Error {}
+
+type EvalArgs = Parameters<Interpreter["evaluate"]>;
+type EvalResult = ReturnType<Interpreter["evaluate"]>;
+
+/** The interpreter of @huggingface/jinja with a step and a character budget (see TEMPLATE_STEP_BUDGET). */
+class BoundedInterpreter extends Interpreter {
+  steps = 0;
+  chars = 0;
+  readonly maxSteps: number;
+  readonly maxChars: number;
+  constructor(env: Environment, maxSteps: number, maxChars: number) {
+    super(env);
+    this.maxSteps = maxSteps;
+    this.maxChars = maxChars;
+  }
+  /** Count `n` steps. @throws TemplateBudgetError past the budget */
+  charge(n: number): void {
+    this.steps += n;
+    if (this.steps > this.maxSteps)
+      throw new TemplateBudgetError(`it takes more than ${this.maxSteps} evaluation steps`);
+  }
+  override evaluate(statement: EvalArgs[0], environment: EvalArgs[1]): EvalResult {
+    this.charge(1);
+    const v = super.evaluate(statement, environment);
+    if (typeof v.value === "string") {
+      this.chars += v.value.length;
+      if (this.chars > this.maxChars)
+        throw new TemplateBudgetError(`its strings add up to more than ${this.maxChars} characters`);
+    }
+    return v;
+  }
+}
+
+/** strftime for `strftime_now` (the directives chat templates use: %Y %y %m %d %e %b %B %a %A %H %I %M %S %p %j %%). */
+function strftime(date: Date, format: string): string {
+  const pad = (n: number, w = 2) => String(n).padStart(w, "0");
+  const name = (o: Intl.DateTimeFormatOptions) => new Intl.DateTimeFormat("en-US", o).format(date);
+  const start = new Date(date.getFullYear(), 0, 1);
+  const day = Math.floor((date.getTime() - start.getTime()) / 86_400_000) + 1;
+  return format.replace(/%[YymdebBaAHIMSpj%]/g, (t) => {
+    switch (t) {
+      case "%Y":
+        return String(date.getFullYear());
+      case "%y":
+        return pad(date.getFullYear() % 100);
+      case "%m":
+        return pad(date.getMonth() + 1);
+      case "%d":
+        return pad(date.getDate());
+      case "%e":
+        return String(date.getDate()).padStart(2, " ");
+      case "%b":
+        return name({ month: "short" });
+      case "%B":
+        return name({ month: "long" });
+      case "%a":
+        return name({ weekday: "short" });
+      case "%A":
+        return name({ weekday: "long" });
+      case "%H":
+        return pad(date.getHours());
+      case "%I":
+        return pad(((date.getHours() + 11) % 12) + 1);
+      case "%M":
+        return pad(date.getMinutes());
+      case "%S":
+        return pad(date.getSeconds());
+      case "%p":
+        return date.getHours() < 12 ? "AM" : "PM";
+      case "%j":
+        return pad(day, 3);
+      default:
+        return "%";
+    }
+  });
+}
+
+/**
+ * The global variables of a render, as @huggingface/jinja's `Template.render` sets them, with `range`
+ * charging one step per element before building the list (so `range(10**8)` fails at once).
+ */
+function renderEnvironment(interp: () => BoundedInterpreter): Environment {
+  const env = new Environment();
+  for (const [k, v] of [
+    ["false", false],
+    ["true", true],
+    ["none", null],
+    ["False", false],
+    ["True", true],
+    ["None", null],
+  ] as const)
+    env.set(k, v);
+  env.set("raise_exception", (message: unknown) => {
+    throw new Error(String(message));
+  });
+  env.set("strftime_now", (format: unknown) => strftime(new Date(), String(format)));
+  env.set("range", (start: unknown, stop?: unknown, step: unknown = 1) => {
+    const [a, b] = stop === undefined ? [0, start] : [start, stop];
+    if (typeof a !== "number" || typeof b !== "number" || typeof step !== "number")
+      throw new Error("range() arguments must be numbers");
+    if (step === 0) throw new Error("range() step must not be zero");
+    const n = Math.max(0, Math.ceil((b - a) / step));
+    interp().charge(n);
+    return Array.from({ length: n }, (_, i) => a + i * step);
+  });
+  return env;
 }
 
 /** The text of a message's content: a string, or its text parts concatenated. */
@@ -102,6 +234,8 @@ export class ChatTemplate {
   readonly eosToken: string;
   readonly #template: Template;
   readonly #where: string;
+  readonly #key: string;
+  readonly #stepBudget: number;
 
   /**
    * Compile `source`.
@@ -113,10 +247,14 @@ export class ChatTemplate {
     this.bosToken = options.bosToken ?? "";
     this.eosToken = options.eosToken ?? "";
     this.#where = options.source ?? "";
+    this.#key =
+      options.key ??
+      (this.kind === "model" ? "tokenizer.chat_template" : `the built-in ${this.kind} template`);
+    this.#stepBudget = options.stepBudget ?? TEMPLATE_STEP_BUDGET;
     try {
       this.#template = new Template(source);
     } catch (e) {
-      throw new TpError("E_FORMAT", `the chat template does not parse: ${(e as Error).message}`, {
+      throw new TpError("E_FORMAT", `${this.#key} does not parse: ${(e as Error).message}`, {
         ...(options.source ? { file: options.source } : {}),
         cause: e,
       });
@@ -127,8 +265,12 @@ export class ChatTemplate {
    * Render a conversation to the prompt text, with the variables Hugging Face and llama.cpp pass:
    * `messages`, `add_generation_prompt`, `bos_token`, `eos_token`, `enable_thinking` (when given),
    * `tools` (when given), and the `raise_exception` / `strftime_now` helpers.
+   * Rendering is bounded: more than {@link TEMPLATE_STEP_BUDGET} (+ 2,000 per message) evaluation
+   * steps, strings adding up to more than {@link TEMPLATE_CHAR_BUDGET} (+ 64 per message character),
+   * runaway recursion or running out of memory stop it.
    * @throws TpError E_ARG when the template rejects the conversation (e.g. Gemma's "roles must
-   *   alternate") or fails while rendering; the message quotes the template's own
+   *   alternate") or fails while rendering; the message quotes the template's own. E_FORMAT naming the
+   *   file and the template's key (`tokenizer.chat_template`) when it goes past the bounds
    */
   render(messages: readonly ChatMessage[], options: ChatRenderOptions = {}): string {
     const msgs =
@@ -142,11 +284,31 @@ export class ChatTemplate {
     };
     if (options.enableThinking !== undefined) vars.enable_thinking = options.enableThinking;
     if (options.tools !== undefined) vars.tools = options.tools;
+    let inputChars = 0;
+    for (const m of msgs) inputChars += contentText(m.content).length + (m.reasoning_content?.length ?? 0);
+    let interpreter: BoundedInterpreter | undefined;
+    const env = renderEnvironment(() => interpreter as BoundedInterpreter);
+    for (const [k, v] of Object.entries(vars)) env.set(k, v);
+    interpreter = new BoundedInterpreter(
+      env,
+      this.#stepBudget + 2000 * msgs.length,
+      TEMPLATE_CHAR_BUDGET + 64 * inputChars,
+    );
+    const where = this.#where ? { file: this.#where } : {};
     try {
-      return this.#template.render(vars);
+      const out = interpreter.run(this.#template.parsed).value;
+      return typeof out === "string" ? out : String(out);
     } catch (e) {
+      // Out of the budget, of memory (RangeError: string too long, out of memory) or of stack (runaway
+      // macro recursion): the template is at fault, whatever the conversation.
+      if (e instanceof TemplateBudgetError || e instanceof RangeError)
+        throw new TpError(
+          "E_FORMAT",
+          `${this.#key} cannot be rendered: ${e instanceof TemplateBudgetError ? e.message : `it ran out of resources (${e.message})`}; the template is broken`,
+          { ...where, cause: e },
+        );
       throw new TpError("E_ARG", `the chat template refused the conversation: ${(e as Error).message}`, {
-        ...(this.#where ? { file: this.#where } : {}),
+        ...where,
         cause: e,
       });
     }
@@ -179,7 +341,16 @@ export function chatTemplateFor(tokenizer: Tokenizer, options: ChatTemplateForOp
   };
   const own = options.template ?? tokenizer.chatTemplate;
   if (own !== undefined && own.trim() !== "")
-    return new ChatTemplate(own, { ...tokenOptions, kind: "model" });
+    return new ChatTemplate(own, {
+      ...tokenOptions,
+      kind: "model",
+      key:
+        options.template !== undefined
+          ? "the chat template given"
+          : tokenizer.source.endsWith(".json")
+            ? "tokenizer_config.json chat_template"
+            : "tokenizer.chat_template",
+    });
   let kind = options.fallback ?? "auto";
   if (kind === "auto") {
     const chatml =

@@ -95,8 +95,31 @@ export function checkPromptFits(model: Pick<CausalLM, "maxContext" | "config">, 
       "E_ARG",
       `context window full: the prompt has ${promptTokens} tokens and the context window holds ` +
         `${model.maxContext}; raise --ctx (up to the model's ${model.config.max_position_embeddings}) ` +
-        "or shorten the prompt (/reset in the REPL)",
+        "or shorten the prompt",
     );
+}
+
+/**
+ * The error for a logits row that holds NaN or +∞, or nothing above −∞: the weights (or the
+ * computation) are broken, and neither greedy nor sampling can pick a token.
+ */
+function nonFiniteLogits(model: CausalLM, position: number, value: number): TpError {
+  return new TpError(
+    "E_FORMAT",
+    `the model produced non-finite logits at position ${position} (${value}); its weights may hold NaN or infinite values`,
+    model.file === undefined ? {} : { file: model.file },
+  );
+}
+
+/** True when a logits row has a NaN or +∞, or no value above −∞. */
+function rowIsBroken(row: ArrayLike<number>): boolean {
+  let any = false;
+  for (let i = 0; i < row.length; i++) {
+    const v = row[i] as number;
+    if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) return true;
+    if (v !== Number.NEGATIVE_INFINITY) any = true;
+  }
+  return !any;
 }
 
 /** Length of the longest common prefix of `a` and `b`. */
@@ -193,7 +216,8 @@ export class GenerationSession {
    * @param promptIds the whole prompt (BOS included where the model needs it), ids in [0, vocab)
    * @returns see {@link GenerateResult}
    * @throws TpError E_ARG for an empty prompt, ids outside the vocabulary, maxNewTokens < 1, or a prompt
-   *   that fills the context window ("context window full", naming --ctx); E_STATE for a concurrent call
+   *   that fills the context window ("context window full", naming --ctx); E_STATE for a concurrent call;
+   *   E_FORMAT naming the model file when the model produces NaN or infinite logits
    */
   async generate(promptIds: ArrayLike<number>, options: GenerateOptions = {}): Promise<GenerateResult> {
     if (this.#busy) throw new TpError("E_STATE", "GenerationSession.generate is already running");
@@ -319,6 +343,8 @@ export class GenerationSession {
    * Run `ids` through the model; when `wantLogits`, read the last row's f32 logits, or only their
    * argmax (an id) with `read.argmax`, or only its `read.k` largest logits with `read.sampler` when
    * they suffice for that sampler (else the row). Frees what the model returned.
+   * @throws TpError E_FORMAT naming the model file when the row holds NaN or +∞ or nothing above −∞
+   *   (checked on what is read: the argmax's own value, the largest candidate, or the whole row)
    */
   async #step(
     ids: number[],
@@ -327,8 +353,10 @@ export class GenerationSession {
   ): Promise<Float32Array | Candidates | number | null> {
     const backend = this.model.backend;
     const vocab = this.model.config.vocab_size;
-    const t = this.model.step(ids);
+    const model = this.model;
+    const t = model.step(ids);
     this.#ids.push(...ids);
+    const position = model.cached - 1; // of the row read
     try {
       if (!wantLogits) return null;
       if (read.sampler !== undefined && read.k !== undefined) {
@@ -339,6 +367,9 @@ export class GenerationSession {
             values: v.subarray(v.length - read.k),
             ids: i.subarray(i.length - read.k),
           } as Candidates;
+          // Descending, NaN first: the largest candidate tells whether the row is broken.
+          const first = c.values[0] as number;
+          if (!Number.isFinite(first)) throw nonFiniteLogits(model, position, first);
           if (read.sampler.candidatesSuffice(c.values, c.ids)) return c;
         } finally {
           backend.free(top.values);
@@ -347,17 +378,31 @@ export class GenerationSession {
       }
       if (read.argmax) {
         const best = backend.argmax(t);
+        let id: number;
         try {
           const data = await backend.read(best);
-          return Number(data[data.length - 1]);
+          id = Number(data[data.length - 1]);
         } finally {
           backend.free(best);
         }
+        // One more value crosses: the winner's own logit (NaN wins an argmax; all −∞ has no winner).
+        const rowStart = t.rank === 2 ? (t.shape[0] as number) - 1 : 0;
+        const value = (
+          await backend.read(t.slice(0, rowStart, rowStart + 1).slice(1, id, id + 1))
+        )[0] as number;
+        if (!Number.isFinite(value)) throw nonFiniteLogits(model, position, value);
+        return id;
       }
       const data = await backend.read(t);
       if (!(data instanceof Float32Array))
         throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
-      return data.length === vocab ? data : data.subarray(data.length - vocab);
+      const row = data.length === vocab ? data : data.subarray(data.length - vocab);
+      if (rowIsBroken(row)) {
+        let bad = Number.NEGATIVE_INFINITY;
+        for (const v of row) if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) bad = v;
+        throw nonFiniteLogits(model, position, bad);
+      }
+      return row;
     } finally {
       backend.free(t);
     }

@@ -20,7 +20,7 @@ import type { Architecture, CheckpointReader, DecoderOptions } from "./models/de
 import { architectureFor } from "./models/registry.ts";
 
 /** Options of {@link loadModel} and {@link loadCausalLM}. */
-export interface LoadModelOptions extends Omit<DecoderOptions, "onDispose"> {
+export interface LoadModelOptions extends Omit<DecoderOptions, "onDispose" | "file"> {
   /** The backend the model runs on (its matmul must take the file's weight formats). */
   readonly backend: Backend;
 }
@@ -84,24 +84,42 @@ function weightsInDir(dir: string): string {
   throw new TpError(
     "E_FORMAT",
     files.length === 0
-      ? "no .gguf or .safetensors weights in this directory"
+      ? `${NOT_A_MODEL}: no .gguf or .safetensors weights in this directory`
       : `several weight files and no model.safetensors.index.json: ${files.join(", ")}; name one of them`,
     { file: dir },
   );
 }
 
-function isGgufFile(path: string): boolean {
-  if (path.endsWith(".gguf")) return true;
+/** The first `n` bytes of a regular file (fewer when it is shorter). */
+function head(path: string, n: number): Uint8Array {
   let fd: number | undefined;
   try {
     fd = openSync(path, "r");
-    const head = new Uint8Array(4);
-    return readSync(fd, head, 0, 4, 0) === 4 && new TextDecoder().decode(head) === "GGUF";
-  } catch {
-    return false;
+    const buf = new Uint8Array(n);
+    return buf.subarray(0, readSync(fd, buf, 0, n, 0));
+  } catch (e) {
+    throw new TpError("E_IO", `cannot read: ${(e as Error).message}`, { file: path, cause: e });
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
+}
+
+const NOT_A_MODEL = "not a GGUF or safetensors file (or a directory holding one)";
+
+/**
+ * What a regular file holds, by its name (`.gguf`, `.safetensors`, `.safetensors.index.json`) or else
+ * its first bytes: the GGUF magic, or a safetensors header (u64 length, then a JSON object).
+ */
+function fileKind(path: string): "gguf" | "safetensors" | undefined {
+  if (path.endsWith(".gguf")) return "gguf";
+  if (path.endsWith(".safetensors") || path.endsWith(".safetensors.index.json")) return "safetensors";
+  const h = head(path, 9);
+  if (h.length >= 4 && new TextDecoder().decode(h.subarray(0, 4)) === "GGUF") return "gguf";
+  if (h.length === 9 && h[8] === 0x7b) {
+    const n = new DataView(h.buffer, h.byteOffset, 8).getBigUint64(0, true);
+    if (n >= 2n && n <= BigInt(statSync(path).size - 8)) return "safetensors";
+  }
+  return undefined;
 }
 
 function openGgufModel(path: string): Opened {
@@ -171,14 +189,30 @@ function openSafetensorsModel(path: string): Opened {
 }
 
 function openModel(path: string): Opened {
+  if (typeof path !== "string" || path === "")
+    throw new TpError("E_ARG", `the model path must be a non-empty string, got ${JSON.stringify(path)}`);
   if (!existsSync(path)) throw new TpError("E_IO", "no such file or directory", { file: path });
-  const isDir = statSync(path).isDirectory();
-  if (isDir) {
+  const st = statSync(path);
+  if (st.isDirectory()) {
     const ggufs = readdirSync(path).filter((f) => f.endsWith(".gguf"));
     if (ggufs.length === 1) return openGgufModel(join(path, ggufs[0] as string));
+    if (ggufs.length > 1) {
+      const weights = readdirSync(path).filter(
+        (f) => f.endsWith(".safetensors") || f.endsWith(".safetensors.index.json"),
+      );
+      if (weights.length === 0)
+        throw new TpError(
+          "E_FORMAT",
+          `several .gguf files in this directory: ${ggufs.sort().join(", ")}; name one of them`,
+          { file: path },
+        );
+    }
     return openSafetensorsModel(path);
   }
-  return isGgufFile(path) ? openGgufModel(path) : openSafetensorsModel(path);
+  // Devices and pipes are not opened (a FIFO would block until someone writes to it).
+  const kind = st.isFile() ? fileKind(path) : undefined;
+  if (kind === undefined) throw new TpError("E_FORMAT", NOT_A_MODEL, { file: path });
+  return kind === "gguf" ? openGgufModel(path) : openSafetensorsModel(path);
 }
 
 /**
@@ -186,9 +220,11 @@ function openModel(path: string): Opened {
  * (a safetensors checkpoint needs no tokenizer.json here).
  * @param path a `.gguf` (the first shard of a split model), a `.safetensors` / `.index.json` file, or a
  *   directory holding one of them with config.json
- * @throws TpError E_IO (missing file, config.json); E_UNSUPPORTED for an unknown architecture (listing
- *   the known ones) or a feature not implemented (RoPE scaling, biases); E_FORMAT naming file and tensor
- *   for a missing or mis-shaped tensor or metadata key; E_ARG for a bad maxContext
+ * @throws TpError E_IO (missing file, config.json); E_FORMAT naming the path for something that is not
+ *   a GGUF or safetensors file (or a directory holding one); E_UNSUPPORTED for an unknown architecture
+ *   (listing the known ones), a feature not implemented (RoPE scaling, biases) or a weight format the
+ *   backend cannot run; E_FORMAT naming file and tensor or key for a missing or mis-shaped tensor, a
+ *   missing or out-of-range metadata key; E_ARG for a bad maxContext (naming `maxContext`)
  */
 export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCausalLM {
   const o = openModel(path);
@@ -197,6 +233,7 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
     const model = o.arch.create(options.backend, o.config, o.reader, {
       ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
       ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
+      file: o.path,
       onDispose: () => source.close(),
     });
     return { model, config: o.config, format: o.format, path: o.path };
@@ -214,16 +251,39 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
  * const { model, tokenizer } = loadModel("Qwen3-0.6B-Q8_0.gguf", { backend, maxContext: 4096 });
  * const logits = model.step(tokenizer.encode("Once upon a time", { addSpecial: true })); // [1, vocab]
  * @throws TpError as {@link loadCausalLM}; E_IO when a safetensors checkpoint has no tokenizer.json;
- *   the tokenizer loaders' errors
+ *   the tokenizer loaders' errors; E_FORMAT naming the file and both sizes when the tokenizer does not
+ *   fit the token embedding (a GGUF's must have one token per row, a tokenizer.json at most one)
  */
 export function loadModel(path: string, options: LoadModelOptions): LoadedModel {
   const loaded = loadCausalLM(path, options);
   try {
     const tokenizer =
       loaded.format === "gguf" ? tokenizerFromGguf(loaded.path) : loadHfTokenizer(dirname(loaded.path));
+    checkVocabularies(tokenizer, loaded);
     return { ...loaded, tokenizer };
   } catch (e) {
     loaded.model.dispose();
     throw e;
   }
+}
+
+/**
+ * The tokenizer must fit the embedding, as llama.cpp and transformers require: a GGUF's
+ * `tokenizer.ggml.tokens` has exactly one entry per token-embedding row (llama.cpp creates
+ * `token_embd` as [n_embd, n_vocab] with n_vocab the tokenizer's size and rejects any other shape);
+ * a tokenizer.json may have fewer tokens than the rows (Qwen3: 151,669 tokens, 151,936 rows padded for
+ * speed) but none at or past them.
+ * @throws TpError E_FORMAT naming the file and both sizes
+ */
+function checkVocabularies(tokenizer: Tokenizer, loaded: LoadedCausalLM): void {
+  const rows = loaded.config.vocab_size;
+  const n = tokenizer.vocabSize;
+  if (loaded.format === "gguf" ? n === rows : n <= rows) return;
+  throw new TpError(
+    "E_FORMAT",
+    loaded.format === "gguf"
+      ? `the tokenizer has ${n} tokens (tokenizer.ggml.tokens) but the token embedding has ${rows} rows; they must be equal`
+      : `the tokenizer has ${n} tokens but the model's token embedding has only ${rows} rows (config vocab_size); ids ${rows} … ${n - 1} would have no embedding`,
+    { file: tokenizer.source },
+  );
 }

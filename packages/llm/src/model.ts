@@ -50,6 +50,8 @@ export interface StepOptions {
 export interface CausalLM {
   readonly config: LlmConfig;
   readonly backend: Backend;
+  /** The checkpoint file the weights came from, when known (for messages). */
+  readonly file?: string | undefined;
   /** Tokens whose keys and values are in the cache (the next position). */
   readonly cached: number;
   /** The most tokens the cache may ever hold (the context length asked for, ≤ max_position_embeddings). */
@@ -62,8 +64,9 @@ export interface CausalLM {
    * Run the model on `ids` (prefill when several, decode when one), append their keys and values to the
    * cache (growing it as needed up to maxContext) and return f32 logits [1, vocab_size] of the last
    * row, or [n, vocab_size] with `allLogits`. The caller owns (and frees) the returned tensor.
-   * @throws TpError E_ARG for an empty list or an id outside [0, vocab_size); E_ARG also when cached + n
-   *   would exceed maxContext ("context window full", naming --ctx; nothing is written)
+   * @throws TpError E_ARG for ids that are not an array, an empty list or an id outside
+   *   [0, vocab_size); E_ARG also when cached + n would exceed maxContext ("context window full",
+   *   naming --ctx; nothing is written)
    */
   step(ids: Int32Array | readonly number[], options?: StepOptions): Tensor;
   /** Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. */

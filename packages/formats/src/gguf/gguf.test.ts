@@ -423,6 +423,12 @@ describe("hostile headers: each is E_FORMAT naming the file, the key or tensor, 
   const infoAt = (b: Uint8Array) => Buffer.from(b).indexOf("w", 100);
   const cases: [string, () => Uint8Array, string, string | undefined][] = [
     ["truncated file", () => base().subarray(0, 60), "remain", undefined],
+    [
+      "cut after tensor_count (16 bytes): the room left is 0, never negative",
+      () => base().subarray(0, 16),
+      "tensor_count is 1, more than the 0 the rest of the file can hold",
+      undefined,
+    ],
     ["wrong magic", () => patch((b) => b.set([0x47, 0x47, 0x4d, 0x4c], 0)), "magic", undefined],
     ["version 4", () => patch((_, dv) => dv.setUint32(4, 4, true)), "version 4", undefined],
     [

@@ -95,7 +95,7 @@ interface Ctx {
 
 function readString(ctx: Ctx, what: string, tensor?: string): string {
   const at = ctx.c.pos;
-  const n = ctx.c.count(`length of ${what}`, ctx.c.remaining - 8, tensor);
+  const n = ctx.c.count(`length of ${what}`, Math.max(0, ctx.c.remaining - 8), tensor);
   const bytes = ctx.c.bytes(n, what, tensor);
   return decodeUtf8(bytes, what, {
     file: ctx.file,
@@ -170,7 +170,7 @@ function readArray(ctx: Ctx, key: string, depth: number): GgufArray {
   const size = GGUF_TYPE_SIZE[type] as number;
   // Each element takes at least 1 byte (fixed types), 8 (strings: the length) or 12 (arrays).
   const minElem = type === GGUF_TYPE.STRING ? 8 : type === GGUF_TYPE.ARRAY ? 12 : size;
-  const n = c.count(`element count of array '${key}'`, Math.floor((c.remaining - 8) / minElem));
+  const n = c.count(`element count of array '${key}'`, Math.max(0, Math.floor((c.remaining - 8) / minElem)));
   const spanStart = c.pos;
   if (type === GGUF_TYPE.ARRAY) {
     const elems: GgufArray[] = [];
@@ -222,8 +222,9 @@ export function parseGgufHeader(c: HeaderCursor): GgufHeader {
     throw formatError(why, { file, offset: 4 });
   }
   // Each tensor info takes at least 24 bytes (name length, n_dims, type, offset); each KV at least 13.
-  const nTensors = c.count("tensor_count", Math.floor((c.remaining - 16) / 24));
-  const nKv = c.count("metadata_kv_count", Math.floor(c.remaining / 13));
+  // (At least 0: a file cut inside the counts leaves "room" for a negative number of them.)
+  const nTensors = c.count("tensor_count", Math.max(0, Math.floor((c.remaining - 16) / 24)));
+  const nKv = c.count("metadata_kv_count", Math.max(0, Math.floor(c.remaining / 13)));
 
   const metadata = new Map<string, GgufKv>();
   for (let i = 0; i < nKv; i++) {

@@ -111,9 +111,23 @@ export interface ConfigRules {
 }
 
 function need(v: number | undefined, key: string, file: string): number {
-  if (v === undefined || !Number.isFinite(v)) {
-    throw new TpError("E_FORMAT", `missing metadata key '${key}'`, { file });
-  }
+  if (v === undefined) throw new TpError("E_FORMAT", `missing metadata key '${key}'`, { file });
+  if (!Number.isFinite(v))
+    throw new TpError("E_FORMAT", `'${key}' must be a finite number, got ${v}`, { file });
+  return v;
+}
+
+/** An RMSNorm epsilon: finite and ≥ 0 (the norm divides by √(mean(x²) + ε)). */
+function epsilon(v: number, key: string, file: string): number {
+  if (!Number.isFinite(v) || v < 0)
+    throw new TpError("E_FORMAT", `'${key}' must be a finite number ≥ 0, got ${v}`, { file });
+  return v;
+}
+
+/** A RoPE base frequency: finite and > 0 (angles are position · θ^(−2i/d)). */
+function ropeBase(v: number, key: string, file: string): number {
+  if (!Number.isFinite(v) || v <= 0)
+    throw new TpError("E_FORMAT", `'${key}' must be a finite number > 0, got ${v}`, { file });
   return v;
 }
 
@@ -144,11 +158,6 @@ function checkHeads(c: LlmConfig, file: string): LlmConfig {
       `${c.num_attention_heads} attention heads are not a multiple of ${c.num_key_value_heads} KV heads`,
       { file },
     );
-  }
-  if (c.rotary_dim % 2 !== 0 || c.rotary_dim > c.head_dim) {
-    throw new TpError("E_FORMAT", `rotary dims ${c.rotary_dim} must be even and ≤ head_dim ${c.head_dim}`, {
-      file,
-    });
   }
   return c;
 }
@@ -183,6 +192,27 @@ export function ggufDecoderConfig(meta: GgufMetadata, r: CheckpointReader, rules
       { file },
     );
   }
+  positive(headDim, "head_dim", file);
+  const ropeDimKey = `${a}.rope.dimension_count`;
+  const rotary = int("rope.dimension_count") ?? headDim;
+  if (!Number.isSafeInteger(rotary) || rotary < 2 || rotary % 2 !== 0 || rotary > headDim) {
+    throw new TpError(
+      "E_FORMAT",
+      `'${ropeDimKey}' must be an even integer from 2 to head_dim ${headDim}, got ${rotary}`,
+      { file },
+    );
+  }
+  const rows = embeddingRows(r, hidden);
+  const vocabKey = `${a}.vocab_size`;
+  const vocabMeta = int("vocab_size");
+  if (vocabMeta !== undefined && vocabMeta !== rows) {
+    throw new TpError("E_FORMAT", `'${vocabKey}' is ${vocabMeta} but the token embedding has ${rows} rows`, {
+      file,
+      tensor: r.name("model.embed_tokens.weight"),
+    });
+  }
+  const epsKey = `${a}.attention.layer_norm_rms_epsilon`;
+  const thetaKey = `${a}.rope.freq_base`;
   const scaling = meta.getString(`${a}.rope.scaling.type`);
   if ((scaling !== undefined && scaling !== "none") || r.source.has("rope_freqs.weight")) {
     throw new TpError(
@@ -194,7 +224,7 @@ export function ggufDecoderConfig(meta: GgufMetadata, r: CheckpointReader, rules
   return checkHeads(
     {
       architecture: a,
-      vocab_size: embeddingRows(r, hidden),
+      vocab_size: rows,
       hidden_size: hidden,
       num_hidden_layers: positive(need(int("block_count"), `${a}.block_count`, file), "block_count", file),
       num_attention_heads: heads,
@@ -205,14 +235,10 @@ export function ggufDecoderConfig(meta: GgufMetadata, r: CheckpointReader, rules
         "feed_forward_length",
         file,
       ),
-      rms_norm_eps: need(
-        meta.getFloat(`${a}.attention.layer_norm_rms_epsilon`),
-        `${a}.attention.layer_norm_rms_epsilon`,
-        file,
-      ),
-      rope_theta: meta.getFloat(`${a}.rope.freq_base`) ?? 10000,
+      rms_norm_eps: epsilon(need(meta.getFloat(epsKey), epsKey, file), epsKey, file),
+      rope_theta: ropeBase(meta.getFloat(thetaKey) ?? 10000, thetaKey, file),
       rope_mode: rules.rope_mode,
-      rotary_dim: int("rope.dimension_count") ?? headDim,
+      rotary_dim: rotary,
       max_position_embeddings: positive(
         need(int("context_length"), `${a}.context_length`, file),
         "context_length",
@@ -252,9 +278,33 @@ export function hfDecoderConfig(
   file: string,
 ): LlmConfig {
   const req = (k: string) => positive(need(num(json, k, file), `config.json ${k}`, file), k, file);
+  if (json.rms_norm_eps === null)
+    throw new TpError("E_FORMAT", "config.json 'rms_norm_eps' must be a finite number ≥ 0, got null", {
+      file,
+    });
+  const rows = (hidden: number) => {
+    const n = embeddingRows(r, hidden);
+    const declared = num(json, "vocab_size", file);
+    if (declared !== undefined && declared !== n) {
+      throw new TpError(
+        "E_FORMAT",
+        `config.json 'vocab_size' is ${declared} but the token embedding ${r.name("model.embed_tokens.weight")} has ${n} rows`,
+        { file },
+      );
+    }
+    return n;
+  };
   const hidden = req("hidden_size");
   const heads = req("num_attention_heads");
   const headDim = positive(num(json, "head_dim", file) ?? hidden / heads, "head_dim", file);
+  if (headDim % 2 !== 0)
+    throw new TpError(
+      "E_FORMAT",
+      `config.json 'head_dim' must be even (RoPE rotates pairs), got ${headDim}`,
+      {
+        file,
+      },
+    );
   const scaling = json.rope_scaling;
   if (scaling !== undefined && scaling !== null) {
     throw new TpError(
@@ -285,7 +335,7 @@ export function hfDecoderConfig(
   return checkHeads(
     {
       architecture: rules.architecture,
-      vocab_size: embeddingRows(r, hidden),
+      vocab_size: rows(hidden),
       hidden_size: hidden,
       num_hidden_layers: req("num_hidden_layers"),
       num_attention_heads: heads,
@@ -296,8 +346,12 @@ export function hfDecoderConfig(
       ),
       head_dim: headDim,
       intermediate_size: req("intermediate_size"),
-      rms_norm_eps: need(num(json, "rms_norm_eps", file), "config.json rms_norm_eps", file),
-      rope_theta: num(json, "rope_theta", file) ?? 10000,
+      rms_norm_eps: epsilon(
+        need(num(json, "rms_norm_eps", file), "config.json rms_norm_eps", file),
+        "config.json rms_norm_eps",
+        file,
+      ),
+      rope_theta: ropeBase(num(json, "rope_theta", file) ?? 10000, "config.json rope_theta", file),
       rope_mode: rules.rope_mode,
       rotary_dim: headDim,
       max_position_embeddings: req("max_position_embeddings"),
@@ -368,6 +422,21 @@ export function readDecoderWeights(
     uploaded.push(t);
     return t;
   };
+  /** A weight the backend must run `op` on, checked now rather than at the first forward. */
+  const weight = (hf: string, shape: readonly [number, number], ops: readonly ("matmul" | "embedding")[]) => {
+    const w = readWeight(r, hf, shape);
+    for (const op of ops) {
+      if (!backend.supports(op, [w.format])) {
+        throw new TpError(
+          "E_UNSUPPORTED",
+          `backend ${backend.name} cannot run ${op} on ${w.format} weights; formats it has: ${backend.capabilities().weightFormats.join(", ")}`,
+          { file: r.source.path, tensor: r.name(hf) },
+        );
+      }
+    }
+    return w;
+  };
+  const mm = (hf: string, shape: readonly [number, number]) => weight(hf, shape, ["matmul"]);
   try {
     const layers: DecoderLayerWeights[] = [];
     for (let i = 0; i < config.num_hidden_layers; i++) {
@@ -386,24 +455,29 @@ export function readDecoderWeights(
       }
       layers.push({
         input_layernorm: vec(`${p}input_layernorm.weight`, H),
-        q_proj: readWeight(r, `${p}self_attn.q_proj.weight`, [qRows, H]),
-        k_proj: readWeight(r, `${p}self_attn.k_proj.weight`, [kvRows, H]),
-        v_proj: readWeight(r, `${p}self_attn.v_proj.weight`, [kvRows, H]),
-        o_proj: readWeight(r, `${p}self_attn.o_proj.weight`, [H, qRows]),
+        q_proj: mm(`${p}self_attn.q_proj.weight`, [qRows, H]),
+        k_proj: mm(`${p}self_attn.k_proj.weight`, [kvRows, H]),
+        v_proj: mm(`${p}self_attn.v_proj.weight`, [kvRows, H]),
+        o_proj: mm(`${p}self_attn.o_proj.weight`, [H, qRows]),
         q_norm: options.qkNorm ? vec(`${p}self_attn.q_norm.weight`, hd) : null,
         k_norm: options.qkNorm ? vec(`${p}self_attn.k_norm.weight`, hd) : null,
         post_attention_layernorm: vec(`${p}post_attention_layernorm.weight`, H),
-        gate_proj: readWeight(r, `${p}mlp.gate_proj.weight`, [F, H]),
-        up_proj: readWeight(r, `${p}mlp.up_proj.weight`, [F, H]),
-        down_proj: readWeight(r, `${p}mlp.down_proj.weight`, [H, F]),
+        gate_proj: mm(`${p}mlp.gate_proj.weight`, [F, H]),
+        up_proj: mm(`${p}mlp.up_proj.weight`, [F, H]),
+        down_proj: mm(`${p}mlp.down_proj.weight`, [H, F]),
       });
     }
-    const embed_tokens = readWeight(r, "model.embed_tokens.weight", [V, H]);
+    const tied = config.tie_word_embeddings;
+    const embed_tokens = weight(
+      "model.embed_tokens.weight",
+      [V, H],
+      tied ? ["embedding", "matmul"] : ["embedding"],
+    );
     return {
       embed_tokens,
       layers,
       norm: vec("model.norm.weight", H),
-      lm_head: config.tie_word_embeddings ? embed_tokens : readWeight(r, "lm_head.weight", [V, H]),
+      lm_head: tied ? embed_tokens : mm("lm_head.weight", [V, H]),
     };
   } catch (e) {
     for (const t of uploaded) backend.free(t);
@@ -453,6 +527,8 @@ export interface DecoderOptions {
   readonly kvInitialRows?: number;
   /** Called by dispose after the tensors are freed (the loader closes the checkpoint's mappings). */
   readonly onDispose?: () => void;
+  /** The checkpoint file, for messages ({@link CausalLM.file}); the loader sets it. */
+  readonly file?: string;
 }
 
 /** Default ceiling of the context window (llm.md §7.3: the trained context capped at 128k). */
@@ -506,11 +582,13 @@ export abstract class DecoderLM implements CausalLM {
   readonly weights: DecoderWeights;
   readonly maxContext: number;
   readonly kv: KvCache;
+  readonly file: string | undefined;
   readonly #onDispose: (() => void) | undefined;
   #disposed = false;
 
   /**
-   * @throws TpError E_ARG when maxContext is not a positive integer or exceeds max_position_embeddings
+   * @throws TpError E_ARG naming `maxContext` when it is not a positive integer or exceeds
+   *   max_position_embeddings
    */
   constructor(backend: Backend, config: LlmConfig, weights: DecoderWeights, options: DecoderOptions = {}) {
     this.backend = backend;
@@ -521,7 +599,7 @@ export abstract class DecoderLM implements CausalLM {
     if (!Number.isSafeInteger(maxContext) || maxContext < 1 || maxContext > ceiling) {
       throw new TpError(
         "E_ARG",
-        `--ctx ${maxContext} must be an integer in [1, ${ceiling}] (the model's trained context)`,
+        `maxContext must be an integer from 1 to ${ceiling} (the model's trained context), got ${maxContext}`,
       );
     }
     this.maxContext = maxContext;
@@ -533,6 +611,7 @@ export abstract class DecoderLM implements CausalLM {
       ...(options.kvInitialRows !== undefined ? { minRows: options.kvInitialRows } : {}),
     });
     this.#onDispose = options.onDispose;
+    this.file = options.file;
   }
 
   /** Tokens in the KV cache (the next position). */
@@ -615,6 +694,15 @@ export abstract class DecoderLM implements CausalLM {
    */
   step(ids: Int32Array | readonly number[], options: StepOptions = {}): Tensor {
     if (this.#disposed) throw new TpError("E_STATE", "the model was disposed");
+    if (
+      !(ids instanceof Int32Array) &&
+      !Array.isArray(ids) &&
+      !(ArrayBuffer.isView(ids) && !(ids instanceof DataView))
+    )
+      throw new TpError(
+        "E_ARG",
+        `step: ids must be an array of token ids, got ${ids === null ? "null" : typeof ids}`,
+      );
     const n = ids.length;
     const V = this.config.vocab_size;
     if (n === 0) throw new TpError("E_ARG", "step: no token ids");
@@ -654,7 +742,7 @@ export abstract class DecoderLM implements CausalLM {
       }
       this.kv.commit(n);
       // Only the rows whose logits are wanted go through the final norm and the head (llm.md §3.0).
-      const rows = options.allLogits ? x : x.slice(0, n - 1, n); // [rows, H]
+      const rows = options?.allLogits ? x : x.slice(0, n - 1, n); // [rows, H]
       const h = s.keep(this.norm(rows, this.weights.norm));
       return b.matmul(h, this.weights.lm_head); // [rows, vocab]
     } finally {

@@ -273,7 +273,7 @@ describe("loader and step errors", () => {
       backend.free(model.step([1, 2, 3, 4, 5, 6]));
       expectTp(() => model.step([1, 2, 3]), "E_ARG", "context window full", "--ctx");
       expect(model.cached).toBe(6);
-      expectTp(() => loadCausalLM(dir, { backend, maxContext: 65 }), "E_ARG", "--ctx");
+      expectTp(() => loadCausalLM(dir, { backend, maxContext: 65 }), "E_ARG", "maxContext", "from 1 to 64");
     } finally {
       model.dispose();
     }

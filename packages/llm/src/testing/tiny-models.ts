@@ -6,7 +6,16 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { GGUF_HF_NAMES, ggufKv, unmapName, writeGguf, writeSafetensors } from "@tp/formats";
+import {
+  GGUF_HF_NAMES,
+  GgufArray,
+  type GgufKvInput,
+  type GgufTensorInput,
+  ggufKv,
+  unmapName,
+  writeGguf,
+  writeSafetensors,
+} from "@tp/formats";
 import { decodeToF32, encodeFromF32 } from "@tp/tensor";
 
 /** Hyper-parameters of a tiny model (config.json spelling). */
@@ -179,8 +188,53 @@ export function permuteQk(
   return out;
 }
 
+/** Extras of {@link writeTinyGguf}, to make good and bad files. */
+export interface TinyGgufOptions {
+  /**
+   * Add a SentencePiece (`llama`) tokenizer of this many tokens: `<unk>`, `<s>`, `</s>`, then
+   * `▁t3`, `▁t4`, …
+   */
+  tokens?: number;
+  /** Metadata to add, or to replace (same key); a `null` value removes the key. */
+  kv?: readonly (GgufKvInput | { key: string; value: null })[];
+  /** Rewrite a tensor as written (GGUF name, type, shape, bytes), e.g. to retype it. */
+  tensor?: (t: GgufTensorInput) => GgufTensorInput;
+}
+
+/** The tokenizer metadata of {@link TinyGgufOptions.tokens}. */
+export function tinyTokenizerKv(n: number): GgufKvInput[] {
+  const texts = Array.from({ length: n }, (_, i) =>
+    i === 0 ? "<unk>" : i === 1 ? "<s>" : i === 2 ? "</s>" : `\u2581t${i}`,
+  );
+  return [
+    ggufKv("tokenizer.ggml.model", "str", "llama"),
+    ggufKv("tokenizer.ggml.tokens", "arr", GgufArray.of("str", texts)),
+    ggufKv(
+      "tokenizer.ggml.scores",
+      "arr",
+      GgufArray.of(
+        "f32",
+        texts.map((_, i) => -i),
+      ),
+    ),
+    ggufKv(
+      "tokenizer.ggml.token_type",
+      "arr",
+      GgufArray.of(
+        "i32",
+        texts.map((_, i) => (i === 0 ? 2 : i < 3 ? 3 : 1)),
+      ),
+    ),
+  ];
+}
+
 /** Write the same model as a GGUF (F32, llama.cpp names and metadata; llama q/k rows permuted). */
-export function writeTinyGguf(path: string, c: TinyConfig, w: TinyWeights): void {
+export function writeTinyGguf(
+  path: string,
+  c: TinyConfig,
+  w: TinyWeights,
+  options: TinyGgufOptions = {},
+): void {
   const a = c.model_type;
   const table = GGUF_HF_NAMES[a];
   if (table === undefined) throw new Error(`no GGUF name table for ${a}`);
@@ -205,9 +259,16 @@ export function writeTinyGguf(path: string, c: TinyConfig, w: TinyWeights): void
       v = permuteQk(values, c.num_key_value_heads, c.head_dim, c.hidden_size);
     const gname = unmapName(table, name);
     if (gname === null) throw new Error(`no GGUF name for ${name}`);
-    return { name: gname, type: "F32", shape, data: f32Bytes(v) };
+    const t: GgufTensorInput = { name: gname, type: "F32", shape, data: f32Bytes(v) };
+    return options.tensor === undefined ? t : options.tensor(t);
   });
-  writeGguf(path, kv, tensors);
+  const all = [...kv, ...(options.tokens === undefined ? [] : tinyTokenizerKv(options.tokens))];
+  for (const e of options.kv ?? []) {
+    const at = all.findIndex((x) => x.key === e.key);
+    if (at >= 0) all.splice(at, 1);
+    if (e.value !== null) all.push(e as GgufKvInput);
+  }
+  writeGguf(path, all, tensors);
 }
 
 // ------------------------------------------------------------------------------ reference forward
