@@ -3,11 +3,12 @@
 // ../shared/testdata/tensorpencil/randn_*.bin (torch on an AVX2 x86-64 machine, the path ComfyUI takes on
 // PCs). Every value is compared bit for bit (0 ulp): no tolerance.
 import { describe, expect, test } from "bun:test";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { isTpError } from "@tp/tensor";
 import { fmaf, glibcCosf, glibcLogf, glibcSinf, Mt19937, rand, randn, randnTensor } from "./noise.ts";
+import { readF32 } from "./testing/fixtures.ts";
 
 // <repo root>/../shared; this file is packages/diffusion/src/, three levels below the root.
 const SHARED = resolve(import.meta.dir, "../../..", "../shared");
@@ -17,11 +18,6 @@ const skipDefault = !existsSync(DEFAULT_DIR);
 const skipTp = !existsSync(join(TP_DIR, "randn_42_1024.bin"));
 const noteDefault = skipDefault ? ` [skipped: shared fixture missing: ${DEFAULT_DIR}]` : "";
 const noteTp = skipTp ? ` [skipped: shared fixture missing: ${TP_DIR}/randn_*.bin]` : "";
-
-function readF32(path: string): Float32Array {
-  const b = readFileSync(path);
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
 
 /** Number of elements whose f32 bit patterns differ. */
 function bitMismatches(a: Float32Array, b: Float32Array): number {

@@ -3,7 +3,7 @@
 // own per-step `denoised`, so the loop arithmetic is checked independently of the DiT. Also the noise
 // (initial_noise.bin) and the latent model → VAE space conversion. Runs on @tp/backend-cpu.
 import { describe, expect, test } from "bun:test";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { isTpError, type Tensor } from "@tp/tensor";
@@ -11,6 +11,7 @@ import { wan21ProcessIn, wan21ProcessOut } from "./models/wan-vae.ts";
 import { randn } from "./noise.ts";
 import { type CondKind, flowDenoiser, noiseScaling, type StepInfo, sampleEuler } from "./sampler.ts";
 import { krea2Sigmas } from "./schedule.ts";
+import { readF32, relErr } from "./testing/fixtures.ts";
 
 /**
  * Per-step x: ComfyUI divides (x − den) by σ, we multiply by f32(1/σ) (no division op): ≤ 1 ulp of the
@@ -28,30 +29,15 @@ const skip = !existsSync(join(DIR, "step3_denoised_cond.bin"));
 const note = skip ? ` [skipped: shared fixture missing: ${DIR}]` : "";
 const SHAPE = [1, 16, 1, 12, 16];
 
-function readF32(name: string): Float32Array {
-  const b = readFileSync(join(DIR, name));
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
-
-/** max |a − b| / max |b|. */
-function relErr(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let d = 0;
-  let s = 0;
-  for (let i = 0; i < a.length; i++) {
-    d = Math.max(d, Math.abs((a[i] as number) - (b[i] as number)));
-    s = Math.max(s, Math.abs(b[i] as number));
-  }
-  return d / s;
-}
+const fixture = (rel: string) => readF32(join(DIR, rel));
 
 describe(`Euler sampling vs ComfyUI turbo_cfg1${note}`, () => {
   test.skipIf(skip)("noise, every step's x and denoised, the final latent in both spaces", async () => {
     const b = new CpuBackend({ threads: 2 });
     const noise = randn(42, SHAPE, { capability: "default" }); // the fixture machine ran torch's scalar kernel
-    expect(Array.from(noise)).toEqual(Array.from(readF32("initial_noise.bin")));
+    expect(Array.from(noise)).toEqual(Array.from(fixture("initial_noise.bin")));
     const sigmas = krea2Sigmas(4);
-    expect(Array.from(sigmas)).toEqual(Array.from(readF32("sigmas.bin")));
+    expect(Array.from(sigmas)).toEqual(Array.from(fixture("sigmas.bin")));
 
     const n = b.upload(noise, SHAPE, "f32", "noise");
     const x0 = noiseScaling(b, n, sigmas[0] as number);
@@ -62,7 +48,7 @@ describe(`Euler sampling vs ComfyUI turbo_cfg1${note}`, () => {
       const i = calls.length;
       calls.push([sigma, cond]);
       expect(x.shape).toEqual(SHAPE);
-      return b.upload(readF32(`step${i}_denoised_cond.bin`), SHAPE, "f32", `denoised ${i}`);
+      return b.upload(fixture(`step${i}_denoised_cond.bin`), SHAPE, "f32", `denoised ${i}`);
     };
     const onStep = async (s: StepInfo): Promise<void> => {
       xs.push((await b.read(s.x)) as Float32Array);
@@ -73,21 +59,21 @@ describe(`Euler sampling vs ComfyUI turbo_cfg1${note}`, () => {
     expect(calls).toEqual([0, 1, 2, 3].map((i) => [sigmas[i] as number, "positive"]));
     expect(b.memory.current - before).toBe(out.byteLength); // every intermediate freed
     for (let i = 0; i < 4; i++) {
-      expect(relErr(dens[i] as Float32Array, readF32(`step${i}_denoised_cfg.bin`))).toBe(0);
+      expect(relErr(dens[i] as Float32Array, fixture(`step${i}_denoised_cfg.bin`))).toBe(0);
       if (i < 3)
-        expect(relErr(xs[i] as Float32Array, readF32(`step${i + 1}_x.bin`))).toBeLessThanOrEqual(STEP_TOL);
+        expect(relErr(xs[i] as Float32Array, fixture(`step${i + 1}_x.bin`))).toBeLessThanOrEqual(STEP_TOL);
     }
     const finalModel = (await b.read(out)) as Float32Array;
-    expect(relErr(finalModel, readF32("final_latent_model_space.bin"))).toBeLessThanOrEqual(STEP_TOL);
+    expect(relErr(finalModel, fixture("final_latent_model_space.bin"))).toBeLessThanOrEqual(STEP_TOL);
 
     // model → VAE space (Wan21.process_out): bit-exact on the golden model-space latent
-    const ref = b.upload(readF32("final_latent_model_space.bin"), SHAPE, "f32");
+    const ref = b.upload(fixture("final_latent_model_space.bin"), SHAPE, "f32");
     const z = wan21ProcessOut(b, ref);
-    expect(relErr((await b.read(z)) as Float32Array, readF32("final_latent_vae_space.bin"))).toBe(0);
+    expect(relErr((await b.read(z)) as Float32Array, fixture("final_latent_vae_space.bin"))).toBe(0);
     // and back (process_in)
     const back = wan21ProcessIn(b, z);
     expect(
-      relErr((await b.read(back)) as Float32Array, readF32("final_latent_model_space.bin")),
+      relErr((await b.read(back)) as Float32Array, fixture("final_latent_model_space.bin")),
     ).toBeLessThanOrEqual(PROCESS_IN_TOL * 4);
     b.dispose();
   });

@@ -1,21 +1,17 @@
 // Sigma tables and "simple" schedules against ComfyUI's own float32 values
 // (../shared/testdata/krea2-tiny/sampling/): compared bit for bit, no tolerance.
 import { describe, expect, test } from "bun:test";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { isTpError } from "@tp/tensor";
 import { auraFlowSigmaTable, fluxSigmaTable, krea2Sigmas, simpleSchedule } from "./schedule.ts";
+import { readF32 } from "./testing/fixtures.ts";
 
 // <repo root>/../shared; this file is packages/diffusion/src/, three levels below the root.
 const SHARED = resolve(import.meta.dir, "../../..", "../shared");
 const DIR = join(SHARED, "testdata/krea2-tiny/sampling");
 const skip = !existsSync(join(DIR, "schedules"));
 const note = skip ? ` [skipped: shared fixture missing: ${DIR}/schedules]` : "";
-
-function readF32(path: string): Float32Array {
-  const b = readFileSync(path);
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
 
 describe(`ComfyUI sigma tables${note}`, () => {
   test.skipIf(skip)("ModelSamplingFlux(1.15).sigmas, 10000 entries, exact", () => {

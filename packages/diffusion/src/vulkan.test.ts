@@ -9,7 +9,7 @@
 //
 // Error measure: max |ours − ref| / max |ref| over the tensor ("normalised max error").
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
 import { createBackend as createVulkan } from "@tp/backend-vulkan";
@@ -17,6 +17,7 @@ import type { Backend, Tensor } from "@tp/tensor";
 import { type Krea2Dit, type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { image01, loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
+import { readF32, relErr } from "./testing/fixtures.ts";
 
 /** Float modes: f32 products summed in another order than torch (measured ≤ 6e-7 here). */
 const FLOAT_TOL = 1e-5;
@@ -72,23 +73,7 @@ const SKIP =
       : "";
 const backend = vk.backend as Backend;
 
-function readF32(path: string): Float32Array {
-  const b = readFileSync(path);
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
 const fixture = (rel: string) => readF32(join(DIR, rel));
-
-function relErr(ours: Float32Array, ref: Float32Array): number {
-  expect(ours.length).toBe(ref.length);
-  let diff = 0;
-  let scale = 0;
-  for (let i = 0; i < ref.length; i++) {
-    const d = Math.abs((ours[i] as number) - (ref[i] as number));
-    diff = Number.isNaN(d) ? Number.POSITIVE_INFINITY : Math.max(diff, d);
-    scale = Math.max(scale, Math.abs(ref[i] as number));
-  }
-  return diff / scale;
-}
 
 async function take(t: Tensor): Promise<Float32Array> {
   const b = t.backend;

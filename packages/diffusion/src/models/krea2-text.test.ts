@@ -14,6 +14,7 @@ import { TpError } from "@tp/tensor";
 import { writeConditioning } from "../pipelines/files.ts";
 import { type Conditioning, encodeKrea2Prompts } from "../pipelines/krea2.ts";
 import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../pipelines/random-text-encoder.ts";
+import { relErr } from "../testing/fixtures.ts";
 import {
   KREA2_SYSTEM_PROMPT,
   KREA2_TEXT_TAPS,
@@ -69,16 +70,6 @@ function f32File(path: string): Float32Array {
 function i32File(path: string): number[] {
   const b = readFileSync(path);
   return [...new Int32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength))];
-}
-function relErr(got: Float32Array, ref: Float32Array): number {
-  expect(got.length).toBe(ref.length);
-  let d = 0;
-  let m = 0;
-  for (let i = 0; i < ref.length; i++) {
-    d = Math.max(d, Math.abs((got[i] as number) - (ref[i] as number)));
-    m = Math.max(m, Math.abs(ref[i] as number));
-  }
-  return d / m;
 }
 async function errorOf(f: () => unknown): Promise<string> {
   try {

@@ -12,6 +12,7 @@ import { createBackend } from "@tp/backend-cpu";
 import { openSafetensors, writeSafetensors } from "@tp/formats";
 import { convRotCodes, convRotFromWeight } from "@tp/quant";
 import { isTpError, type Tensor, type Weight } from "@tp/tensor";
+import { readF32, relErr } from "../testing/fixtures.ts";
 import {
   type Krea2Dit,
   type Krea2Mode,
@@ -49,22 +50,7 @@ const missing = needed.filter((p) => !existsSync(p));
 const reason = missing.length === 0 ? null : `shared fixture missing: ${missing.join(", ")}`;
 const note = reason === null ? "" : ` [skipped: ${reason}]`;
 
-function readF32(rel: string): Float32Array {
-  const b = readFileSync(join(DIR, rel));
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
-
-function relErr(ours: Float32Array, ref: Float32Array): number {
-  expect(ours.length).toBe(ref.length);
-  let diff = 0;
-  let scale = 0;
-  for (let i = 0; i < ref.length; i++) {
-    const d = Math.abs((ours[i] as number) - (ref[i] as number));
-    diff = Number.isNaN(d) ? Number.POSITIVE_INFINITY : Math.max(diff, d);
-    scale = Math.max(scale, Math.abs(ref[i] as number));
-  }
-  return diff / scale;
-}
+const fixture = (rel: string) => readF32(join(DIR, rel));
 
 const backend = reason === null ? createBackend({ threads: 2 }) : null;
 const models = new Map<string, Krea2Dit>();
@@ -97,9 +83,9 @@ interface Case {
 function case1(): Case {
   const b = backend as NonNullable<typeof backend>;
   return {
-    x: b.upload(readF32("dit/inputs/case1_x.bin"), [1, 16, 16, 16], "f32"),
-    ctx: b.upload(readF32("dit/inputs/case1_context.bin"), [1, 7, 960], "f32"),
-    sigma: readF32("dit/inputs/case1_timestep.bin")[0] as number,
+    x: b.upload(fixture("dit/inputs/case1_x.bin"), [1, 16, 16, 16], "f32"),
+    ctx: b.upload(fixture("dit/inputs/case1_context.bin"), [1, 7, 960], "f32"),
+    sigma: fixture("dit/inputs/case1_timestep.bin")[0] as number,
   };
 }
 function freeCase(c: Case): void {
@@ -195,7 +181,7 @@ describe("krea2 config and loading", () => {
           const c = case1();
           const out = await take(m.forward(c.x, c.sigma, c.ctx));
           freeCase(c);
-          expect(relErr(out, readF32("dit/out_int4_convrot_dequant_case1.bin"))).toBeLessThan(FLOAT_TOL);
+          expect(relErr(out, fixture("dit/out_int4_convrot_dequant_case1.bin"))).toBeLessThan(FLOAT_TOL);
         } finally {
           m.dispose();
         }
@@ -221,7 +207,7 @@ describe("krea2 float run: every intermediate (bf16 checkpoint, upcast = fp32 co
   test.skipIf(reason !== null)(`RoPE table equals ComfyUI's pe_embedder${note}`, async () => {
     const b = backend as NonNullable<typeof backend>;
     const c = model("bf16", "upcast").config;
-    const ref = readF32("dit/intermediates/case1_pe_embedder.bin"); // [1, 1, L, 64, 2, 2]
+    const ref = fixture("dit/intermediates/case1_pe_embedder.bin"); // [1, 1, L, 64, 2, 2]
     const L = 7 + 8 * 8;
     const pairs = c.head_dim / 2;
     expect(ref.length).toBe(L * pairs * 4);
@@ -270,7 +256,7 @@ describe("krea2 float run: every intermediate (bf16 checkpoint, upcast = fp32 co
       const names = ["first", "tmlp", "tproj", "txtfusion", "txtmlp", "block0", "block1", "last"];
       expect([...got.keys()].sort()).toEqual([...names].sort());
       for (const name of names) {
-        let ref = readF32(`dit/intermediates/case1_${name}.bin`);
+        let ref = fixture(`dit/intermediates/case1_${name}.bin`);
         if (name === "last") ref = ref.subarray(7 * 64); // ComfyUI runs `last` on all 71 rows; we on the 64 image rows
         const e = relErr(await (got.get(name) as Promise<Float32Array>), ref);
         expect(`${name}: ${e < FLOAT_TOL ? "ok" : e}`).toBe(`${name}: ok`);
@@ -298,7 +284,7 @@ describe("krea2 whole-model output of each mode (case1)", () => {
       const c = case1();
       const out = await take(model(file, mode).forward(c.x, c.sigma, c.ctx));
       freeCase(c);
-      expect(relErr(out, readF32(`dit/out_${golden}_case1.bin`))).toBeLessThan(tol);
+      expect(relErr(out, fixture(`dit/out_${golden}_case1.bin`))).toBeLessThan(tol);
     });
   }
 });
@@ -368,11 +354,11 @@ describe("krea2 single linears x → y per mode (linear/)", () => {
     for (const [file, mode, golden, check] of modes) {
       test.skipIf(reason !== null)(`${layer}: ${file} ${mode} vs y_${golden} (${check})${note}`, async () => {
         const b = backend as NonNullable<typeof backend>;
-        const x = b.upload(readF32(`linear/${stem}_x.bin`), [2, 5, k], "f32");
+        const x = b.upload(fixture(`linear/${stem}_x.bin`), [2, 5, k], "f32");
         const y = await take(b.matmul(x, model(file, mode).weight(`${layer}.weight`)));
         b.free(x);
         expect(y.length).toBe(2 * 5 * n);
-        const ref = readF32(`linear/${stem}_y_${golden}.bin`);
+        const ref = fixture(`linear/${stem}_y_${golden}.bin`);
         if (check === "float") {
           expect(relErr(y, ref)).toBeLessThan(LINEAR_FLOAT_TOL);
         } else {
@@ -398,7 +384,7 @@ describe("krea2 single linears x → y per mode (linear/)", () => {
         const w = model(file, "dequant").weight("blocks.1.attn.wk.weight");
         expect(w.format).toBe("f32");
         const ours = new Float32Array(w.data.slice().buffer);
-        expect(relErr(ours, readF32(`linear/blocks_1_attn_wk_w_${golden}.bin`))).toBeLessThan(1e-6);
+        expect(relErr(ours, fixture(`linear/blocks_1_attn_wk_w_${golden}.bin`))).toBeLessThan(1e-6);
       },
     );
   }
@@ -425,8 +411,8 @@ describe("krea2 wiring", () => {
   test.skipIf(reason !== null)(`odd H and W: circular padding then crop; 5-D latent${note}`, async () => {
     const b = backend as NonNullable<typeof backend>;
     const m = model("bf16", "upcast");
-    const src = readF32("dit/inputs/case1_x.bin").subarray(0, 16 * 5 * 7);
-    const ctx = b.upload(readF32("dit/inputs/case1_context.bin"), [1, 7, 960], "f32");
+    const src = fixture("dit/inputs/case1_x.bin").subarray(0, 16 * 5 * 7);
+    const ctx = b.upload(fixture("dit/inputs/case1_context.bin"), [1, 7, 960], "f32");
     const odd = b.upload(src, [1, 16, 1, 5, 7], "f32");
     const even = b.upload(padCircular(src, 16, 5, 7, 6, 8), [1, 16, 6, 8], "f32");
     const vOdd = m.forward(odd, 0.5, ctx);
@@ -446,8 +432,8 @@ describe("krea2 wiring", () => {
     async () => {
       const b = backend as NonNullable<typeof backend>;
       const m = model("bf16", "upcast");
-      const x1 = readF32("dit/inputs/case1_x.bin");
-      const c1 = readF32("dit/inputs/case1_context.bin");
+      const x1 = fixture("dit/inputs/case1_x.bin");
+      const c1 = fixture("dit/inputs/case1_context.bin");
       const x2 = x1.map((v) => -0.5 * v);
       const c2 = c1.map((v, i) => (i % 3 === 0 ? 0 : v));
       const cat = (p: Float32Array, q: Float32Array) => {
@@ -473,7 +459,7 @@ describe("krea2 wiring", () => {
       b.free(xb);
       b.free(cb);
       expect(relErr(both, want)).toBeLessThan(1e-6);
-      expect(relErr(both.subarray(0, 4096), readF32("dit/out_bf16ref_case1.bin"))).toBeLessThan(FLOAT_TOL);
+      expect(relErr(both.subarray(0, 4096), fixture("dit/out_bf16ref_case1.bin"))).toBeLessThan(FLOAT_TOL);
     },
   );
 

@@ -5,12 +5,13 @@
 //
 // Error measure: max |ours − ref| / max |ref| over the tensor.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { openSafetensors, writeSafetensors } from "@tp/formats";
 import { decodeToF32, encodeFromF32, isTpError } from "@tp/tensor";
+import { readF32, relErr } from "../testing/fixtures.ts";
 import { image01, loadWanVae, toRgb8 } from "./wan-vae.ts";
 
 /**
@@ -32,21 +33,7 @@ const note = skip ? ` [skipped: shared fixture missing: ${missing.join(", ")}]` 
 const tmp = mkdtempSync(join(tmpdir(), "tp-wan-vae-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function readF32(rel: string): Float32Array {
-  const b = readFileSync(join(DIR, rel));
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let d = 0;
-  let s = 0;
-  for (let i = 0; i < a.length; i++) {
-    d = Math.max(d, Math.abs((a[i] as number) - (b[i] as number)));
-    s = Math.max(s, Math.abs(b[i] as number));
-  }
-  return d / s;
-}
+const fixture = (rel: string) => readF32(join(DIR, rel));
 
 function errorCode(f: () => unknown): string {
   try {
@@ -64,12 +51,12 @@ describe(`Wan 2.1 VAE decoder${note}`, () => {
     expect(vae.config).toMatchObject({ z_dim: 16, dim: 4, top_dim: 16, upsamples: 3, scale: 8 });
     expect(vae.config.blocks.join(" ")).toBe("res res res up res res res up res res res up res res res");
     const weights = b.memory.current;
-    const z = b.upload(readF32("vae/wan21_z.bin"), [1, 16, 1, 6, 10], "f32");
+    const z = b.upload(fixture("vae/wan21_z.bin"), [1, 16, 1, 6, 10], "f32");
     const out = vae.decode(z);
     expect(out.shape).toEqual([1, 3, 48, 80]);
     const raw = (await b.read(out)) as Float32Array;
-    expect(relErr(raw, readF32("vae/wan21_decoded_raw.bin"))).toBeLessThanOrEqual(VAE_TOL);
-    expect(relErr(image01(raw), readF32("vae/wan21_decoded_image01.bin"))).toBeLessThanOrEqual(VAE_TOL);
+    expect(relErr(raw, fixture("vae/wan21_decoded_raw.bin"))).toBeLessThanOrEqual(VAE_TOL);
+    expect(relErr(image01(raw), fixture("vae/wan21_decoded_image01.bin"))).toBeLessThanOrEqual(VAE_TOL);
     b.free(out);
     b.free(z);
     expect(b.memory.current).toBe(weights); // no intermediate left behind
@@ -84,13 +71,13 @@ describe(`Wan 2.1 VAE decoder${note}`, () => {
       const b = new CpuBackend({ threads: 2 });
       const vae = loadWanVae(b, CKPT);
       const z = b.upload(
-        readF32("sampling/turbo_cfg1/final_latent_vae_space.bin"),
+        fixture("sampling/turbo_cfg1/final_latent_vae_space.bin"),
         [1, 16, 1, 12, 16],
         "f32",
       );
       const raw = (await b.read(vae.decode(z))) as Float32Array;
-      const refRaw = readF32("sampling/turbo_cfg1/decoded_raw.bin");
-      const ref01 = readF32("sampling/turbo_cfg1/decoded_image01.bin");
+      const refRaw = fixture("sampling/turbo_cfg1/decoded_raw.bin");
+      const ref01 = fixture("sampling/turbo_cfg1/decoded_image01.bin");
       expect(relErr(raw, refRaw)).toBeLessThanOrEqual(VAE_TOL);
       // process_output is exact: image01(ComfyUI's raw) == ComfyUI's image01, bit for bit
       expect(Array.from(image01(refRaw))).toEqual(Array.from(ref01));
@@ -119,7 +106,7 @@ describe(`Wan 2.1 VAE decoder${note}`, () => {
     async () => {
       const b = new CpuBackend({ threads: 2 });
       const vae = loadWanVae(b, CKPT);
-      const zv = readF32("sampling/turbo_cfg1/final_latent_vae_space.bin"); // [16, 12, 16]
+      const zv = fixture("sampling/turbo_cfg1/final_latent_vae_space.bin"); // [16, 12, 16]
       const z = b.upload(zv, [1, 16, 12, 16], "f32");
       const whole = (await b.read(vae.decode(z))) as Float32Array;
       const one = (await b.read(vae.decode(z, { tiled: { size: 16, overlap: 4 } }))) as Float32Array;
@@ -190,7 +177,7 @@ describe(`Wan 2.1 VAE decoder${note}`, () => {
         bf16.map((t) => ({ ...t, dtype: "F32", data: new Uint8Array(decodeToF32(t.data, "bf16").buffer) })),
       );
       const b = new CpuBackend({ threads: 2 });
-      const z = b.upload(readF32("vae/wan21_z.bin"), [1, 16, 1, 6, 10], "f32");
+      const z = b.upload(fixture("vae/wan21_z.bin"), [1, 16, 1, 6, 10], "f32");
       const decode = async (path: string) => {
         const vae = loadWanVae(b, path);
         const raw = (await b.read(vae.decode(z))) as Float32Array;
@@ -200,7 +187,7 @@ describe(`Wan 2.1 VAE decoder${note}`, () => {
       const fromBf16 = await decode(bf16Path);
       expect(Array.from(fromBf16)).toEqual(Array.from(await decode(f32Path)));
       // and close to the f32 reference (random tiny weights amplify the 2^-9 rounding); measured 5.3e-2
-      expect(relErr(fromBf16, readF32("vae/wan21_decoded_raw.bin"))).toBeLessThanOrEqual(0.1);
+      expect(relErr(fromBf16, fixture("vae/wan21_decoded_raw.bin"))).toBeLessThanOrEqual(0.1);
       b.dispose();
     },
   );

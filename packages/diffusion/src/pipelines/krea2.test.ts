@@ -7,7 +7,7 @@
 //
 // Error measure: max |ours − ref| / max |ref| over the tensor.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
@@ -17,6 +17,7 @@ import { loadKrea2TextEncoder, readKrea2TextEncoderWidth } from "../models/krea2
 import { loadWanVae } from "../models/wan-vae.ts";
 import { randn } from "../noise.ts";
 import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, krea2Sigmas } from "../schedule.ts";
+import { readF32, relErr } from "../testing/fixtures.ts";
 import {
   CONDITIONING_FORMAT,
   readConditioning,
@@ -65,22 +66,6 @@ const note = skip ? ` [skipped: shared fixture missing: ${missing.join(", ")}]` 
 
 const tmp = mkdtempSync(join(tmpdir(), "tp-krea2-pipeline-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
-
-function readF32(path: string): Float32Array {
-  const b = readFileSync(path);
-  return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  expect(a.length).toBe(b.length);
-  let d = 0;
-  let s = 0;
-  for (let i = 0; i < a.length; i++) {
-    d = Math.max(d, Math.abs((a[i] as number) - (b[i] as number)));
-    s = Math.max(s, Math.abs(b[i] as number));
-  }
-  return d / s;
-}
 
 async function errorOf(f: () => unknown): Promise<string> {
   try {
