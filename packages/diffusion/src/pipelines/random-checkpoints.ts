@@ -8,7 +8,14 @@
  * comfy/ldm/wan/vae.py `Decoder3d`, `ResidualBlock`, `AttentionBlock`, `Resample`), the same names and
  * shapes as ../shared/testdata/krea2-tiny/checkpoints (checked by the tests when that folder exists).
  */
-import { writeSafetensors } from "@tp/formats";
+import { type TensorEntry, type TensorSource, writeSafetensors } from "@tp/formats";
+import {
+  type ProgressReporter,
+  type QuantizeReport,
+  quantizeCheckpoint,
+  referenceQuantizer,
+  type WeightQuantizer,
+} from "@tp/quant";
 import { encodeFromF32, TpError } from "@tp/tensor";
 import { randn } from "../noise.ts";
 
@@ -45,6 +52,26 @@ export const TINY_KREA2_CONFIG: RandomKrea2Config = {
   txtlayers: 12,
   txt_head_dim: 4,
   txt_mlp_hidden: 256,
+};
+
+/**
+ * The real Krea 2 DiT's sizes (krea2.md §1.3, §3.1): features 6144, 48 heads / 12 KV heads of 128,
+ * 28 blocks, SwiGLU 16384 (`round_up(int(2·6144/3)·4, 128)`), timestep embedding 256, 16 latent
+ * channels, text 12 taps × 2560 with 20 heads of 128, text SwiGLU 6912. About 12.8 B parameters.
+ */
+export const KREA2_CONFIG: RandomKrea2Config = {
+  features: 6144,
+  heads: 48,
+  kvheads: 12,
+  head_dim: 128,
+  layers: 28,
+  mlp_hidden: 16384,
+  tdim: 256,
+  channels: 16,
+  txtdim: 2560,
+  txtlayers: 12,
+  txt_head_dim: 128,
+  txt_mlp_hidden: 6912,
 };
 
 /** Sizes of a Wan 2.1 VAE to write (ComfyUI `WanVAE` arguments). */
@@ -246,6 +273,131 @@ export function writeRandomWanVae(
   write(path, wanVaeSpecs(config), "f32", options.seed ?? 0, {
     description: "random weights in the Wan 2.1 VAE layout (TensorPencil demo); not a trained model",
     config: JSON.stringify(config),
+  });
+}
+
+/**
+ * Fast uniform values with the variance of {@link values}' normals (U(−√3·σ, √3·σ) has standard deviation
+ * σ), from a 32-bit LCG (Numerical Recipes' constants) seeded by (seed, index): real-size checkpoints
+ * hold ~13 B values, which torch-compatible `randn` would take an hour to draw. Same init rules as
+ * {@link values}.
+ */
+function fastValues(spec: Spec, seed: number, index: number): Float32Array {
+  const n = spec.shape.reduce((a, b) => a * b, 1);
+  if (spec.init === "scale") return new Float32Array(n);
+  if (spec.init === "gamma") return new Float32Array(n).fill(1);
+  const fanIn = spec.shape.slice(1).reduce((a, b) => a * b, 1);
+  const sigma = spec.init === "weight" ? 1 / Math.sqrt(fanIn) : 0.02;
+  const step = (Math.sqrt(3) * sigma) / 2 ** 31; // int32 → [−√3σ, √3σ)
+  const v = new Float32Array(n);
+  let s = (Math.imul(seed + 1, 0x9e3779b1) ^ Math.imul(index + 1, 0x85ebca6b)) | 0;
+  for (let i = 0; i < n; i++) {
+    s = (Math.imul(s, 1664525) + 1013904223) | 0;
+    v[i] = s * step;
+  }
+  return v;
+}
+
+/** Formats {@link writeRandomKrea2DitQuantized} writes (@tp/quant's checkpoint formats). */
+export type RandomKrea2QuantFormat = "fp8_scaled" | "int8_convrot" | "int4_convrot";
+
+/** Options of {@link writeRandomKrea2DitQuantized}. */
+export interface RandomKrea2QuantizedOptions {
+  /** Format of the quantized linears. */
+  readonly format: RandomKrea2QuantFormat;
+  /**
+   * The weight quantizer (default @tp/quant's TypeScript reference; pass `createNativeQuantizer()` of
+   * @tp/backend-cpu for real sizes — the bytes are the same).
+   */
+  readonly quantizer?: WeightQuantizer;
+  /** Seed of the values (default 0). */
+  readonly seed?: number;
+  /** Progress of the write (default: nothing). */
+  readonly progress?: ProgressReporter;
+}
+
+/**
+ * A checkpoint source whose tensors are drawn on demand ({@link fastValues}): the 8 linears of each block
+ * as F32 (they are quantized next), everything else BF16 like the official files. Each `data()` call
+ * draws the tensor again (deterministically); nothing is kept.
+ */
+function randomKrea2Source(config: RandomKrea2Config, seed: number): TensorSource {
+  const specs = krea2Specs(config);
+  const quantized =
+    /^(?:blocks|txtfusion\.layerwise_blocks|txtfusion\.refiner_blocks)\.\d+\.(?:attn\.(?:wq|wk|wv|gate|wo)|mlp\.(?:gate|up|down))\.weight$/;
+  const path = `(random Krea 2 DiT, seed ${seed})`;
+  const entries = specs.map((s, i): TensorEntry & { index: number; spec: Spec } => {
+    const f32 = quantized.test(s.name);
+    const numel = s.shape.reduce((a, b) => a * b, 1);
+    return {
+      name: s.name,
+      dtype: f32 ? "F32" : "BF16",
+      format: f32 ? "f32" : "bf16",
+      shape: s.shape,
+      file: path,
+      byteOffset: 0,
+      byteLength: numel * (f32 ? 4 : 2),
+      index: i,
+      spec: s,
+    };
+  });
+  const byName = new Map(entries.map((e) => [e.name, e]));
+  const entry = (name: string) => {
+    const e = byName.get(name);
+    if (e === undefined) throw new TpError("E_FORMAT", `no tensor '${name}' in ${path}`, { tensor: name });
+    return e;
+  };
+  return {
+    kind: "safetensors",
+    path,
+    files: [],
+    tensors: entries,
+    has: (name) => byName.has(name),
+    tensor: entry,
+    data(name) {
+      const e = entry(name);
+      const v = fastValues(e.spec, seed, e.index);
+      return e.dtype === "F32" ? new Uint8Array(v.buffer) : encodeFromF32(v, "bf16");
+    },
+    close() {},
+    // read by quantizeCheckpoint and copied to the output's __metadata__
+    metadata: new Map([
+      ["description", "random weights in the Krea 2 DiT layout (TensorPencil bench); not a trained model"],
+      ["config", JSON.stringify(config)],
+      ["seed", String(seed)],
+    ]),
+  } as TensorSource;
+}
+
+/**
+ * Write a random-weight Krea 2 DiT whose block linears are quantized like ComfyUI's files (bare names):
+ * the 8 linears of every block and text-fusion block as fp8 e4m3fn with a per-tensor scale, INT8 or INT4
+ * ConvRot (group 256), each with its `weight_scale` and `comfy_quant` marker; `first`, `tmlp`, `tproj`,
+ * `txtmlp`, `last`, the projector, norms and `mod.lin` in BF16 (krea2.md §1.4). It is @tp/quant's
+ * `quantizeCheckpoint` run over a float source drawn on the fly, so the file is what `bun apps/cli
+ * quantize` would make of a float checkpoint with these values, and no float copy is ever written. With
+ * {@link KREA2_CONFIG} the file is ≈ 12 GiB (fp8 / INT8); the values are uniform with the variance of
+ * {@link writeRandomKrea2Dit}'s normals (fast to draw), not the same values.
+ * @param path    output `.safetensors` (written to a temporary name and renamed)
+ * @param config  sizes (e.g. {@link KREA2_CONFIG}); every block K must be a multiple of 256 for ConvRot
+ * @param options format, quantizer, seed, progress
+ * @returns @tp/quant's report (layers quantized, bytes, seconds)
+ * @throws TpError E_SHAPE when a K is not a multiple of the rotation group (ConvRot); E_IO when the file
+ *   cannot be written (nothing is left under `path`); E_ARG for a bad seed
+ */
+export function writeRandomKrea2DitQuantized(
+  path: string,
+  config: RandomKrea2Config,
+  options: RandomKrea2QuantizedOptions,
+): QuantizeReport {
+  const seed = options.seed ?? 0;
+  if (!Number.isSafeInteger(seed) || seed < 0) {
+    throw new TpError("E_ARG", `seed must be a non-negative integer, got ${seed}`);
+  }
+  return quantizeCheckpoint(randomKrea2Source(config, seed), path, {
+    format: options.format,
+    quantizer: options.quantizer ?? referenceQuantizer,
+    ...(options.progress ? { progress: options.progress } : {}),
   });
 }
 
