@@ -32,7 +32,14 @@ import {
 } from "@tp/tensor";
 import { CPU_FEATURES, NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
 import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./common.ts";
-import { matmulRepacked, type NativeRegion, type RepackFormat, repackBytes, repackWeight } from "./native.ts";
+import {
+  matmulRepacked,
+  matmulWeight,
+  type NativeRegion,
+  type RepackFormat,
+  repackBytes,
+  repackWeight,
+} from "./native.ts";
 
 /** Largest M (activation rows) that reads a repacked Q8_0 / Q4_0 weight; larger M reads it unpacked. */
 export const REPACK_MAX_M = 64;
@@ -179,8 +186,6 @@ export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options: { bias?: 
         matmulRepacked(host.ctx, w.format as RepackFormat, xr, m, k, pr, n, br, out),
       );
     }
-    return produce(host, op, outShape, "f32", undefined, (out) =>
-      host.ctx.matmul(f32View(xr, m * k), m, nw, br === null ? null : f32View(br, n), f32View(out, m * n)),
-    );
+    return produce(host, op, outShape, "f32", undefined, (out) => matmulWeight(host.ctx, xr, m, nw, br, out));
   });
 }

@@ -11,7 +11,7 @@
 
 import { ptr } from "bun:ffi";
 import { TpError } from "@tp/tensor";
-import { check, NATIVE_WEIGHT_FORMATS, type NativeContext, type Pointer } from "../ffi.ts";
+import { check, NATIVE_WEIGHT_FORMATS, type NativeContext, type NativeWeight, type Pointer } from "../ffi.ts";
 
 /** Native memory a kernel may touch: the address of the first element and the bytes available from it. */
 export interface NativeRegion {
@@ -644,6 +644,46 @@ export function matmulRepacked(
       pp,
       bytes,
       n,
+      pb,
+      py,
+    ),
+  );
+}
+
+/**
+ * y [m, n] = x [m, k] · Wᵀ (+ bias [n]) for a weight in its own format (tp_cpu_matmul), on native
+ * regions: the same call as `NativeContext.matmul` without a Float32Array view per operand (each view
+ * over native memory is a new ArrayBuffer on the JavaScript heap, three per matmul, hundreds per
+ * decoded token). The native side checks the weight's bytes, scales and group against its format.
+ * @throws TpError E_ARG for short or misaligned regions or bad counts (from the native check too)
+ */
+export function matmulWeight(
+  ctx: NativeContext,
+  x: NativeRegion,
+  m: number,
+  w: NativeWeight,
+  bias: NativeRegion | null,
+  y: NativeRegion,
+): void {
+  const op = "matmul";
+  const px = region(op, "x", x, product(op, m, w.k) * 4, 4);
+  const pb = optRegion(op, "bias", bias, count(op, "n", w.n) * 4);
+  const py = region(op, "y", y, product(op, m, w.n) * 4, 4);
+  const scale = w.scale === null || w.scale.length === 0 ? null : w.scale;
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_matmul(
+      ctx.handle,
+      px,
+      m,
+      w.k,
+      NATIVE_WEIGHT_FORMATS[w.format],
+      w.data.byteLength === 0 ? null : ptr(w.data),
+      w.data.byteLength,
+      w.n,
+      scale === null ? null : ptr(scale),
+      scale === null ? 0 : scale.length,
+      w.group,
       pb,
       py,
     ),
