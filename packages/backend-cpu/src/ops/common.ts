@@ -172,8 +172,3 @@ export function integer(
 ): number {
   return integerOption("cpu", op, name, v, lo, hi);
 }
-
-/** Product of sizes. */
-export function prod(dims: readonly number[]): number {
-  return dims.reduce((a, b) => a * b, 1);
-}

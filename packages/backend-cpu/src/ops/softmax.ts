@@ -2,8 +2,8 @@
  * Softmax of the cpu backend along any dimension of an f32 tensor (max-subtracted). A strided input
  * is copied first; the kernel (native/cpu/softmax.c) sees [outer, dim, inner].
  */
-import { normalizeDim, type Tensor, TpError } from "@tp/tensor";
-import { type CpuOpHost, checkTensors, prod, produce, scoped, shapeError } from "./common.ts";
+import { normalizeDim, numel, type Tensor, TpError } from "@tp/tensor";
+import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./common.ts";
 import { softmaxF32 } from "./native.ts";
 
 /**
@@ -20,8 +20,8 @@ export function softmax(host: CpuOpHost, x: Tensor, options: { dim?: number } = 
     if (e instanceof TpError) throw shapeError(op, e.message);
     throw e;
   }
-  const outer = prod(x.shape.slice(0, d));
-  const inner = prod(x.shape.slice(d + 1));
+  const outer = numel(x.shape.slice(0, d));
+  const inner = numel(x.shape.slice(d + 1));
   const size = x.shape[d] as number;
   return scoped(host, op, (s) => {
     const xr = s.contiguous(x);

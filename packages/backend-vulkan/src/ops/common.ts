@@ -372,8 +372,3 @@ export function integer(
 ): number {
   return integerOption("vulkan", op, name, v, lo, hi);
 }
-
-/** Product of sizes. */
-export function prod(dims: readonly number[]): number {
-  return dims.reduce((a, b) => a * b, 1);
-}

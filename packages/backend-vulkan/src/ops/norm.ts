@@ -4,7 +4,7 @@
  * the mean of values shifted by the row's first value (shaders/norm.glsl), so a large common offset
  * does not cost precision. Strided inputs are copied to contiguous scratch first.
  */
-import { formatShape, type Tensor } from "@tp/tensor";
+import { formatShape, numel, type Tensor } from "@tp/tensor";
 import type { Binding } from "../ffi.ts";
 import {
   checkTensors,
@@ -12,7 +12,6 @@ import {
   finite,
   integer,
   Push,
-  prod,
   produce,
   scoped,
   shapeError,
@@ -128,7 +127,7 @@ export function groupNorm(
   integer(op, "groups", groups, 1);
   if (channels % groups !== 0)
     throw shapeError(op, `${channels} channels do not split into ${groups} groups`);
-  const spatial = prod(x.shape.slice(2));
+  const spatial = numel(x.shape.slice(2));
   const cpg = channels / groups;
   return scoped(host, op, (s) =>
     produce(host, x.shape, "f32", x.name, (out) => {

@@ -2,8 +2,8 @@
  * softmax of the vulkan backend (shaders/softmax.comp): along any dimension, max-subtracted, one
  * workgroup per row; a strided input is copied to a contiguous scratch tensor first.
  */
-import { normalizeDim, type Tensor } from "@tp/tensor";
-import { checkTensors, dispatchGroups, Push, prod, produce, scoped, type VkOpHost } from "./common.ts";
+import { normalizeDim, numel, type Tensor } from "@tp/tensor";
+import { checkTensors, dispatchGroups, Push, produce, scoped, type VkOpHost } from "./common.ts";
 import { contiguous } from "./layout.ts";
 
 /** Softmax of x (any f32 view) along `dim` (default −1) → contiguous f32 of x's shape. */
@@ -16,7 +16,7 @@ export function softmax(host: VkOpHost, x: Tensor, options: { dim?: number } = {
       if (x.numel === 0) return;
       const src = contiguous(host, s, x);
       const size = x.rank === 0 ? 1 : (x.shape[d] as number);
-      const inner = prod(x.shape.slice(d + 1));
+      const inner = numel(x.shape.slice(d + 1));
       const rows = x.numel / size;
       const a = host.bind(src, op);
       const y = host.bind(out, op);
