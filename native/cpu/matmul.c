@@ -158,6 +158,7 @@ typedef struct prep_job {
   float *xs;
   int32_t *xsum;
   float *tmp; /* per task: k floats (ConvRot) */
+  int32_t block_sums; /* Q8_0: also write per-block d_a to xs and Σ q_a to xsum ([m, k/32]) */
   int64_t rows_per_task;
   int32_t isa;
 } prep_job;
@@ -182,6 +183,19 @@ static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
         if (mm->k & 1) memset(q + 2 * mm->k, 0, 2); /* rows hold whole bf16 pairs */
         break;
       case TP_ACT_Q8_0:
+        quantize_row(job->isa, mm->act, x, mm->k, q);
+        if (job->block_sums) {
+          /* the Q8_0 / Q4_0 GEMM's per-block d_a (f32) and Σ q_a */
+          const int64_t nb = mm->k / 32;
+          for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = q + (size_t)b * 34;
+            int32_t sum = 0;
+            for (int e = 0; e < 32; e++) sum += (int8_t)blk[2 + e];
+            job->xs[(size_t)i * (size_t)nb + (size_t)b] = tp_f16p(blk);
+            job->xsum[(size_t)i * (size_t)nb + (size_t)b] = sum;
+          }
+        }
+        break;
       case TP_ACT_Q8_1:
       case TP_ACT_Q8_K: quantize_row(job->isa, mm->act, x, mm->k, q); break;
       case TP_ACT_CONVROT: {
@@ -338,8 +352,15 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   mm.xq_row = act_row_bytes(mm.act, k);
   mm.task_scratch = tp_mm_task_scratch(k);
   const int convrot = mm.act == TP_ACT_CONVROT;
+  /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
+#if TP_MM_X86
+  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0) && m >= TP_GGML_GEMM_MIN_M &&
+                         pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
+#else
+  const int block_sums = 0;
+#endif
   const size_t xq_bytes = round64((size_t)m * mm.xq_row + 64);
-  const size_t xs_bytes = convrot ? round64((size_t)m * 4) : 0;
+  const size_t xs_bytes = convrot ? round64((size_t)m * 4) : block_sums ? round64((size_t)m * (size_t)(k / 32) * 4) : 0;
   const size_t tmp_bytes = convrot ? round64((size_t)prep_tasks * (size_t)k * 4) : 0;
   const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch;
   uint8_t *base = ctx_scratch(ctx, total);
@@ -358,12 +379,13 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
                    .xs = xs,
                    .xsum = xsum,
                    .tmp = tmp,
+                   .block_sums = block_sums,
                    .rows_per_task = (m + prep_tasks - 1) / prep_tasks,
                    .isa = ctx->isa};
     run_tasks(ctx, prep_tasks, prep_task, &pj);
     mm.xq = xq;
-    mm.xs = convrot ? xs : NULL;
-    mm.xsum = convrot ? xsum : NULL;
+    mm.xs = convrot || block_sums ? xs : NULL;
+    mm.xsum = convrot || block_sums ? xsum : NULL;
   }
 
   col_job cj = {.mm = &mm, .fn = pick_kernel(ctx, format), .cols_per_task = per, .scratch = task_base};

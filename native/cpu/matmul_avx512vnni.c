@@ -688,3 +688,173 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
     gemm(mm, bf16 ? G_BF16 : G_F32, n0, n1, scratch);
   }
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* GGUF Q8_0 / Q4_0 GEMM: block-scaled int8 products                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/*
+ * y = x · Wᵀ for Q8_0 / Q4_0 weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt processing),
+ * the same packed loop nest as the GEMM above with the scales of ggml's 32-element blocks: for each
+ * block b of 32 inputs, a 4 × 32 register tile sums the exact int32 products of the block
+ *   t(i, j) = Σ_e u_w(j, e) · q_a(i, e) − off · Σ_e q_a(i, e)        (starting from −off · Σq_a)
+ * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q8_0:
+ * u = q + 128, off = 128), then adds d_w(j, b) · d_a(i, b) · t(i, j) to an f32 accumulator — ggml's
+ * vec_dot_q4_0_q8_0 / q8_0_q8_0 identity (llm.md §2.6), summed over blocks in f32 in another order.
+ *
+ * The weights are packed per NC_G columns × KB_G blocks into strips of 32 columns; per block, 8 steps
+ * of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned) then the 32 column
+ * scales d_w as f32 (GGBLK bytes). The activations are ggml Q8_0 rows (mm->xq) with their block
+ * scales as f32 (mm->xs) and code sums (mm->xsum), m × nb each, prepared by matmul.c.
+ */
+#define NC_G 64
+#define KB_G 48
+#define NR_G 32
+#define GGBLK (8 * NR_G * 4 + NR_G * 4)
+
+/* Unpacked unsigned codes of two consecutive blocks b, b + 1 of one weight row (64 bytes; a missing b + 1: 0). */
+static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, int two) {
+  if (fmt == TP_W_Q8_0) {
+    const uint8_t *p = row + (size_t)b * 34;
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
+    const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + 36)) : _mm256_set1_epi8((char)0x80);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+  }
+  /* Q4_0: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements 0..31 of b, then of b + 1 */
+  const uint8_t *p = row + (size_t)b * 18;
+  const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 2));
+  const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(p + 20)) : _mm_set1_epi8((char)0x88);
+  __m512i v = _mm512_castsi128_si512(q0);
+  v = _mm512_inserti32x4(v, q0, 1);
+  v = _mm512_inserti32x4(v, q1, 2);
+  v = _mm512_inserti32x4(v, q1, 3);
+  const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+  return _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(0x0F));
+}
+
+/* Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero codes and scales. */
+static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64_t kb, uint8_t *dst) {
+  const int q8 = mm->fmt == TP_W_Q8_0;
+  const size_t bb = q8 ? 34 : 18;
+  const __m512i zero_code = _mm512_set1_epi8(q8 ? (char)0x80 : 8); /* u of a zero weight: its product is taken off */
+  for (int64_t s = 0; s * NR_G < nc; s++) {
+    uint8_t *strip = dst + (size_t)s * (size_t)kb * GGBLK;
+    for (int64_t h = 0; h < NR_G / 16; h++) {
+      const int64_t c0 = s * NR_G + 16 * h;
+      for (int64_t b = 0; b < kb; b += 2) {
+        const int two = b + 1 < kb;
+        __m512i r[16];
+        for (int c = 0; c < 16; c++) {
+          r[c] = c0 + c < nc ? ggml_codes2(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, two)
+                             : zero_code;
+        }
+        transpose16(r); /* r[q]: dword q (inputs 4q .. 4q + 3 of the pair) of the 16 columns */
+        for (int q = 0; q < 8; q++) _mm512_store_si512(strip + (size_t)b * GGBLK + (size_t)q * NR_G * 4 + 64 * h, r[q]);
+        if (two)
+          for (int q = 0; q < 8; q++)
+            _mm512_store_si512(strip + (size_t)(b + 1) * GGBLK + (size_t)q * NR_G * 4 + 64 * h, r[8 + q]);
+      }
+      for (int64_t b = 0; b < kb; b++) {
+        float d[16];
+        for (int c = 0; c < 16; c++)
+          d[c] = c0 + c < nc ? _cvtsh_ss(tp_rd16(mm->w + (size_t)(j0 + c0 + c) * mm->w_row + (size_t)(b0 + b) * bb)) : 0.0f;
+        _mm512_store_ps((float *)(strip + (size_t)b * GGBLK + 8 * NR_G * 4 + 64 * h), _mm512_loadu_ps(d));
+      }
+    }
+  }
+}
+
+/*
+ * Rows [i0, i0 + mr) × the 32 columns of one strip over blocks [b0, b0 + kb): partial f32 sums added
+ * to y (first: written), then the bias (last).
+ */
+static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int mr, int64_t i0, int64_t j, int ncols,
+                                                            const uint8_t *strip, int64_t b0, int64_t kb, int first,
+                                                            int last) {
+  const int64_t nb = mm->k / 32;
+  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : 8;
+  __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00, f30 = f00, f31 = f00;
+  const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row + 2, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
+                *a3 = a2 + mm->xq_row;
+  const float *d0 = mm->xs + (size_t)i0 * (size_t)nb, *d1 = d0 + nb, *d2 = d1 + nb, *d3 = d2 + nb;
+  const int32_t *s0 = mm->xsum + (size_t)i0 * (size_t)nb, *s1 = s0 + nb, *s2 = s1 + nb, *s3 = s2 + nb;
+  for (int64_t b = 0; b < kb; b++) {
+    const uint8_t *pb = strip + (size_t)b * GGBLK;
+    const int64_t ab = b0 + b;
+    __m512i t00, t01, t10, t11, t20, t21, t30, t31;
+#define INIT(r)                                                              \
+  if (mr > r) {                                                              \
+    t##r##0 = _mm512_set1_epi32(-off * s##r[ab]);                            \
+    t##r##1 = t##r##0;                                                       \
+  }
+    INIT(0) INIT(1) INIT(2) INIT(3)
+#undef INIT
+    for (int q = 0; q < 8; q++) {
+      const __m512i w0 = _mm512_load_si512(pb + q * NR_G * 4), w1 = _mm512_load_si512(pb + q * NR_G * 4 + 64);
+#define STEP(r)                                                                                 \
+  if (mr > r) {                                                                                 \
+    const __m512i av = _mm512_set1_epi32((int32_t)tp_rd32(a##r + (size_t)ab * 34 + 4 * q));     \
+    t##r##0 = _mm512_dpbusd_epi32(t##r##0, w0, av);                                             \
+    t##r##1 = _mm512_dpbusd_epi32(t##r##1, w1, av);                                             \
+  }
+      STEP(0) STEP(1) STEP(2) STEP(3)
+#undef STEP
+    }
+    const __m512 dw0 = _mm512_load_ps((const float *)(pb + 8 * NR_G * 4)),
+                 dw1 = _mm512_load_ps((const float *)(pb + 8 * NR_G * 4 + 64));
+#define SCALE(r)                                                                            \
+  if (mr > r) {                                                                             \
+    const __m512 da = _mm512_set1_ps(d##r[ab]);                                             \
+    f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##0), _mm512_mul_ps(dw0, da), f##r##0); \
+    f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##1), _mm512_mul_ps(dw1, da), f##r##1); \
+  }
+    SCALE(0) SCALE(1) SCALE(2) SCALE(3)
+#undef SCALE
+  }
+#define OUT(r, v)                                                                                 \
+  if (mr > r) {                                                                                   \
+    const __mmask16 cm = col_mask(ncols, v);                                                      \
+    if (cm) {                                                                                     \
+      float *yv = mm->y + (size_t)(i0 + r) * (size_t)mm->n + (size_t)(j + 16 * v);                \
+      __m512 o = f##r##v;                                                                         \
+      if (!first) o = _mm512_add_ps(_mm512_maskz_loadu_ps(cm, yv), o);                            \
+      if (last && mm->bias) o = _mm512_add_ps(o, _mm512_maskz_loadu_ps(cm, mm->bias + j + 16 * v)); \
+      _mm512_mask_storeu_ps(yv, cm, o);                                                           \
+    }                                                                                             \
+  }
+  OUT(0, 0) OUT(0, 1) OUT(1, 0) OUT(1, 1) OUT(2, 0) OUT(2, 1) OUT(3, 0) OUT(3, 1)
+#undef OUT
+}
+
+#define GTILE_FN(R)                                                                                              \
+  static void ggml_tile_##R(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0, \
+                            int64_t kb, int first, int last) {                                                   \
+    ggml_tile(mm, R, i0, j, ncols, strip, b0, kb, first, last);                                                  \
+  }
+GTILE_FN(1)
+GTILE_FN(2)
+GTILE_FN(3)
+GTILE_FN(4)
+#undef GTILE_FN
+typedef void (*ggml_tile_fn)(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0,
+                             int64_t kb, int first, int last);
+static const ggml_tile_fn ggml_tiles[5] = {NULL, ggml_tile_1, ggml_tile_2, ggml_tile_3, ggml_tile_4};
+
+void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  const int64_t nb = mm->k / 32;
+  for (int64_t jc = n0; jc < n1; jc += NC_G) {
+    const int64_t nc = n1 - jc < NC_G ? n1 - jc : NC_G;
+    for (int64_t b0 = 0; b0 < nb; b0 += KB_G) {
+      const int64_t kb = nb - b0 < KB_G ? nb - b0 : KB_G;
+      ggml_pack(mm, jc, nc, b0, kb, scratch);
+      const int first = b0 == 0, last = b0 + kb >= nb;
+      for (int64_t i0 = 0; i0 < mm->m; i0 += 4) {
+        const int mr = mm->m - i0 < 4 ? (int)(mm->m - i0) : 4;
+        for (int64_t s = 0; s * NR_G < nc; s++) {
+          const int ncols = nc - s * NR_G < NR_G ? (int)(nc - s * NR_G) : NR_G;
+          ggml_tiles[mr](mm, i0, jc + s * NR_G, ncols, scratch + (size_t)s * (size_t)kb * GGBLK, b0, kb, first, last);
+        }
+      }
+    }
+  }
+}

@@ -420,6 +420,10 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
     ggml_ymm(mm, n0, n1, scratch);
     return;
   }
+  if (mm->xsum != NULL) { /* Q8_0 / Q4_0 with m ≥ TP_GGML_GEMM_MIN_M: block sums prepared for the GEMM */
+    tp_mm_ggml_gemm_avx512vnni(mm, n0, n1, scratch);
+    return;
+  }
   const int64_t nb = mm->k / tp_wformats[mm->fmt].block;
   const size_t xs = (xa_row_bytes(mm->fmt, mm->k) + 63) / 64 * 64;
   const perm32 p = tp_wformats[mm->fmt].block == 32 && mm->fmt != TP_W_Q8_0 ? perm_for(mm->fmt) : perm_for(TP_W_Q4_0);

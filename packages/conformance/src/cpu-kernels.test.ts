@@ -259,7 +259,7 @@ function reference(
 
 const FORMATS = Object.keys(NATIVE_WEIGHT_FORMATS) as NativeWeightFormat[];
 
-/** [m, n, k] cases per format: GEMV, small odd m, and m ≥ 16 with n spanning several 64-column strips. */
+/** [m, n, k] cases per format: GEMV, small odd m, and m ≥ 16 with n spanning several 64-column strips (and K chunks). */
 function shapes(format: NativeWeightFormat): [number, number, number][] {
   if (format.endsWith("_k"))
     return [
@@ -272,6 +272,8 @@ function shapes(format: NativeWeightFormat): [number, number, number][] {
       [1, 67, 320],
       [5, 33, 1024],
       [19, 70, 96],
+      // the Q8_0 / Q4_0 GEMM: 50 blocks = two K chunks of its packed panels (48 + 2), m % 4 = 1
+      [21, 100, 1600],
     ];
   if (format.includes("convrot"))
     return [
