@@ -7,6 +7,10 @@
  *   tg N: evaluate one token, then time N single-token decode forwards (what llama-bench's tg does:
  *         no sampling; node-llama-cpp's `evaluate` generator adds per-token overhead of its own);
  *
+ * each timed run preceded by one untimed warm-up run of the same test and a cleared sequence, as
+ * llama-bench does (its `--warmup`, on by default): first-touch costs of fresh memory — the KV cache,
+ * the compute buffers — fall outside the timed run for both engines (ours-worker.ts does the same);
+ *
  * and print one JSON line `{ok, tokens_per_second, seconds, peak_rss_bytes}`.
  *
  * usage: bun packages/llm/bench/llama-cpp-worker.ts FILE pp|tg N THREADS CTX
@@ -37,17 +41,20 @@ try {
     threads: { ideal: threads, min: threads },
   });
   const seq = context.getSequence();
-  let seconds: number;
-  if (mode === "pp") {
-    const t0 = performance.now();
-    await seq.evaluateWithoutGeneratingNewTokens(benchPromptIds(n) as never);
-    seconds = (performance.now() - t0) / 1000;
-  } else {
-    const ids = benchPromptIds(n + 1);
-    await seq.evaluateWithoutGeneratingNewTokens([ids[0]] as never);
-    const t0 = performance.now();
-    for (let i = 1; i <= n; i++) await seq.evaluateWithoutGeneratingNewTokens([ids[i]] as never);
-    seconds = (performance.now() - t0) / 1000;
+  let seconds = 0;
+  for (const warmup of [true, false]) {
+    if (mode === "pp") {
+      const t0 = performance.now();
+      await seq.evaluateWithoutGeneratingNewTokens(benchPromptIds(n) as never);
+      seconds = (performance.now() - t0) / 1000;
+    } else {
+      const ids = benchPromptIds(n + 1);
+      await seq.evaluateWithoutGeneratingNewTokens([ids[0]] as never);
+      const t0 = performance.now();
+      for (let i = 1; i <= n; i++) await seq.evaluateWithoutGeneratingNewTokens([ids[i]] as never);
+      seconds = (performance.now() - t0) / 1000;
+    }
+    if (warmup) await seq.clearHistory();
   }
   console.log(
     JSON.stringify({

@@ -7,6 +7,9 @@
  *   tg N: prefill one token, then generate N + 1 tokens greedily with no stop id and time the N decode
  *         forwards (each with its argmax and the streaming detokenizer, as the app runs them);
  *
+ * each timed run preceded by one untimed warm-up run of the same test and a reset session, as
+ * llama-bench does (llama-cpp-worker.ts does the same);
+ *
  * and print one JSON line `{ok, tokens_per_second, seconds, peak_rss_bytes, kv_bytes, ms_per_token_engine}`.
  *
  * usage: bun packages/llm/bench/ours-worker.ts FILE pp|tg N THREADS CTX
@@ -26,27 +29,33 @@ try {
   const backend = createBackend({ threads: Number(threadsText) });
   const { model, tokenizer } = loadModel(path, { backend, maxContext: ctx });
   const session = new GenerationSession(model, tokenizer, { seed: 1 });
-  let seconds: number;
+  let seconds = 0;
   let engineMs = 0;
-  if (mode === "pp") {
-    const r = await session.generate(benchPromptIds(n), { maxNewTokens: 1, prefillChunk: n });
-    seconds = r.promptSeconds;
-  } else {
-    // time spent outside model.step (logits read, argmax, detokenizing), per token
-    const step = model.step.bind(model);
-    const stepMs: number[] = [];
-    (model as { step: typeof step }).step = (ids, o) => {
-      const t = performance.now();
-      try {
-        return step(ids, o);
-      } finally {
-        stepMs.push(performance.now() - t);
-      }
-    };
-    const r = await session.generate(benchPromptIds(1), { maxNewTokens: n + 1, stopIds: [] });
-    seconds = r.genSeconds;
-    const decodeMs = stepMs.slice(1).reduce((a, b) => a + b, 0); // [0] is the prefill
-    engineMs = (r.genSeconds * 1000 - decodeMs) / n;
+  // time spent outside model.step (logits read, argmax, detokenizing), per token
+  const step = model.step.bind(model);
+  let stepMs: number[] = [];
+  (model as { step: typeof step }).step = (ids, o) => {
+    const t = performance.now();
+    try {
+      return step(ids, o);
+    } finally {
+      stepMs.push(performance.now() - t);
+    }
+  };
+  // one untimed warm-up run of the same test, then the timed one (llama-cpp-worker.ts does the same)
+  for (const warmup of [true, false]) {
+    stepMs = [];
+    if (mode === "pp") {
+      const r = await session.generate(benchPromptIds(n), { maxNewTokens: 1, prefillChunk: n });
+      seconds = r.promptSeconds;
+    } else {
+      const r = await session.generate(benchPromptIds(1), { maxNewTokens: n + 1, stopIds: [] });
+      seconds = r.genSeconds;
+      const decodeMs = stepMs.slice(1).reduce((a, b) => a + b, 0); // [0] is the prefill
+      engineMs = (r.genSeconds * 1000 - decodeMs) / n;
+    }
+    if (process.env.TP_BENCH_VERBOSE) console.error(`${warmup ? "warm-up" : "timed"}: ${seconds.toFixed(3)} s`);
+    if (warmup) session.reset();
   }
   console.log(
     JSON.stringify({
