@@ -31,6 +31,13 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi3
 /* binary16 → f32 with F16C (exact, as tp_f16p). */
 static inline float f16h(const uint8_t *p) { return _cvtsh_ss(tp_rd16(p)); }
 
+/* Software prefetch distance of the Q4_x / Q5_x weight stream in the GEMV (bytes ahead of the loads;
+ * measured at M = 1, 2 threads: K=4096 N=12288 Q4_0 0.96 → 0.72 ms, 6% on K=1024 shapes; no gain
+ * for Q8_0 and the k-quants, which have none). */
+#ifndef GGML_PF_DIST
+#define GGML_PF_DIST 2048
+#endif
+
 /* Activation rows prepared per chunk of rows (bounded scratch: tp_mm_task_scratch). */
 #define XA_ROWS 16
 
@@ -183,6 +190,10 @@ static inline __attribute__((always_inline)) void dot32_4(const tp_mm *mm, int R
   const int64_t ng = nb / 4;
   for (int64_t g = 0; g < ng; g++) {
     const uint8_t *gp = w + (size_t)g * gb;
+    if (GGML_PF_DIST > 0) {
+      _mm_prefetch((const char *)(gp + GGML_PF_DIST), _MM_HINT_T0);
+      _mm_prefetch((const char *)(gp + GGML_PF_DIST + 64), _MM_HINT_T0);
+    }
     /* the group's codes, d (and m, qh) gathered with one vpermt2w each from two loads */
     const __m512i z0 = _mm512_loadu_si512(gp), z1 = _mm512_maskz_loadu_epi8(p->z1, gp + 64);
     const __m512i q = _mm512_permutex2var_epi16(z0, p->qs, z1);
