@@ -20,6 +20,9 @@
  *    when missing, run in a child process: bench/torch-peer.py), and this CPU's peak for the
  *    instruction the kernel is built on (bench/peak.c: measured instruction throughput × operations per
  *    instruction; int8: vpdpbusd, 128 ops; bf16 / fp8: vdpbf16ps, 64 FLOP).
+ *    Also GGUF weights (Q8_0, Q4_0, Q4_K, Q6_K) at LLM prompt-processing shapes (M = 512 tokens,
+ *    Qwen3-0.6B's ffn K=1024 N=3072 and K=3072 N=1024) against llama.cpp's kernels through the same shim
+ *    (Q4_0 and Q4_K repacked by CPU_REPACK), activation quantization included on both sides.
  * 3. Attention (the cpu backend's `attention` op), seq 1280 and 4352, 48 and 12 heads of 128, f32, full
  *    and prefix masks (keys of the first seq − 256 tokens — the image — visible to all, the 256 text
  *    tokens causal), against PyTorch (scaled_dot_product_attention where torch has it, else the same
@@ -283,6 +286,12 @@ const GEMM_N = [6144, 16384];
 const GEMM_M = 1024;
 const GEMM_K = 6144;
 const GEMV_BYTES = 512 * 2 ** 20;
+/** Prompt processing (LLM prefill, 512 tokens) at Qwen3-0.6B's ffn shapes: GGUF GEMM vs llama.cpp. */
+const PP_SHAPES: [number, number, number][] = [
+  [512, 1024, 3072],
+  [512, 3072, 1024],
+];
+const PP_FORMATS: NativeWeightFormat[] = ["q8_0", "q4_0", "q4_k", "q6_k"];
 
 /** One live state at a time (weights of hundreds of MB): made on first use, dropped when the next is made. */
 let current: { key: string; drop: () => void } | null = null;
@@ -515,6 +524,58 @@ export default {
             peer: { name: `peak ${int8 ? "int8 (vpdpbusd)" : "bf16 (vdpbf16ps)"}`, run: () => value },
           });
         }
+      }
+    }
+
+    // ---- 2b. GEMM of GGUF weights at prompt-processing shapes, against llama.cpp's kernels ----
+    for (const [m, k, n] of PP_SHAPES) {
+      for (const format of PP_FORMATS) {
+        const key = `pp ${format} ${m} ${k} ${n}`;
+        const flop = 2 * m * n * k;
+        const state = lazy(
+          key,
+          () => {
+            const data = weightBytes(format, n, k, k + n);
+            const w: NativeWeight = { format, n, k, data, scale: null, group: 0 };
+            const r = rng(5);
+            const x = new Float32Array(m * k).map(() => r() * 2 - 1);
+            const y = new Float32Array(m * n);
+            let ggml: ReturnType<Shim["shim_new"]> | null = null;
+            if (typeof llama !== "string") {
+              ggml = llama.shim_new(GGML_TYPE[format] as number, k, n, 1, m, 1);
+              if (ggml !== null) {
+                llama.shim_set_weight(ggml, 0, ptr(data), data.length);
+                llama.shim_set_x(ggml, ptr(x), m * k * 4);
+              }
+            }
+            return { w, x, y, ggml };
+          },
+          (st) => {
+            if (st.ggml && typeof llama !== "string") llama.shim_free(st.ggml);
+          },
+        );
+        cases.push({
+          case: `GEMM ${format} M=${m} K=${k} N=${n} (prompt processing)`,
+          metric: "throughput",
+          unit: "GFLOP/s",
+          better: "higher",
+          runs: 5,
+          ours: () => {
+            const st = state();
+            return flop / 1e9 / seconds(() => ctx.matmul(st.x, m, st.w, null, st.y));
+          },
+          peer:
+            typeof llama === "string"
+              ? undefined
+              : {
+                  name: "llama.cpp (ggml CPU, same threads)",
+                  run: () => {
+                    const st = state();
+                    if (!st.ggml) return Number.NaN;
+                    return flop / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml));
+                  },
+                },
+        });
       }
     }
 
