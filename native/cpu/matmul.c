@@ -158,7 +158,7 @@ typedef struct prep_job {
   float *xs;
   int32_t *xsum;
   float *tmp; /* per task: k floats (ConvRot) */
-  int32_t block_sums; /* Q8_0: also write per-block d_a to xs and Σ q_a to xsum ([m, k/32]) */
+  int32_t block_sums; /* Q8_0 / Q8_K: also write per-32-block d_a to xs and Σ q_a to xsum ([m, k/32]) */
   int64_t rows_per_task;
   int32_t isa;
 } prep_job;
@@ -196,8 +196,22 @@ static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
           }
         }
         break;
-      case TP_ACT_Q8_1:
-      case TP_ACT_Q8_K: quantize_row(job->isa, mm->act, x, mm->k, q); break;
+      case TP_ACT_Q8_K:
+        quantize_row(job->isa, mm->act, x, mm->k, q);
+        if (job->block_sums) {
+          /* the Q4_K GEMM's per-32-block d_a (the super-block's, f32) and Σ q_a (two bsums of 16) */
+          const int64_t nb = mm->k / 32;
+          for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *sb = q + (size_t)(b / 8) * 292;
+            int16_t s0, s1;
+            memcpy(&s0, sb + 260 + 4 * (b % 8), 2);
+            memcpy(&s1, sb + 262 + 4 * (b % 8), 2);
+            job->xs[(size_t)i * (size_t)nb + (size_t)b] = tp_rdf32(sb);
+            job->xsum[(size_t)i * (size_t)nb + (size_t)b] = (int32_t)s0 + (int32_t)s1;
+          }
+        }
+        break;
+      case TP_ACT_Q8_1: quantize_row(job->isa, mm->act, x, mm->k, q); break;
       case TP_ACT_CONVROT: {
         float *tmp = job->tmp + (size_t)task * (size_t)mm->k;
         const int32_t bits = mm->fmt == TP_W_INT8_CONVROT ? 8 : 4;
@@ -354,7 +368,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0) && m >= TP_GGML_GEMM_MIN_M &&
+  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K) && m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else
   const int block_sums = 0;

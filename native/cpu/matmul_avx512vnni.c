@@ -690,35 +690,46 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* GGUF Q8_0 / Q4_0 GEMM: block-scaled int8 products                                           */
+/* GGUF Q8_0 / Q4_0 / Q4_K GEMM: block-scaled int8 products                                    */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * y = x · Wᵀ for Q8_0 / Q4_0 weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt processing),
- * the same packed loop nest as the GEMM above with the scales of ggml's 32-element blocks: for each
- * block b of 32 inputs, a 4 × 32 register tile sums the exact int32 products of the block
+ * y = x · Wᵀ for Q8_0, Q4_0 and Q4_K weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt
+ * processing), the same packed loop nest as the GEMM above with the scales of 32-element blocks: for
+ * each block b of 32 inputs, a 4 × 32 register tile sums the exact int32 products of the block
  *   t(i, j) = Σ_e u_w(j, e) · q_a(i, e) − off · Σ_e q_a(i, e)        (starting from −off · Σq_a)
  * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q8_0:
- * u = q + 128, off = 128), then adds d_w(j, b) · d_a(i, b) · t(i, j) to an f32 accumulator — ggml's
- * vec_dot_q4_0_q8_0 / q8_0_q8_0 identity (llm.md §2.6), summed over blocks in f32 in another order.
+ * u = q + 128, off = 128; Q4_K: the nibble, off = 0), then adds d_w(j, b) · d_a(i, b) · t(i, j) to an
+ * f32 accumulator, and for Q4_K subtracts m_w(j, b) · d_a(i, b) · Σq_a(i, b), the sub-block minimum
+ * (d_w = d · scale_b, m_w = dmin · min_b). These are ggml's vec_dot_q4_0_q8_0 / q8_0_q8_0 /
+ * q4_K_q8_K identities (llm.md §2.6), summed over blocks in f32 in another order.
  *
  * The weights are packed per NC_G columns × KB_G blocks into strips of 32 columns; per block, 8 steps
- * of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned) then the 32 column
- * scales d_w as f32 (GGBLK bytes). The activations are ggml Q8_0 rows (mm->xq) with their block
- * scales as f32 (mm->xs) and code sums (mm->xsum), m × nb each, prepared by matmul.c.
+ * of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned), then the 32 column
+ * scales d_w as f32, then (Q4_K) the 32 m_w. The activations are ggml Q8_0 / Q8_K rows (mm->xq)
+ * with per-32-block scales as f32 (mm->xs) and code sums (mm->xsum), m × nb each, from matmul.c.
  */
 #define NC_G 64
-#define KB_G 48
+#define KB_G 48 /* a multiple of 8: a Q4_K super-block never straddles two panels */
 #define NR_G 32
-#define GGBLK (8 * NR_G * 4 + NR_G * 4)
+#define GG_CODES (8 * NR_G * 4)
+/* bytes of one packed block: codes, d_w, and for Q4_K m_w */
+static inline size_t gg_blk(int kq) { return GG_CODES + NR_G * 4 * (kq ? 2 : 1); }
 
-/* Unpacked unsigned codes of two consecutive blocks b, b + 1 of one weight row (64 bytes; a missing b + 1: 0). */
+/* Unpacked unsigned codes of blocks b, b + 1 (b even) of one weight row (64 bytes; a missing b + 1: any). */
 static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, int two) {
   if (fmt == TP_W_Q8_0) {
     const uint8_t *p = row + (size_t)b * 34;
     const __m256i lo = _mm256_loadu_si256((const __m256i *)(p + 2));
     const __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(p + 36)) : _mm256_set1_epi8((char)0x80);
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
+  }
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  if (fmt == TP_W_Q4_K) {
+    /* sub-blocks 2p, 2p + 1 of a super-block: the low, then the high nibbles of the same 32 bytes */
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(row + (size_t)(b / 8) * 144 + 16 + 32 * (size_t)((b % 8) / 2)));
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), nib);
   }
   /* Q4_0: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements 0..31 of b, then of b + 1 */
   const uint8_t *p = row + (size_t)b * 18;
@@ -728,17 +739,32 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
   v = _mm512_inserti32x4(v, q0, 1);
   v = _mm512_inserti32x4(v, q1, 2);
   v = _mm512_inserti32x4(v, q1, 3);
-  const __m512i sh = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
-  return _mm512_and_si512(_mm512_srlv_epi64(v, sh), _mm512_set1_epi8(0x0F));
+  return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), nib);
 }
 
-/* Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero codes and scales. */
+/* d_w and m_w (Q4_K) of block b of one weight row, as f32. */
+static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float *dw, float *mw) {
+  if (fmt == TP_W_Q8_0) {
+    *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 34));
+  } else if (fmt == TP_W_Q4_0) {
+    *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 18));
+  } else {
+    const uint8_t *sb = row + (size_t)(b / 8) * 144, *sc = sb + 4;
+    const int j = (int)(b % 8);
+    /* 6-bit scale and min of sub-block j (ggml get_scale_min_k4) */
+    const uint8_t scale = j < 4 ? (sc[j] & 63) : (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
+    const uint8_t min = j < 4 ? (sc[j + 4] & 63) : (uint8_t)((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+    *dw = _cvtsh_ss(tp_rd16(sb)) * (float)scale;
+    *mw = _cvtsh_ss(tp_rd16(sb + 2)) * (float)min;
+  }
+}
+
+/* Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero scales. */
 static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64_t kb, uint8_t *dst) {
-  const int q8 = mm->fmt == TP_W_Q8_0;
-  const size_t bb = q8 ? 34 : 18;
-  const __m512i zero_code = _mm512_set1_epi8(q8 ? (char)0x80 : 8); /* u of a zero weight: its product is taken off */
+  const int kq = mm->fmt == TP_W_Q4_K;
+  const size_t blk = gg_blk(kq);
   for (int64_t s = 0; s * NR_G < nc; s++) {
-    uint8_t *strip = dst + (size_t)s * (size_t)kb * GGBLK;
+    uint8_t *strip = dst + (size_t)s * (size_t)kb * blk;
     for (int64_t h = 0; h < NR_G / 16; h++) {
       const int64_t c0 = s * NR_G + 16 * h;
       for (int64_t b = 0; b < kb; b += 2) {
@@ -746,41 +772,51 @@ static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64
         __m512i r[16];
         for (int c = 0; c < 16; c++) {
           r[c] = c0 + c < nc ? ggml_codes2(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, two)
-                             : zero_code;
+                             : _mm512_setzero_si512();
         }
         transpose16(r); /* r[q]: dword q (inputs 4q .. 4q + 3 of the pair) of the 16 columns */
-        for (int q = 0; q < 8; q++) _mm512_store_si512(strip + (size_t)b * GGBLK + (size_t)q * NR_G * 4 + 64 * h, r[q]);
+        for (int q = 0; q < 8; q++) _mm512_store_si512(strip + (size_t)b * blk + (size_t)q * NR_G * 4 + 64 * h, r[q]);
         if (two)
           for (int q = 0; q < 8; q++)
-            _mm512_store_si512(strip + (size_t)(b + 1) * GGBLK + (size_t)q * NR_G * 4 + 64 * h, r[8 + q]);
+            _mm512_store_si512(strip + (size_t)(b + 1) * blk + (size_t)q * NR_G * 4 + 64 * h, r[8 + q]);
       }
       for (int64_t b = 0; b < kb; b++) {
-        float d[16];
-        for (int c = 0; c < 16; c++)
-          d[c] = c0 + c < nc ? _cvtsh_ss(tp_rd16(mm->w + (size_t)(j0 + c0 + c) * mm->w_row + (size_t)(b0 + b) * bb)) : 0.0f;
-        _mm512_store_ps((float *)(strip + (size_t)b * GGBLK + 8 * NR_G * 4 + 64 * h), _mm512_loadu_ps(d));
+        float d[16], m[16];
+        for (int c = 0; c < 16; c++) {
+          d[c] = m[c] = 0.0f;
+          if (c0 + c < nc) ggml_scales(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, &d[c], &m[c]);
+        }
+        _mm512_store_ps((float *)(strip + (size_t)b * blk + GG_CODES + 64 * h), _mm512_loadu_ps(d));
+        if (kq) _mm512_store_ps((float *)(strip + (size_t)b * blk + GG_CODES + NR_G * 4 + 64 * h), _mm512_loadu_ps(m));
       }
     }
   }
+}
+
+/* Byte offset of the codes of 32-block b in a prepared activation row (Q8_0 or Q8_K). */
+static inline size_t act_at(int kq, int64_t b) {
+  return kq ? (size_t)(b / 8) * 292 + 4 + 32 * (size_t)(b % 8) : (size_t)b * 34 + 2;
 }
 
 /*
  * Rows [i0, i0 + mr) × the 32 columns of one strip over blocks [b0, b0 + kb): partial f32 sums added
  * to y (first: written), then the bias (last).
  */
-static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int mr, int64_t i0, int64_t j, int ncols,
-                                                            const uint8_t *strip, int64_t b0, int64_t kb, int first,
-                                                            int last) {
+static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int kq, int mr, int64_t i0, int64_t j,
+                                                            int ncols, const uint8_t *strip, int64_t b0, int64_t kb,
+                                                            int first, int last) {
   const int64_t nb = mm->k / 32;
-  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : 8;
+  const size_t blk = gg_blk(kq);
+  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : mm->fmt == TP_W_Q4_0 ? 8 : 0;
   __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00, f30 = f00, f31 = f00;
-  const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row + 2, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
+  const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
                 *a3 = a2 + mm->xq_row;
   const float *d0 = mm->xs + (size_t)i0 * (size_t)nb, *d1 = d0 + nb, *d2 = d1 + nb, *d3 = d2 + nb;
   const int32_t *s0 = mm->xsum + (size_t)i0 * (size_t)nb, *s1 = s0 + nb, *s2 = s1 + nb, *s3 = s2 + nb;
   for (int64_t b = 0; b < kb; b++) {
-    const uint8_t *pb = strip + (size_t)b * GGBLK;
+    const uint8_t *pb = strip + (size_t)b * blk;
     const int64_t ab = b0 + b;
+    const size_t ao = act_at(kq, ab);
     __m512i t00, t01, t10, t11, t20, t21, t30, t31;
 #define INIT(r)                                                              \
   if (mr > r) {                                                              \
@@ -791,22 +827,29 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
 #undef INIT
     for (int q = 0; q < 8; q++) {
       const __m512i w0 = _mm512_load_si512(pb + q * NR_G * 4), w1 = _mm512_load_si512(pb + q * NR_G * 4 + 64);
-#define STEP(r)                                                                                 \
-  if (mr > r) {                                                                                 \
-    const __m512i av = _mm512_set1_epi32((int32_t)tp_rd32(a##r + (size_t)ab * 34 + 4 * q));     \
-    t##r##0 = _mm512_dpbusd_epi32(t##r##0, w0, av);                                             \
-    t##r##1 = _mm512_dpbusd_epi32(t##r##1, w1, av);                                             \
+#define STEP(r)                                                                   \
+  if (mr > r) {                                                                   \
+    const __m512i av = _mm512_set1_epi32((int32_t)tp_rd32(a##r + ao + 4 * q));    \
+    t##r##0 = _mm512_dpbusd_epi32(t##r##0, w0, av);                               \
+    t##r##1 = _mm512_dpbusd_epi32(t##r##1, w1, av);                               \
   }
       STEP(0) STEP(1) STEP(2) STEP(3)
 #undef STEP
     }
-    const __m512 dw0 = _mm512_load_ps((const float *)(pb + 8 * NR_G * 4)),
-                 dw1 = _mm512_load_ps((const float *)(pb + 8 * NR_G * 4 + 64));
+    const __m512 dw0 = _mm512_load_ps((const float *)(pb + GG_CODES)),
+                 dw1 = _mm512_load_ps((const float *)(pb + GG_CODES + 64));
+    const __m512 mw0 = kq ? _mm512_load_ps((const float *)(pb + GG_CODES + 128)) : dw0,
+                 mw1 = kq ? _mm512_load_ps((const float *)(pb + GG_CODES + 192)) : dw1;
 #define SCALE(r)                                                                            \
   if (mr > r) {                                                                             \
     const __m512 da = _mm512_set1_ps(d##r[ab]);                                             \
     f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##0), _mm512_mul_ps(dw0, da), f##r##0); \
     f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##1), _mm512_mul_ps(dw1, da), f##r##1); \
+    if (kq) {                                                                               \
+      const __m512 ms = _mm512_set1_ps(d##r[ab] * (float)s##r[ab]);                         \
+      f##r##0 = _mm512_fnmadd_ps(mw0, ms, f##r##0);                                         \
+      f##r##1 = _mm512_fnmadd_ps(mw1, ms, f##r##1);                                         \
+    }                                                                                       \
   }
     SCALE(0) SCALE(1) SCALE(2) SCALE(3)
 #undef SCALE
@@ -826,22 +869,29 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
 #undef OUT
 }
 
-#define GTILE_FN(R)                                                                                              \
-  static void ggml_tile_##R(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0, \
-                            int64_t kb, int first, int last) {                                                   \
-    ggml_tile(mm, R, i0, j, ncols, strip, b0, kb, first, last);                                                  \
+#define GTILE_FN(K, R)                                                                                             \
+  static void ggml_tile_##K##_##R(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip,         \
+                                  int64_t b0, int64_t kb, int first, int last) {                                   \
+    ggml_tile(mm, K, R, i0, j, ncols, strip, b0, kb, first, last);                                                 \
   }
-GTILE_FN(1)
-GTILE_FN(2)
-GTILE_FN(3)
-GTILE_FN(4)
+GTILE_FN(0, 1)
+GTILE_FN(0, 2)
+GTILE_FN(0, 3)
+GTILE_FN(0, 4)
+GTILE_FN(1, 1)
+GTILE_FN(1, 2)
+GTILE_FN(1, 3)
+GTILE_FN(1, 4)
 #undef GTILE_FN
 typedef void (*ggml_tile_fn)(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0,
                              int64_t kb, int first, int last);
-static const ggml_tile_fn ggml_tiles[5] = {NULL, ggml_tile_1, ggml_tile_2, ggml_tile_3, ggml_tile_4};
+static const ggml_tile_fn ggml_tiles[2][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
+                                              {NULL, ggml_tile_1_1, ggml_tile_1_2, ggml_tile_1_3, ggml_tile_1_4}};
 
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int64_t nb = mm->k / 32;
+  const int kq = mm->fmt == TP_W_Q4_K;
+  const size_t blk = gg_blk(kq);
   for (int64_t jc = n0; jc < n1; jc += NC_G) {
     const int64_t nc = n1 - jc < NC_G ? n1 - jc : NC_G;
     for (int64_t b0 = 0; b0 < nb; b0 += KB_G) {
@@ -852,7 +902,7 @@ void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t
         const int mr = mm->m - i0 < 4 ? (int)(mm->m - i0) : 4;
         for (int64_t s = 0; s * NR_G < nc; s++) {
           const int ncols = nc - s * NR_G < NR_G ? (int)(nc - s * NR_G) : NR_G;
-          ggml_tiles[mr](mm, i0, jc + s * NR_G, ncols, scratch + (size_t)s * (size_t)kb * GGBLK, b0, kb, first, last);
+          ggml_tiles[kq][mr](mm, i0, jc + s * NR_G, ncols, scratch + (size_t)s * (size_t)kb * blk, b0, kb, first, last);
         }
       }
     }

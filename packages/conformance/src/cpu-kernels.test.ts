@@ -266,6 +266,8 @@ function shapes(format: NativeWeightFormat): [number, number, number][] {
       [1, 67, 512],
       [3, 33, 768],
       [23, 131, 256],
+      // the Q4_K GEMM: 64 blocks of 32 = two K chunks of its packed panels (48 + 16), m % 4 = 1
+      [21, 100, 2048],
     ];
   if (format.startsWith("q"))
     return [
