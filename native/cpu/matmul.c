@@ -152,6 +152,30 @@ static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, ui
   else tp_quantize_q8_k_row(x, k, q);
 }
 
+/*
+ * The GGUF GEMM's per-32-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q:
+ * from the Q8_0 blocks (d f16, 32 codes), or from the Q8_K super-blocks (d f32; two int16 bsums of 16
+ * per 32-block).
+ */
+static void block_sums(int32_t act, const uint8_t *q, int64_t k, float *xs, int32_t *xsum) {
+  for (int64_t b = 0; b < k / 32; b++) {
+    if (act == TP_ACT_Q8_0) {
+      const uint8_t *blk = q + (size_t)b * 34;
+      int32_t sum = 0;
+      for (int e = 0; e < 32; e++) sum += (int8_t)blk[2 + e];
+      xs[b] = tp_f16p(blk);
+      xsum[b] = sum;
+    } else {
+      const uint8_t *sb = q + (size_t)(b / 8) * 292;
+      int16_t s0, s1;
+      memcpy(&s0, sb + 260 + 4 * (b % 8), 2);
+      memcpy(&s1, sb + 262 + 4 * (b % 8), 2);
+      xs[b] = tp_rdf32(sb);
+      xsum[b] = (int32_t)s0 + (int32_t)s1;
+    }
+  }
+}
+
 typedef struct prep_job {
   const tp_mm *mm;
   uint8_t *xq;
@@ -183,35 +207,13 @@ static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
         if (mm->k & 1) memset(q + 2 * mm->k, 0, 2); /* rows hold whole bf16 pairs */
         break;
       case TP_ACT_Q8_0:
-        quantize_row(job->isa, mm->act, x, mm->k, q);
-        if (job->block_sums) {
-          /* the Q8_0 / Q4_0 GEMM's per-block d_a (f32) and Σ q_a */
-          const int64_t nb = mm->k / 32;
-          for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = q + (size_t)b * 34;
-            int32_t sum = 0;
-            for (int e = 0; e < 32; e++) sum += (int8_t)blk[2 + e];
-            job->xs[(size_t)i * (size_t)nb + (size_t)b] = tp_f16p(blk);
-            job->xsum[(size_t)i * (size_t)nb + (size_t)b] = sum;
-          }
-        }
-        break;
+      case TP_ACT_Q8_1:
       case TP_ACT_Q8_K:
         quantize_row(job->isa, mm->act, x, mm->k, q);
-        if (job->block_sums) {
-          /* the Q4_K GEMM's per-32-block d_a (the super-block's, f32) and Σ q_a (two bsums of 16) */
-          const int64_t nb = mm->k / 32;
-          for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *sb = q + (size_t)(b / 8) * 292;
-            int16_t s0, s1;
-            memcpy(&s0, sb + 260 + 4 * (b % 8), 2);
-            memcpy(&s1, sb + 262 + 4 * (b % 8), 2);
-            job->xs[(size_t)i * (size_t)nb + (size_t)b] = tp_rdf32(sb);
-            job->xsum[(size_t)i * (size_t)nb + (size_t)b] = (int32_t)s0 + (int32_t)s1;
-          }
-        }
+        if (job->block_sums)
+          block_sums(mm->act, q, mm->k, job->xs + (size_t)i * (size_t)(mm->k / 32),
+                     job->xsum + (size_t)i * (size_t)(mm->k / 32));
         break;
-      case TP_ACT_Q8_1: quantize_row(job->isa, mm->act, x, mm->k, q); break;
       case TP_ACT_CONVROT: {
         float *tmp = job->tmp + (size_t)task * (size_t)mm->k;
         const int32_t bits = mm->fmt == TP_W_INT8_CONVROT ? 8 : 4;

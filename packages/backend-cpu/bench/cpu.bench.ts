@@ -143,6 +143,11 @@ function loadLlama(): Shim | string {
   return g;
 }
 
+/** The llama.cpp peer of a case (`run` measures it; NaN where ggml would not take the weight), or none. */
+function ggmlPeer(llama: Shim | string, run: () => number): { name: string; run: () => number } | undefined {
+  return typeof llama === "string" ? undefined : { name: "llama.cpp (ggml CPU, same threads)", run };
+}
+
 /** ggml type ids (ggml.h enum ggml_type). */
 const GGML_TYPE: Partial<Record<NativeWeightFormat, number>> = {
   q8_0: 8,
@@ -434,17 +439,12 @@ export default {
           unit: "GB/s",
           better: "higher",
           ours,
-          peer:
-            typeof llama === "string"
-              ? undefined
-              : {
-                  name: "llama.cpp (ggml CPU, same threads)",
-                  run: () => {
-                    const st = state();
-                    if (!st.ggml) return Number.NaN;
-                    return st.total / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml?.s ?? null));
-                  },
-                },
+          peer: ggmlPeer(llama, () => {
+            const st = state();
+            return st.ggml
+              ? st.total / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml?.s ?? null))
+              : Number.NaN;
+          }),
         });
         cases.push({
           case: `${name} / copy bandwidth`,
@@ -564,17 +564,10 @@ export default {
             const st = state();
             return flop / 1e9 / seconds(() => ctx.matmul(st.x, m, st.w, null, st.y));
           },
-          peer:
-            typeof llama === "string"
-              ? undefined
-              : {
-                  name: "llama.cpp (ggml CPU, same threads)",
-                  run: () => {
-                    const st = state();
-                    if (!st.ggml) return Number.NaN;
-                    return flop / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml));
-                  },
-                },
+          peer: ggmlPeer(llama, () => {
+            const st = state();
+            return st.ggml ? flop / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml)) : Number.NaN;
+          }),
         });
       }
     }
