@@ -63,7 +63,9 @@ export function checkTensors(
   dtypes: readonly DTypeName[],
   tensors: Record<string, Tensor | null | undefined>,
 ): void {
-  for (const [name, t] of Object.entries(tensors)) {
+  // for…in, not Object.entries: this runs for every op call and should allocate nothing
+  for (const name in tensors) {
+    const t = tensors[name];
     if (t === null || t === undefined) continue;
     host.viewRegion(t);
     if (!dtypes.includes(t.dtype)) {

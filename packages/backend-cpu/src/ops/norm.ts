@@ -28,7 +28,8 @@ function eps(op: string, v: unknown): number {
 function lastDim(op: string, x: Tensor, affine: Record<string, Tensor | null>): number {
   if (x.rank < 1) throw shapeError(op, `x ${formatShape(x.shape)} needs at least one dimension`);
   const d = x.shape[x.rank - 1] as number;
-  for (const [name, t] of Object.entries(affine)) {
+  for (const name in affine) {
+    const t = affine[name] as Tensor | null;
     if (t !== null && (t.rank !== 1 || t.shape[0] !== d)) {
       throw shapeError(
         op,
