@@ -54,7 +54,6 @@ try {
       const decodeMs = stepMs.slice(1).reduce((a, b) => a + b, 0); // [0] is the prefill
       engineMs = (r.genSeconds * 1000 - decodeMs) / n;
     }
-    if (process.env.TP_BENCH_VERBOSE) console.error(`${warmup ? "warm-up" : "timed"}: ${seconds.toFixed(3)} s`);
     if (warmup) session.reset();
   }
   console.log(
