@@ -40,7 +40,7 @@ test("usage errors are one line on stderr with exit status 2", () => {
     ],
     [
       ["backends", "--threads", "x"],
-      "error E_ARG: --threads must be an integer from 1 to 256 (0: all CPUs), got 'x'\n",
+      "error E_ARG: --threads must be an integer from 0 (all CPUs) to 256, got 'x'\n",
     ],
     [["backends", "--bogus"], "error E_ARG: Unknown option '--bogus'\n"],
   ] as const) {

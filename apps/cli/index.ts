@@ -50,7 +50,7 @@ async function backends(args: string[]): Promise<number> {
     if (!/^\d{1,3}$/.test(values.threads) || n > 256) {
       throw new TpError(
         "E_ARG",
-        `--threads must be an integer from 1 to 256 (0: all CPUs), got '${values.threads}'`,
+        `--threads must be an integer from 0 (all CPUs) to 256, got '${values.threads}'`,
       );
     }
     options.threads = n;

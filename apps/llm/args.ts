@@ -11,9 +11,10 @@ import { DEFAULT_SAMPLING, type SamplingParams } from "@tp/llm";
 import { TpError } from "@tp/tensor";
 
 /** Usage text (printed by --help). */
-export const USAGE = `usage: bun apps/llm --model FILE.gguf [--prompt TEXT] [options]
+export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
 
-  --model, -m FILE        GGUF model (llama, qwen3)
+  --model, -m FILE        a GGUF file, or a safetensors checkpoint with config.json and
+                          tokenizer.json (llama, qwen3)
   --prompt, -p TEXT       answer one message and exit; without it: interactive chat (REPL)
   --system TEXT           system message
   --raw                   no chat template: the prompt is plain text to continue

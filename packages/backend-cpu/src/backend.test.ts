@@ -169,12 +169,12 @@ describe("cpu backend", () => {
     expect(resolveThreads(undefined, "8")).toBe(8);
     expect(resolveThreads(undefined, undefined)).toBe(0);
     expect(() => resolveThreads(undefined, "lots")).toThrow(
-      "TP_THREADS must be an integer from 1 to 256 (0: all CPUs), got 'lots'",
+      "TP_THREADS must be an integer from 0 (all CPUs) to 256, got 'lots'",
     );
     expect(() => resolveThreads(-2)).toThrow("--threads must be");
     for (const env of ["0x10", "1e2", " 3 ", "", "abc"]) {
       expect(() => resolveThreads(undefined, env)).toThrow(
-        `TP_THREADS must be an integer from 1 to 256 (0: all CPUs), got '${env}'`,
+        `TP_THREADS must be an integer from 0 (all CPUs) to 256, got '${env}'`,
       );
     }
     expect(resolveThreads(null as never, "4")).toBe(4);

@@ -76,7 +76,7 @@ export function resolveThreads(option: number | undefined, env = process.env.TP_
   if (!Number.isInteger(value) || value < 0 || value > 256) {
     throw new TpError(
       "E_ARG",
-      `${source} must be an integer from 1 to 256 (0: all CPUs), got '${fromEnv ? env : option}'`,
+      `${source} must be an integer from 0 (all CPUs) to 256, got '${fromEnv ? env : option}'`,
     );
   }
   return value;
