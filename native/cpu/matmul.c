@@ -370,7 +370,8 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K) && m >= TP_GGML_GEMM_MIN_M &&
+  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K || format == TP_W_Q5_K) &&
+                         m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else
   const int block_sums = 0;

@@ -221,7 +221,7 @@ void tp_mm_ggml_scalar(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch
 void tp_mm_ggml_avx2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 /*
- * matmul_avx512vnni.c: the Q8_0 / Q4_0 / Q4_K GEMM (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
+ * matmul_avx512vnni.c: the Q8_0 / Q4_0 / Q4_K / Q5_K GEMM (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
  * when matmul.c prepared the per-block activation scales (mm->xs) and code sums (mm->xsum), m × k/32.
  */
 #define TP_GGML_GEMM_MIN_M 16

@@ -720,17 +720,18 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* GGUF Q8_0 / Q4_0 / Q4_K GEMM: block-scaled int8 products                                    */
+/* GGUF Q8_0 / Q4_0 / Q4_K / Q5_K GEMM: block-scaled int8 products                             */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * y = x · Wᵀ for Q8_0, Q4_0 and Q4_K weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt
+ * y = x · Wᵀ for Q8_0, Q4_0, Q4_K and Q5_K weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt
  * processing), the same packed loop nest as the GEMM above with the scales of 32-element blocks: for
  * each block b of 32 inputs, a 4 × 32 register tile sums the exact int32 products of the block
  *   t(i, j) = Σ_e u_w(j, e) · q_a(i, e) − off · Σ_e q_a(i, e)        (starting from −off · Σq_a)
  * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q8_0:
- * u = q + 128, off = 128; Q4_K: the nibble, off = 0), then adds d_w(j, b) · d_a(i, b) · t(i, j) to an
- * f32 accumulator, and for Q4_K subtracts m_w(j, b) · d_a(i, b) · Σq_a(i, b), the sub-block minimum
+ * u = q + 128, off = 128; Q4_K: the nibble, Q5_K: nibble + 16 · high bit, off = 0), then adds
+ * d_w(j, b) · d_a(i, b) · t(i, j) to an f32 accumulator, and for Q4_K / Q5_K subtracts
+ * m_w(j, b) · d_a(i, b) · Σq_a(i, b), the sub-block minimum
  * (d_w = d · scale_b, m_w = dmin · min_b). These are ggml's vec_dot_q4_0_q8_0 / q8_0_q8_0 /
  * q4_K_q8_K identities (llm.md §2.6), summed over blocks in f32 in another order.
  *
@@ -755,11 +756,24 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8((char)0x80));
   }
   const __m512i nib = _mm512_set1_epi8(0x0F);
-  if (fmt == TP_W_Q4_K) {
+  if (fmt == TP_W_Q4_K || fmt == TP_W_Q5_K) {
     /* sub-blocks 2p, 2p + 1 of a super-block: the low, then the high nibbles of the same 32 bytes */
-    const __m256i q = _mm256_loadu_si256((const __m256i *)(row + (size_t)(b / 8) * 144 + 16 + 32 * (size_t)((b % 8) / 2)));
+    const int five = fmt == TP_W_Q5_K;
+    const uint8_t *sb = row + (size_t)(b / 8) * (five ? 176 : 144);
+    const int p = (int)((b % 8) / 2);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(sb + (five ? 48 : 16) + 32 * p));
     const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
-    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), nib);
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), nib);
+    if (five) {
+      /* Q5_K: + 16 · bit j of qh[e] for sub-block j = 2p (low half), 2p + 1 (high half) */
+      const __m256i h = _mm256_loadu_si256((const __m256i *)(sb + 16));
+      const __m512i hv = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+      const __m512i cnt = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * p))),
+                                             _mm256_set1_epi16((short)(2 * p + 1)), 1);
+      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(hv, cnt), _mm512_set1_epi8(1));
+      u = _mm512_or_si512(u, _mm512_slli_epi16(bit, 4));
+    }
+    return u;
   }
   /* Q4_0: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements 0..31 of b, then of b + 1 */
   const uint8_t *p = row + (size_t)b * 18;
@@ -772,14 +786,14 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
   return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), nib);
 }
 
-/* d_w and m_w (Q4_K) of block b of one weight row, as f32. */
+/* d_w and m_w (Q4_K / Q5_K) of block b of one weight row, as f32. */
 static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float *dw, float *mw) {
   if (fmt == TP_W_Q8_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 34));
   } else if (fmt == TP_W_Q4_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 18));
   } else {
-    const uint8_t *sb = row + (size_t)(b / 8) * 144, *sc = sb + 4;
+    const uint8_t *sb = row + (size_t)(b / 8) * (fmt == TP_W_Q5_K ? 176 : 144), *sc = sb + 4;
     const int j = (int)(b % 8);
     /* 6-bit scale and min of sub-block j (ggml get_scale_min_k4) */
     const uint8_t scale = j < 4 ? (sc[j] & 63) : (uint8_t)((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
@@ -791,7 +805,7 @@ static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float
 
 /* Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero scales. */
 static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64_t kb, uint8_t *dst) {
-  const int kq = mm->fmt == TP_W_Q4_K;
+  const int kq = mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K;
   const size_t blk = gg_blk(kq);
   for (int64_t s = 0; s * NR_G < nc; s++) {
     uint8_t *strip = dst + (size_t)s * (size_t)kb * blk;
@@ -920,7 +934,7 @@ static const ggml_tile_fn ggml_tiles[2][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_
 
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int64_t nb = mm->k / 32;
-  const int kq = mm->fmt == TP_W_Q4_K;
+  const int kq = mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K;
   const size_t blk = gg_blk(kq);
   for (int64_t jc = n0; jc < n1; jc += NC_G) {
     const int64_t nc = n1 - jc < NC_G ? n1 - jc : NC_G;
