@@ -159,17 +159,20 @@ function plainGreedy(s: Sampler): boolean {
 }
 
 /**
- * Forwards between two young-generation collections. JavaScriptCore counts the memory-mapped
+ * Forwards between two requested garbage collections. JavaScriptCore counts the memory-mapped
  * checkpoint as heap ("extra memory"), so with a 0.3–0.6 GB file it lets a decode loop's garbage
  * (≈ 1.8 MB per token of op wrappers on the CPU backend) grow by hundreds of MB before it collects,
  * while its concurrent collector thread takes ≈ 7 ms of CPU per token from the thread pool on a
  * 2-core machine. Measured with `bun run bench llm`'s worker (Qwen3-0.6B shapes, 2 threads, tg128),
- * a young collection every 8 forwards: Q4_0 41 → 52 tok/s and peak RSS 789 → 572 MB; Q8_0 ≈ 33 →
+ * a collection requested every 8 forwards: Q4_0 41 → 52 tok/s and peak RSS 789 → 572 MB; Q8_0 ≈ 33 →
  * 39–40 tok/s (every forward, or every 4, was slower; every 16 no better).
  */
 export const GC_EVERY_STEPS = 8;
 
-/** A young-generation (eden) collection where the runtime offers one (Bun); elsewhere nothing. */
+/**
+ * Ask the runtime for a collection without waiting for it, where it offers one: `Bun.gc(false)` (JSC
+ * runs its collector; mimalloc gives back freed pages). Elsewhere nothing. Source: Bun's `gc` reference.
+ */
 function collectYoungGarbage(): void {
   (globalThis as { Bun?: { gc(full: boolean): void } }).Bun?.gc(false);
 }
