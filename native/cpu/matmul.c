@@ -153,12 +153,12 @@ static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, ui
 }
 
 /*
- * The GGUF GEMM's per-32-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q:
- * from the Q8_0 blocks (d f16, 32 codes), or from the Q8_K super-blocks (d f32; two int16 bsums of 16
- * per 32-block).
+ * The GGUF GEMM's per-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q, for
+ * blocks of `be` inputs: from the Q8_0 blocks (d f16, 32 codes; be = 32), or from the Q8_K
+ * super-blocks (d f32; int16 bsums per 16: two per 32-block, or one per 16-block for Q6_K).
  */
-static void block_sums(int32_t act, const uint8_t *q, int64_t k, float *xs, int32_t *xsum) {
-  for (int64_t b = 0; b < k / 32; b++) {
+static void block_sums(int32_t act, const uint8_t *q, int64_t k, int64_t be, float *xs, int32_t *xsum) {
+  for (int64_t b = 0; b < k / be; b++) {
     if (act == TP_ACT_Q8_0) {
       const uint8_t *blk = q + (size_t)b * 34;
       int32_t sum = 0;
@@ -166,12 +166,17 @@ static void block_sums(int32_t act, const uint8_t *q, int64_t k, float *xs, int3
       xs[b] = tp_f16p(blk);
       xsum[b] = sum;
     } else {
-      const uint8_t *sb = q + (size_t)(b / 8) * 292;
-      int16_t s0, s1;
-      memcpy(&s0, sb + 260 + 4 * (b % 8), 2);
-      memcpy(&s1, sb + 262 + 4 * (b % 8), 2);
+      const int64_t per = 256 / be; /* blocks per super-block */
+      const uint8_t *sb = q + (size_t)(b / per) * 292;
+      const int64_t g = (b % per) * (be / 16); /* its first bsum */
+      int32_t sum = 0;
+      for (int64_t t = 0; t < be / 16; t++) {
+        int16_t v;
+        memcpy(&v, sb + 260 + 2 * (g + t), 2);
+        sum += v;
+      }
       xs[b] = tp_rdf32(sb);
-      xsum[b] = (int32_t)s0 + (int32_t)s1;
+      xsum[b] = sum;
     }
   }
 }
@@ -182,7 +187,7 @@ typedef struct prep_job {
   float *xs;
   int32_t *xsum;
   float *tmp; /* per task: k floats (ConvRot) */
-  int32_t block_sums; /* Q8_0 / Q8_K: also write per-32-block d_a to xs and Σ q_a to xsum ([m, k/32]) */
+  int32_t block_sums; /* Q8_0 / Q8_K: also write per-block d_a to xs and Σ q_a to xsum ([m, k/32]; Q6_K [m, k/16]) */
   int64_t rows_per_task;
   int32_t isa;
 } prep_job;
@@ -210,9 +215,10 @@ static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
       case TP_ACT_Q8_1:
       case TP_ACT_Q8_K:
         quantize_row(job->isa, mm->act, x, mm->k, q);
-        if (job->block_sums)
-          block_sums(mm->act, q, mm->k, job->xs + (size_t)i * (size_t)(mm->k / 32),
-                     job->xsum + (size_t)i * (size_t)(mm->k / 32));
+        if (job->block_sums) {
+          const int64_t be = mm->fmt == TP_W_Q6_K ? 16 : 32, nb = mm->k / be;
+          block_sums(mm->act, q, mm->k, be, job->xs + (size_t)i * (size_t)nb, job->xsum + (size_t)i * (size_t)nb);
+        }
         break;
       case TP_ACT_CONVROT: {
         float *tmp = job->tmp + (size_t)task * (size_t)mm->k;
@@ -370,14 +376,17 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K || format == TP_W_Q5_K) &&
+  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K || format == TP_W_Q5_K ||
+                          format == TP_W_Q6_K) &&
                          m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else
   const int block_sums = 0;
 #endif
   const size_t xq_bytes = round64((size_t)m * mm.xq_row + 64);
-  const size_t xs_bytes = convrot ? round64((size_t)m * 4) : block_sums ? round64((size_t)m * (size_t)(k / 32) * 4) : 0;
+  const size_t xs_bytes = convrot      ? round64((size_t)m * 4)
+                          : block_sums ? round64((size_t)m * (size_t)(k / (format == TP_W_Q6_K ? 16 : 32)) * 4)
+                                       : 0;
   const size_t tmp_bytes = convrot ? round64((size_t)prep_tasks * (size_t)k * 4) : 0;
   const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch;
   uint8_t *base = ctx_scratch(ctx, total);

@@ -155,8 +155,8 @@ typedef struct tp_mm {
    */
   const uint8_t *xq;
   size_t xq_row;
-  const float *xs;       /* ConvRot: per-row activation scale [m]; GGUF GEMM: block scales d_a [m, k/32] */
-  const int32_t *xsum;   /* ConvRot: per-row Σ codes [m]; GGUF GEMM: per-32-block Σ codes [m, k/32] */
+  const float *xs;       /* ConvRot: per-row activation scale [m]; GGUF GEMM: block scales d_a [m, k/32] (Q6_K: [m, k/16]) */
+  const int32_t *xsum;   /* ConvRot: per-row Σ codes [m]; GGUF GEMM: per-block Σ codes, likewise */
   size_t task_scratch;   /* bytes of the scratch each task gets (64-byte aligned), TP_MM_TASK_SCRATCH */
 } tp_mm;
 
@@ -221,8 +221,8 @@ void tp_mm_ggml_scalar(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch
 void tp_mm_ggml_avx2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 /*
- * matmul_avx512vnni.c: the Q8_0 / Q4_0 / Q4_K / Q5_K GEMM (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
- * when matmul.c prepared the per-block activation scales (mm->xs) and code sums (mm->xsum), m × k/32.
+ * matmul_avx512vnni.c: the Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K GEMM (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
+ * when matmul.c prepared the per-block activation scales (mm->xs) and code sums (mm->xsum), m × k/32 (Q6_K: per 16-element sub-block, m × k/16).
  */
 #define TP_GGML_GEMM_MIN_M 16
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);

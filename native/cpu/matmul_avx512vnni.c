@@ -741,11 +741,20 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
  * with per-32-block scales as f32 (mm->xs) and code sums (mm->xsum), m × nb each, from matmul.c.
  */
 #define NC_G 64
-#define KB_G 48 /* a multiple of 8: a Q4_K super-block never straddles two panels */
 #define NR_G 32
-#define GG_CODES (8 * NR_G * 4)
-/* bytes of one packed block: codes, d_w, and for Q4_K m_w */
-static inline size_t gg_blk(int kq) { return GG_CODES + NR_G * 4 * (kq ? 2 : 1); }
+/*
+ * Block kinds: 0 = 32-element blocks (Q8_0, Q4_0); 1 = 32-element sub-blocks with a min term (Q4_K,
+ * Q5_K); 2 = 16-element sub-blocks (Q6_K, whose scales are per 16).
+ */
+static inline int gg_kind(int32_t fmt) {
+  return fmt == TP_W_Q6_K ? 2 : fmt == TP_W_Q4_K || fmt == TP_W_Q5_K ? 1 : 0;
+}
+/* elements per block, vpdpbusd steps per block, bytes of one packed block (codes, d_w, kind 1: m_w) */
+static inline int gg_be(int kind) { return kind == 2 ? 16 : 32; }
+static inline size_t gg_codes(int kind) { return (size_t)(gg_be(kind) / 4) * NR_G * 4; }
+static inline size_t gg_blk(int kind) { return gg_codes(kind) + NR_G * 4 * (kind == 1 ? 2 : 1); }
+/* blocks per panel: 1536 inputs, whole 64-input chunks, a multiple of 8 32-blocks (a Q4_K super-block) */
+static inline int64_t gg_kb(int kind) { return kind == 2 ? 96 : 48; }
 
 /* Unpacked unsigned codes of blocks b, b + 1 (b even) of one weight row (64 bytes; a missing b + 1: any). */
 static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, int two) {
@@ -775,6 +784,19 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
     }
     return u;
   }
+  if (fmt == TP_W_Q6_K) {
+    /* 32-sub-blocks b, b + 1 (b even) = quarter t, t + 1 of half hh: ql nibbles | 2 bits of qh << 4 */
+    const uint8_t *sb = row + (size_t)(b / 8) * 210;
+    const int hh = (int)((b % 8) / 4), t = (int)(b % 4);
+    const __m512i ql = _mm512_loadu_si512(sb + 64 * hh);
+    const __m512i lo = t < 2 ? _mm512_and_si512(ql, nib) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), nib);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(sb + 128 + 32 * hh));
+    const __m512i hv = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+    const __m512i cnt = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * t))),
+                                           _mm256_set1_epi16((short)(2 * t + 2)), 1);
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hv, cnt), _mm512_set1_epi8(3));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+  }
   /* Q4_0: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements 0..31 of b, then of b + 1 */
   const uint8_t *p = row + (size_t)b * 18;
   const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 2));
@@ -786,12 +808,15 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
   return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), nib);
 }
 
-/* d_w and m_w (Q4_K / Q5_K) of block b of one weight row, as f32. */
+/* d_w and m_w (Q4_K / Q5_K) of block b (Q6_K: of 16-block b) of one weight row, as f32. */
 static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float *dw, float *mw) {
   if (fmt == TP_W_Q8_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 34));
   } else if (fmt == TP_W_Q4_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 18));
+  } else if (fmt == TP_W_Q6_K) {
+    const uint8_t *sb = row + (size_t)(b / 16) * 210;
+    *dw = _cvtsh_ss(tp_rd16(sb + 208)) * (float)(int8_t)sb[192 + b % 16];
   } else {
     const uint8_t *sb = row + (size_t)(b / 8) * (fmt == TP_W_Q5_K ? 176 : 144), *sc = sb + 4;
     const int j = (int)(b % 8);
@@ -803,26 +828,31 @@ static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float
   }
 }
 
-/* Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero scales. */
+/*
+ * Pack columns [j0, j0 + nc) × blocks [b0, b0 + kb) (see above); columns past nc: zero scales. Codes go
+ * 64 inputs at a time (16 steps: two 32-blocks or four 16-blocks), one transpose per 16 columns.
+ */
 static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64_t kb, uint8_t *dst) {
-  const int kq = mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K;
-  const size_t blk = gg_blk(kq);
+  const int kind = gg_kind(mm->fmt);
+  const size_t blk = gg_blk(kind), codes = gg_codes(kind);
+  const int64_t per = 64 / gg_be(kind); /* blocks per 64 inputs */
+  const int64_t steps = gg_be(kind) / 4;
   for (int64_t s = 0; s * NR_G < nc; s++) {
     uint8_t *strip = dst + (size_t)s * (size_t)kb * blk;
     for (int64_t h = 0; h < NR_G / 16; h++) {
       const int64_t c0 = s * NR_G + 16 * h;
-      for (int64_t b = 0; b < kb; b += 2) {
-        const int two = b + 1 < kb;
+      for (int64_t b = 0; b < kb; b += per) {
+        const int64_t have = kb - b < per ? kb - b : per; /* < per only for an odd Q8_0 / Q4_0 tail */
+        const int64_t b32 = (b0 + b) * gg_be(kind) / 32;  /* the first 32-block of the 64 inputs */
         __m512i r[16];
         for (int c = 0; c < 16; c++) {
-          r[c] = c0 + c < nc ? ggml_codes2(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, two)
+          r[c] = c0 + c < nc ? ggml_codes2(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b32, have * gg_be(kind) > 32)
                              : _mm512_setzero_si512();
         }
-        transpose16(r); /* r[q]: dword q (inputs 4q .. 4q + 3 of the pair) of the 16 columns */
-        for (int q = 0; q < 8; q++) _mm512_store_si512(strip + (size_t)b * blk + (size_t)q * NR_G * 4 + 64 * h, r[q]);
-        if (two)
-          for (int q = 0; q < 8; q++)
-            _mm512_store_si512(strip + (size_t)(b + 1) * blk + (size_t)q * NR_G * 4 + 64 * h, r[8 + q]);
+        transpose16(r); /* r[q]: dword q (inputs 4q .. 4q + 3 of the 64) of the 16 columns */
+        for (int64_t i = 0; i < have; i++)
+          for (int64_t q = 0; q < steps; q++)
+            _mm512_store_si512(strip + (size_t)(b + i) * blk + (size_t)q * NR_G * 4 + 64 * h, r[i * steps + q]);
       }
       for (int64_t b = 0; b < kb; b++) {
         float d[16], m[16];
@@ -830,28 +860,30 @@ static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64
           d[c] = m[c] = 0.0f;
           if (c0 + c < nc) ggml_scales(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, &d[c], &m[c]);
         }
-        _mm512_store_ps((float *)(strip + (size_t)b * blk + GG_CODES + 64 * h), _mm512_loadu_ps(d));
-        if (kq) _mm512_store_ps((float *)(strip + (size_t)b * blk + GG_CODES + NR_G * 4 + 64 * h), _mm512_loadu_ps(m));
+        _mm512_store_ps((float *)(strip + (size_t)b * blk + codes + 64 * h), _mm512_loadu_ps(d));
+        if (kind == 1) _mm512_store_ps((float *)(strip + (size_t)b * blk + codes + NR_G * 4 + 64 * h), _mm512_loadu_ps(m));
       }
     }
   }
 }
 
-/* Byte offset of the codes of 32-block b in a prepared activation row (Q8_0 or Q8_K). */
-static inline size_t act_at(int kq, int64_t b) {
-  return kq ? (size_t)(b / 8) * 292 + 4 + 32 * (size_t)(b % 8) : (size_t)b * 34 + 2;
+/* Byte offset of the codes of block b in a prepared activation row (Q8_0; Q8_K by 32 or by 16). */
+static inline size_t act_at(int kind, int64_t b) {
+  if (kind == 2) return (size_t)(b / 16) * 292 + 4 + 16 * (size_t)(b % 16);
+  return kind == 1 ? (size_t)(b / 8) * 292 + 4 + 32 * (size_t)(b % 8) : (size_t)b * 34 + 2;
 }
 
 /*
  * Rows [i0, i0 + mr) × the 32 columns of one strip over blocks [b0, b0 + kb): partial f32 sums added
  * to y (first: written), then the bias (last).
  */
-static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int kq, int mr, int64_t i0, int64_t j,
+static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int kind, int mr, int64_t i0, int64_t j,
                                                             int ncols, const uint8_t *strip, int64_t b0, int64_t kb,
                                                             int first, int last) {
-  const int64_t nb = mm->k / 32;
-  const size_t blk = gg_blk(kq);
-  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : mm->fmt == TP_W_Q4_0 ? 8 : 0;
+  const int64_t nb = mm->k / gg_be(kind);
+  const size_t blk = gg_blk(kind), codes = gg_codes(kind);
+  const int kq = kind == 1;
+  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : mm->fmt == TP_W_Q4_0 ? 8 : mm->fmt == TP_W_Q6_K ? 32 : 0;
   __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00, f30 = f00, f31 = f00;
   const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
                 *a3 = a2 + mm->xq_row;
@@ -860,7 +892,7 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
   for (int64_t b = 0; b < kb; b++) {
     const uint8_t *pb = strip + (size_t)b * blk;
     const int64_t ab = b0 + b;
-    const size_t ao = act_at(kq, ab);
+    const size_t ao = act_at(kind, ab);
     __m512i t00, t01, t10, t11, t20, t21, t30, t31;
 #define INIT(r)                                                              \
   if (mr > r) {                                                              \
@@ -869,7 +901,7 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
   }
     INIT(0) INIT(1) INIT(2) INIT(3)
 #undef INIT
-    for (int q = 0; q < 8; q++) {
+    for (int q = 0; q < gg_be(kind) / 4; q++) {
       const __m512i w0 = _mm512_load_si512(pb + q * NR_G * 4), w1 = _mm512_load_si512(pb + q * NR_G * 4 + 64);
 #define STEP(r)                                                                   \
   if (mr > r) {                                                                   \
@@ -880,10 +912,9 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
       STEP(0) STEP(1) STEP(2) STEP(3)
 #undef STEP
     }
-    const __m512 dw0 = _mm512_load_ps((const float *)(pb + GG_CODES)),
-                 dw1 = _mm512_load_ps((const float *)(pb + GG_CODES + 64));
-    const __m512 mw0 = kq ? _mm512_load_ps((const float *)(pb + GG_CODES + 128)) : dw0,
-                 mw1 = kq ? _mm512_load_ps((const float *)(pb + GG_CODES + 192)) : dw1;
+    const __m512 dw0 = _mm512_load_ps((const float *)(pb + codes)), dw1 = _mm512_load_ps((const float *)(pb + codes + 64));
+    const __m512 mw0 = kq ? _mm512_load_ps((const float *)(pb + codes + 128)) : dw0,
+                 mw1 = kq ? _mm512_load_ps((const float *)(pb + codes + 192)) : dw1;
 #define SCALE(r)                                                                            \
   if (mr > r) {                                                                             \
     const __m512 da = _mm512_set1_ps(d##r[ab]);                                             \
@@ -926,16 +957,21 @@ GTILE_FN(1, 1)
 GTILE_FN(1, 2)
 GTILE_FN(1, 3)
 GTILE_FN(1, 4)
+GTILE_FN(2, 1)
+GTILE_FN(2, 2)
+GTILE_FN(2, 3)
+GTILE_FN(2, 4)
 #undef GTILE_FN
 typedef void (*ggml_tile_fn)(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0,
                              int64_t kb, int first, int last);
-static const ggml_tile_fn ggml_tiles[2][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
-                                              {NULL, ggml_tile_1_1, ggml_tile_1_2, ggml_tile_1_3, ggml_tile_1_4}};
+static const ggml_tile_fn ggml_tiles[3][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
+                                              {NULL, ggml_tile_1_1, ggml_tile_1_2, ggml_tile_1_3, ggml_tile_1_4},
+                                              {NULL, ggml_tile_2_1, ggml_tile_2_2, ggml_tile_2_3, ggml_tile_2_4}};
 
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
-  const int64_t nb = mm->k / 32;
-  const int kq = mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K;
-  const size_t blk = gg_blk(kq);
+  const int kind = gg_kind(mm->fmt);
+  const int64_t nb = mm->k / gg_be(kind), KB_G = gg_kb(kind);
+  const size_t blk = gg_blk(kind);
   for (int64_t jc = n0; jc < n1; jc += NC_G) {
     const int64_t nc = n1 - jc < NC_G ? n1 - jc : NC_G;
     for (int64_t b0 = 0; b0 < nb; b0 += KB_G) {
@@ -946,7 +982,7 @@ void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t
         const int mr = mm->m - i0 < 4 ? (int)(mm->m - i0) : 4;
         for (int64_t s = 0; s * NR_G < nc; s++) {
           const int ncols = nc - s * NR_G < NR_G ? (int)(nc - s * NR_G) : NR_G;
-          ggml_tiles[kq][mr](mm, i0, jc + s * NR_G, ncols, scratch + (size_t)s * (size_t)kb * blk, b0, kb, first, last);
+          ggml_tiles[kind][mr](mm, i0, jc + s * NR_G, ncols, scratch + (size_t)s * (size_t)kb * blk, b0, kb, first, last);
         }
       }
     }
