@@ -152,6 +152,9 @@ static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, ui
   else tp_quantize_q8_k_row(x, k, q);
 }
 
+/* Inputs per block of the GGUF GEMM for a weight format: Q6_K's scales are per 16, the others' per 32. */
+static int64_t gemm_block(int32_t fmt) { return fmt == TP_W_Q6_K ? 16 : 32; }
+
 /*
  * The GGUF GEMM's per-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q, for
  * blocks of `be` inputs: from the Q8_0 blocks (d f16, 32 codes; be = 32), or from the Q8_K
@@ -216,7 +219,7 @@ static void prep_task(void *arg, int64_t task, int64_t n_tasks) {
       case TP_ACT_Q8_K:
         quantize_row(job->isa, mm->act, x, mm->k, q);
         if (job->block_sums) {
-          const int64_t be = mm->fmt == TP_W_Q6_K ? 16 : 32, nb = mm->k / be;
+          const int64_t be = gemm_block(mm->fmt), nb = mm->k / be;
           block_sums(mm->act, q, mm->k, be, job->xs + (size_t)i * (size_t)nb, job->xsum + (size_t)i * (size_t)nb);
         }
         break;
@@ -385,7 +388,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
 #endif
   const size_t xq_bytes = round64((size_t)m * mm.xq_row + 64);
   const size_t xs_bytes = convrot      ? round64((size_t)m * 4)
-                          : block_sums ? round64((size_t)m * (size_t)(k / (format == TP_W_Q6_K ? 16 : 32)) * 4)
+                          : block_sums ? round64((size_t)m * (size_t)(k / gemm_block(format)) * 4)
                                        : 0;
   const size_t tmp_bytes = convrot ? round64((size_t)prep_tasks * (size_t)k * 4) : 0;
   const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch;
