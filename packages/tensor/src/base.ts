@@ -214,7 +214,11 @@ export abstract class BackendBase implements Backend {
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor {
     dtypeInfo(dtype);
     const bytes = numel(shape) * dtypeBytes(dtype);
-    const storage = this.newStorage(bytes, `${name ?? "tensor"} ${dtype} ${formatShape(shape)}`);
+    // the label only appears in an E_OOM / E_ARG message: spelled out in full only when the budget refuses
+    const what = this.memory.fits(bytes)
+      ? (name ?? "tensor")
+      : `${name ?? "tensor"} ${dtype} ${formatShape(shape)}`;
+    const storage = this.newStorage(bytes, what);
     return new Tensor(this, storage, dtype, contiguousLayout(shape), name);
   }
 

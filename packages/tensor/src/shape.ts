@@ -67,12 +67,14 @@ export function contiguousStrides(shape: Shape): number[] {
 
 /** The contiguous layout of a shape at offset 0. */
 export function contiguousLayout(shape: Shape): Layout {
-  return { shape: [...shape], strides: contiguousStrides(shape), offset: 0 };
+  return { shape: shape.slice(), strides: contiguousStrides(shape), offset: 0 };
 }
 
 /** True when two shapes are equal. */
 export function sameShape(a: Shape, b: Shape): boolean {
-  return a.length === b.length && a.every((d, i) => d === b[i]);
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /**
@@ -80,7 +82,7 @@ export function sameShape(a: Shape, b: Shape): boolean {
  * elements occupy `[offset, offset + numel)` in order.
  */
 export function isContiguous(layout: Layout): boolean {
-  if (layout.shape.some((d) => d === 0)) return true; // no elements: any layout will do
+  if (hasZero(layout.shape)) return true; // no elements: any layout will do
   let expected = 1;
   for (let i = layout.shape.length - 1; i >= 0; i--) {
     const d = layout.shape[i] as number;
@@ -90,13 +92,22 @@ export function isContiguous(layout: Layout): boolean {
   return true;
 }
 
+/** True when some dimension is 0 (the view has no elements). */
+function hasZero(shape: Shape): boolean {
+  for (let i = 0; i < shape.length; i++) if (shape[i] === 0) return true;
+  return false;
+}
+
 /**
  * The broadcast shape of several shapes (NumPy rules).
  * @throws TpError E_SHAPE naming all shapes and the first dimension that disagrees.
  */
 export function broadcastShapes(...shapes: Shape[]): number[] {
-  for (const s of shapes) checkShape(s);
-  const rank = Math.max(0, ...shapes.map((s) => s.length));
+  let rank = 0;
+  for (const s of shapes) {
+    checkShape(s);
+    if (s.length > rank) rank = s.length;
+  }
   const out = new Array<number>(rank).fill(1);
   for (let k = 1; k <= rank; k++) {
     let size = 1;
@@ -130,14 +141,14 @@ export function broadcastTo(layout: Layout, target: Shape): Layout {
     );
   }
   const lead = target.length - shape.length;
-  const outStrides = target.map((t, i) => {
-    if (i < lead) return 0;
-    const d = shape[i - lead] as number;
-    if (d === t) return strides[i - lead] as number;
-    if (d === 1) return 0;
-    throw new TpError("E_SHAPE", `cannot broadcast ${formatShape(shape)} to ${formatShape(target)}`);
-  });
-  return { shape: [...target], strides: outStrides, offset: layout.offset };
+  const outStrides = new Array<number>(target.length);
+  for (let i = 0; i < target.length; i++) {
+    const d = i < lead ? 1 : (shape[i - lead] as number);
+    if (i >= lead && d === target[i]) outStrides[i] = strides[i - lead] as number;
+    else if (d === 1) outStrides[i] = 0;
+    else throw new TpError("E_SHAPE", `cannot broadcast ${formatShape(shape)} to ${formatShape(target)}`);
+  }
+  return { shape: target.slice(), strides: outStrides, offset: layout.offset };
 }
 
 /**
@@ -146,13 +157,23 @@ export function broadcastTo(layout: Layout, target: Shape): Layout {
  */
 export function resolveReshape(from: Shape, to: Shape): number[] {
   const n = numel(from);
-  const minusOnes = to.filter((d) => d === -1).length;
+  let minusOnes = 0;
+  let knownCount = 1;
+  let bad = false;
+  for (const d of to) {
+    if (d === -1) minusOnes++;
+    else if (Number.isSafeInteger(d) && d >= 0) knownCount *= d;
+    else bad = true;
+  }
   if (minusOnes > 1)
     throw new TpError("E_SHAPE", `reshape ${formatShape(from)} → ${formatShape(to)}: more than one -1`);
-  const known = to.filter((d) => d !== -1);
-  checkShape(known, "reshape target");
-  const knownCount = known.reduce((a, b) => a * b, 1);
-  const out = [...to];
+  // a bad size, or too many elements: checkShape throws, naming them
+  if (bad || !Number.isSafeInteger(knownCount))
+    checkShape(
+      to.filter((e) => e !== -1),
+      "reshape target",
+    );
+  const out = to.slice();
   if (minusOnes === 1) {
     if (knownCount === 0 || n % knownCount !== 0) {
       throw new TpError(
@@ -219,27 +240,25 @@ export function reshape(layout: Layout, to: Shape): Layout {
  */
 export function permute(layout: Layout, dims: readonly number[]): Layout {
   const rank = layout.shape.length;
-  const seen = new Set<number>();
-  for (const d of dims) {
-    if (!Number.isInteger(d) || d < 0 || d >= rank || seen.has(d)) {
-      throw new TpError(
-        "E_SHAPE",
-        `permute of ${formatShape(layout.shape)}: [${dims.join(", ")}] is not a permutation of 0..${rank - 1}`,
-      );
-    }
-    seen.add(d);
+  let ok = dims.length === rank;
+  for (let i = 0; ok && i < rank; i++) {
+    const d = dims[i] as number;
+    ok = Number.isInteger(d) && d >= 0 && d < rank;
+    for (let j = 0; ok && j < i; j++) ok = dims[j] !== d; // each dimension once
   }
-  if (dims.length !== rank) {
+  if (!ok) {
     throw new TpError(
       "E_SHAPE",
       `permute of ${formatShape(layout.shape)}: [${dims.join(", ")}] is not a permutation of 0..${rank - 1}`,
     );
   }
-  return {
-    shape: dims.map((d) => layout.shape[d] as number),
-    strides: dims.map((d) => layout.strides[d] as number),
-    offset: layout.offset,
-  };
+  const shape = new Array<number>(rank);
+  const strides = new Array<number>(rank);
+  for (let i = 0; i < rank; i++) {
+    shape[i] = layout.shape[dims[i] as number] as number;
+    strides[i] = layout.strides[dims[i] as number] as number;
+  }
+  return { shape, strides, offset: layout.offset };
 }
 
 /** Normalise a possibly negative dimension index. @throws TpError E_SHAPE when out of range. */
@@ -277,19 +296,14 @@ export function slice(
   const d = normalizeDim(dim, layout.shape.length);
   if (!Number.isInteger(step) || step < 1)
     throw new TpError("E_SHAPE", `slice step ${step} must be a positive integer`);
-  for (const [name, v] of [
-    ["start", start],
-    ["end", end],
-  ] as const) {
-    if (!Number.isInteger(v)) throw new TpError("E_SHAPE", `slice ${name} ${v} must be an integer`);
-  }
+  if (!Number.isInteger(start)) throw new TpError("E_SHAPE", `slice start ${start} must be an integer`);
+  if (!Number.isInteger(end)) throw new TpError("E_SHAPE", `slice end ${end} must be an integer`);
   const size = layout.shape[d] as number;
-  const clamp = (i: number) => Math.min(Math.max(i < 0 ? i + size : i, 0), size);
-  const s = clamp(start);
-  const e = Math.max(clamp(end), s);
+  const s = Math.min(Math.max(start < 0 ? start + size : start, 0), size);
+  const e = Math.max(Math.min(Math.max(end < 0 ? end + size : end, 0), size), s);
   const count = Math.ceil((e - s) / step);
-  const shape = [...layout.shape];
-  const strides = [...layout.strides];
+  const shape = layout.shape.slice();
+  const strides = layout.strides.slice();
   shape[d] = count;
   strides[d] = (layout.strides[d] as number) * step;
   return { shape, strides, offset: layout.offset + (count > 0 ? s * (layout.strides[d] as number) : 0) };
@@ -326,12 +340,10 @@ export function elementOffsets(layout: Layout): Int32Array | Float64Array {
 export function checkLayout(layout: Layout, what = "view"): void {
   checkShape(layout?.shape, what);
   const { shape, strides, offset } = layout;
-  const ok =
-    Array.isArray(strides) &&
-    strides.length === shape.length &&
-    strides.every((s) => Number.isSafeInteger(s) && s >= 0) &&
-    Number.isSafeInteger(offset) &&
-    offset >= 0;
+  let ok =
+    Array.isArray(strides) && strides.length === shape.length && Number.isSafeInteger(offset) && offset >= 0;
+  for (let i = 0; ok && i < strides.length; i++)
+    ok = Number.isSafeInteger(strides[i]) && (strides[i] as number) >= 0;
   if (!ok) {
     throw new TpError(
       "E_SHAPE",
@@ -346,10 +358,9 @@ export function checkLayout(layout: Layout, what = "view"): void {
  * Negative strides are not produced by this module, so lo is the offset.
  */
 export function storageSpan(layout: Layout): { lo: number; hi: number } {
-  if (layout.shape.some((d) => d === 0)) return { lo: layout.offset, hi: layout.offset };
+  if (hasZero(layout.shape)) return { lo: layout.offset, hi: layout.offset };
   let hi = layout.offset;
-  layout.shape.forEach((d, i) => {
-    hi += (d - 1) * (layout.strides[i] as number);
-  });
+  for (let i = 0; i < layout.shape.length; i++)
+    hi += ((layout.shape[i] as number) - 1) * (layout.strides[i] as number);
   return { lo: layout.offset, hi: hi + 1 };
 }

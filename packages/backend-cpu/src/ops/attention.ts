@@ -42,18 +42,19 @@ export function attention(
 ): Tensor {
   const op = "attention";
   checkTensors(host, op, ["f32"], { q, k, v });
-  const all = `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)}`;
+  // the shapes in messages, spelled out only when one is thrown
+  const all = () => `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)}`;
   if (q.rank !== 4 || k.rank !== 4 || v.rank !== 4) {
-    throw shapeError(op, `${all}: each must be [batch, heads, seq_len, head_dim]`);
+    throw shapeError(op, `${all()}: each must be [batch, heads, seq_len, head_dim]`);
   }
   const [batch, heads, sq, d] = q.shape as [number, number, number, number];
   const [kb, kvHeads, skv, kd] = k.shape as [number, number, number, number];
   const [vb, vh, vs, dv] = v.shape as [number, number, number, number];
-  if (kb !== batch || vb !== batch) throw shapeError(op, `${all}: batch sizes differ`);
-  if (kd !== d) throw shapeError(op, `${all}: q and k head_dim differ (${d} vs ${kd})`);
-  if (vh !== kvHeads || vs !== skv) throw shapeError(op, `${all}: k and v differ in heads or seq_len`);
+  if (kb !== batch || vb !== batch) throw shapeError(op, `${all()}: batch sizes differ`);
+  if (kd !== d) throw shapeError(op, `${all()}: q and k head_dim differ (${d} vs ${kd})`);
+  if (vh !== kvHeads || vs !== skv) throw shapeError(op, `${all()}: k and v differ in heads or seq_len`);
   if (kvHeads === 0 ? heads !== 0 : heads % kvHeads !== 0) {
-    throw shapeError(op, `${all}: ${heads} query heads are not a multiple of ${kvHeads} kv heads`);
+    throw shapeError(op, `${all()}: ${heads} query heads are not a multiple of ${kvHeads} kv heads`);
   }
   const scale =
     options.scale === undefined ? (d > 0 ? 1 / Math.sqrt(d) : 1) : finite(op, "scale", options.scale);

@@ -58,7 +58,7 @@ function strided(
   elemBytes: number,
   shape: readonly number[],
   strides: readonly number[],
-): { ptr: Pointer | null; len: number; strides: BigInt64Array } {
+): { ptr: Pointer | null; len: number; strides: Uint32Array } {
   if (strides.length !== shape.length) {
     throw new TpError("E_ARG", `${op}: ${name} has ${strides.length} strides for rank ${shape.length}`);
   }
@@ -66,7 +66,10 @@ function strided(
   let empty = false;
   for (let d = 0; d < shape.length; d++) {
     const n = count(op, "shape", shape[d] as number);
-    const s = count(op, `${name} stride`, strides[d] as number);
+    const s = strides[d] as number;
+    if (!Number.isSafeInteger(s) || s < 0) {
+      throw new TpError("E_ARG", `${op}: ${name} stride must be a non-negative safe integer, got ${s}`);
+    }
     if (n === 0) empty = true;
     else last += (n - 1) * s;
   }
@@ -74,13 +77,28 @@ function strided(
   return {
     ptr,
     len: Math.floor(r.bytes / elemBytes),
-    strides: BigInt64Array.from(strides, (s) => BigInt(s)),
+    strides: i64Words(strides),
   };
 }
 
-function shapeArg(op: string, shape: readonly number[]): BigInt64Array {
+/**
+ * Non-negative integers below 2^53 as the little-endian 32-bit words of an int64_t array (what a
+ * native `const int64_t *` reads): no BigInt per value.
+ */
+function i64Words(values: readonly number[]): Uint32Array {
+  const out = new Uint32Array(2 * values.length);
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i] as number;
+    out[2 * i] = v % 0x1_0000_0000;
+    out[2 * i + 1] = Math.floor(v / 0x1_0000_0000);
+  }
+  return out;
+}
+
+function shapeArg(op: string, shape: readonly number[]): Uint32Array {
   if (shape.length > MAX_RANK) throw new TpError("E_ARG", `${op}: rank ${shape.length} is above ${MAX_RANK}`);
-  return BigInt64Array.from(shape, (d) => BigInt(count(op, "shape", d)));
+  for (let d = 0; d < shape.length; d++) count(op, "shape", shape[d] as number);
+  return i64Words(shape);
 }
 
 function product(op: string, ...dims: number[]): number {
@@ -347,7 +365,8 @@ export function ropeF32(
   const py = region(op, "y", y, bytes, 4);
   const axes = Math.max(1, d.sections.length);
   const pp = region(op, "positions", positions, bytes === 0 ? 0 : product(op, axes, d.seq) * 4, 4);
-  const sections = Int32Array.from(d.sections, (s) => count(op, "section", s));
+  const sections =
+    d.sections.length === 0 ? null : Int32Array.from(d.sections, (s) => count(op, "section", s));
   check(
     ctx,
     ctx.lib.raw.tp_cpu_rope_f32(
@@ -359,8 +378,8 @@ export function ropeF32(
       d.heads,
       d.headDim,
       pp,
-      sections.length > 0 ? sections : null,
-      sections.length,
+      sections,
+      sections === null ? 0 : sections.length,
       count(op, "ropeDims", d.ropeDims),
       d.mode,
       d.theta,
@@ -421,8 +440,8 @@ export function attentionF32(
     ["out", out, [d.batch, d.heads, d.sq, d.headDimV]],
   ];
   const ptrs: (Pointer | null)[] = [];
-  const lens = new BigUint64Array(4);
-  const strides = new BigInt64Array(12);
+  const lens = new Uint32Array(8); // uint64_t [4]
+  const strides = new Uint32Array(24); // int64_t [4][3]
   views.forEach(([name, view, shape], i) => {
     if (view.strides.length !== 4 || (view.strides[3] !== 1 && (shape[3] as number) > 1)) {
       throw new TpError(
@@ -432,8 +451,9 @@ export function attentionF32(
     }
     const sv = strided(op, name, view.region, 4, shape, [...view.strides.slice(0, 3), 1]);
     ptrs.push(sv.ptr);
-    lens[i] = BigInt(sv.len);
-    for (let a = 0; a < 3; a++) strides[3 * i + a] = sv.strides[a] as bigint;
+    lens[2 * i] = sv.len % 0x1_0000_0000;
+    lens[2 * i + 1] = Math.floor(sv.len / 0x1_0000_0000);
+    strides.set(sv.strides.subarray(0, 6), 6 * i);
   });
   if (!Number.isSafeInteger(d.qOffset))
     throw new TpError("E_ARG", `${op}: qOffset ${d.qOffset} is not an integer`);

@@ -20,6 +20,9 @@ import {
 } from "./common.ts";
 import { ropeF32 } from "./native.ts";
 
+/** The section list of a one-section RoPE (shared: nothing to allocate per call). */
+const NO_SECTIONS: readonly number[] = Object.freeze([]);
+
 /**
  * Rotate x [batch, seq_len, num_heads, head_dim] (f32) by RoPE at i32 `positions` ([seq_len], or
  * [axes, seq_len] with `options.sections`) → a new tensor of x's shape.
@@ -42,24 +45,29 @@ export function rope(host: CpuOpHost, x: Tensor, positions: Tensor, options: Rop
   const freqScale = finite(op, "freqScale", options.freqScale ?? 1);
   const ropeDims = integer(op, "ropeDims", options.ropeDims ?? headDim, 0, headDim);
   if (ropeDims % 2 !== 0) throw argError(op, `ropeDims must be even, got ${ropeDims} (head_dim ${headDim})`);
-  const sections = options.sections === undefined ? [] : [...options.sections];
-  if (sections.length > 64) throw argError(op, `at most 64 sections, got ${sections.length}`);
-  sections.forEach((n, i) => {
-    integer(op, `sections[${i}]`, n, 0);
-  });
-  const total = sections.reduce((a, b) => a + b, 0);
-  if (sections.length > 0 && total !== ropeDims / 2) {
-    throw argError(
-      op,
-      `sections [${sections.join(", ")}] sum to ${total} pairs; ropeDims/2 is ${ropeDims / 2}`,
-    );
+  const sections: readonly number[] =
+    options.sections === undefined || options.sections.length === 0 ? NO_SECTIONS : [...options.sections];
+  if (sections.length > 0) {
+    if (sections.length > 64) throw argError(op, `at most 64 sections, got ${sections.length}`);
+    let total = 0;
+    for (let i = 0; i < sections.length; i++) total += integer(op, `sections[${i}]`, sections[i], 0);
+    if (total !== ropeDims / 2) {
+      throw argError(
+        op,
+        `sections [${sections.join(", ")}] sum to ${total} pairs; ropeDims/2 is ${ropeDims / 2}`,
+      );
+    }
   }
-  const want = sections.length > 0 ? [sections.length, seq] : [seq];
-  if (positions.rank !== want.length || positions.shape.some((d, i) => d !== want[i])) {
+  const axes = sections.length; // positions: [seq] for one section, else [axes, seq]
+  const fits =
+    axes === 0
+      ? positions.rank === 1 && positions.shape[0] === seq
+      : positions.rank === 2 && positions.shape[0] === axes && positions.shape[1] === seq;
+  if (!fits) {
     throw shapeError(
       op,
-      `${shown(positions, "positions")} must be ${formatShape(want)} for x ${formatShape(x.shape)}` +
-        (sections.length > 0 ? ` and ${sections.length} sections` : ""),
+      `${shown(positions, "positions")} must be ${formatShape(axes > 0 ? [axes, seq] : [seq])} for x ${formatShape(x.shape)}` +
+        (axes > 0 ? ` and ${axes} sections` : ""),
     );
   }
   return scoped(host, op, (s) => {

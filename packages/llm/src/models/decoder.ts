@@ -16,7 +16,14 @@
  */
 import type { GgufMetadata, TensorEntry, TensorSource } from "@tp/formats";
 import { loadWeight } from "@tp/formats";
-import { type Backend, type DTypeName, type Tensor, TpError, type Weight } from "@tp/tensor";
+import {
+  type Backend,
+  type DTypeName,
+  type RopeOptions,
+  type Tensor,
+  TpError,
+  type Weight,
+} from "@tp/tensor";
 import { KvCache } from "../kv-cache.ts";
 import type { CausalLM, LlmConfig, StepOptions } from "../model.ts";
 
@@ -585,6 +592,8 @@ export abstract class DecoderLM implements CausalLM {
   readonly file: string | undefined;
   readonly #onDispose: (() => void) | undefined;
   #disposed = false;
+  /** RoPE as the config says (built once: `rope` runs twice per layer per step). */
+  readonly #ropeOptions: RopeOptions;
 
   /**
    * @throws TpError E_ARG naming `maxContext` when it is not a positive integer or exceeds
@@ -612,6 +621,11 @@ export abstract class DecoderLM implements CausalLM {
     });
     this.#onDispose = options.onDispose;
     this.file = options.file;
+    this.#ropeOptions = {
+      mode: config.rope_mode,
+      theta: config.rope_theta,
+      ...(config.rotary_dim !== config.head_dim ? { ropeDims: config.rotary_dim } : {}),
+    };
   }
 
   /** Tokens in the KV cache (the next position). */
@@ -638,12 +652,7 @@ export abstract class DecoderLM implements CausalLM {
    * (llm.md §3.0: NeoX rotate-half, or GGUF llama's interleaved pairs).
    */
   protected rope(x: Tensor, at: StepState): Tensor {
-    const c = this.config;
-    return this.backend.rope(x, at.positions, {
-      mode: c.rope_mode,
-      theta: c.rope_theta,
-      ...(c.rotary_dim !== c.head_dim ? { ropeDims: c.rotary_dim } : {}),
-    });
+    return this.backend.rope(x, at.positions, this.#ropeOptions);
   }
 
   /**
