@@ -105,9 +105,11 @@ await runCli(async () => {
   const suite = (await import(file)).default as BenchSuite;
   console.log(`# ${name}: ${suite.description}`);
   const rows: BenchRow[] = [];
+  const runCounts = new Set<number>(); // for the closing line: what the medians are over
   try {
     for (const c of await suite.cases()) {
       const runs = runsOverride ?? c.runs ?? 7;
+      runCounts.add(runs);
       await c.ours();
       if (c.peer) await c.peer.run();
       const ours: number[] = [];
@@ -151,6 +153,7 @@ await runCli(async () => {
   const out = join(outDir, `${name}.json`);
   writeFileSync(`${out}.tmp`, `${JSON.stringify(rows, null, 2)}\n`);
   renameSync(`${out}.tmp`, out);
-  console.log(`wrote ${out} (medians of ${runsOverride ?? "7"} runs; ratio > 1 means ours is better)`);
+  const counts = [...runCounts].sort((x, y) => y - x).join(" or ");
+  console.log(`wrote ${out} (medians of ${counts} runs per case; ratio > 1 means ours is better)`);
   return 0;
 });
