@@ -232,6 +232,11 @@ export class CpuBackend extends BackendBase {
     return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
   }
 
+  /** @throws TpError E_STATE when `t` is freed or belongs to another backend (ops' argument check). */
+  checkOwned(t: Tensor): void {
+    this.own(t);
+  }
+
   /**
    * Address of any view's first element and the bytes from there to the end of its storage, for
    * strided native calls (which check that the view's strides stay inside those bytes).

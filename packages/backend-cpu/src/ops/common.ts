@@ -36,6 +36,8 @@ export interface CpuOpHost {
    * @throws TpError E_STATE for a freed or foreign tensor
    */
   viewRegion(t: Tensor): NativeRegion;
+  /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
+  checkOwned(t: Tensor): void;
 }
 
 /** A TpError E_SHAPE for op `op`. */
@@ -67,7 +69,7 @@ export function checkTensors(
   for (const name in tensors) {
     const t = tensors[name];
     if (t === null || t === undefined) continue;
-    host.viewRegion(t);
+    host.checkOwned(t);
     if (!dtypes.includes(t.dtype)) {
       throw new TpError(
         "E_UNSUPPORTED",

@@ -24,20 +24,19 @@ function eps(op: string, v: unknown): number {
   return e;
 }
 
-/** x: [..., D] with D ≥ 1, and each affine tensor [D]. */
-function lastDim(op: string, x: Tensor, affine: Record<string, Tensor | null>): number {
+/** x: [..., D] with D ≥ 1, and the affine tensors (weight, bias; null when absent) [D]. */
+function lastDim(op: string, x: Tensor, weight: Tensor | null, bias: Tensor | null = null): number {
   if (x.rank < 1) throw shapeError(op, `x ${formatShape(x.shape)} needs at least one dimension`);
   const d = x.shape[x.rank - 1] as number;
-  for (const name in affine) {
-    const t = affine[name] as Tensor | null;
-    if (t !== null && (t.rank !== 1 || t.shape[0] !== d)) {
-      throw shapeError(
-        op,
-        `${shown(t, name)} must be [${d}], the last dimension of x ${formatShape(x.shape)}`,
-      );
-    }
-  }
+  affineDim(op, x, d, weight, "weight");
+  affineDim(op, x, d, bias, "bias");
   return d;
+}
+
+function affineDim(op: string, x: Tensor, d: number, t: Tensor | null, name: string): void {
+  if (t !== null && (t.rank !== 1 || t.shape[0] !== d)) {
+    throw shapeError(op, `${shown(t, name)} must be [${d}], the last dimension of x ${formatShape(x.shape)}`);
+  }
 }
 
 /**
@@ -52,7 +51,7 @@ export function rmsNorm(
 ): Tensor {
   const op = "rms_norm";
   checkTensors(host, op, F32, { x, weight });
-  const d = lastDim(op, x, { weight });
+  const d = lastDim(op, x, weight);
   const e = eps(op, options?.eps);
   return scoped(host, op, (s) => {
     const xr = s.contiguous(x);
@@ -76,7 +75,7 @@ export function layerNorm(
 ): Tensor {
   const op = "layer_norm";
   checkTensors(host, op, F32, { x, weight, bias });
-  const d = lastDim(op, x, { weight, bias });
+  const d = lastDim(op, x, weight, bias);
   const e = eps(op, options?.eps);
   return scoped(host, op, (s) => {
     const xr = s.contiguous(x);
