@@ -157,15 +157,16 @@ static int64_t gemm_block(int32_t fmt) { return fmt == TP_W_Q6_K ? 16 : 32; }
 
 /*
  * The GGUF GEMM's per-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q, for
- * blocks of `be` inputs: from the Q8_0 blocks (d f16, 32 codes; be = 32), or from the Q8_K
+ * blocks of `be` inputs: from the Q8_0 / Q8_1 blocks (d f16, [s f16,] 32 codes; be = 32), or from the Q8_K
  * super-blocks (d f32; int16 bsums per 16: two per 32-block, or one per 16-block for Q6_K).
  */
 static void block_sums(int32_t act, const uint8_t *q, int64_t k, int64_t be, float *xs, int32_t *xsum) {
   for (int64_t b = 0; b < k / be; b++) {
-    if (act == TP_ACT_Q8_0) {
-      const uint8_t *blk = q + (size_t)b * 34;
+    if (act == TP_ACT_Q8_0 || act == TP_ACT_Q8_1) {
+      const int q81 = act == TP_ACT_Q8_1; /* d, s (f16), 32 codes */
+      const uint8_t *blk = q + (size_t)b * (q81 ? 36 : 34);
       int32_t sum = 0;
-      for (int e = 0; e < 32; e++) sum += (int8_t)blk[2 + e];
+      for (int e = 0; e < 32; e++) sum += (int8_t)blk[(q81 ? 4 : 2) + e];
       xs[b] = tp_f16p(blk);
       xsum[b] = sum;
     } else {
@@ -379,8 +380,8 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_K || format == TP_W_Q5_K ||
-                          format == TP_W_Q6_K) &&
+  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_1 || format == TP_W_Q5_0 ||
+                          format == TP_W_Q5_1 || format == TP_W_Q4_K || format == TP_W_Q5_K || format == TP_W_Q6_K) &&
                          m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else

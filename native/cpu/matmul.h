@@ -221,7 +221,7 @@ void tp_mm_ggml_scalar(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch
 void tp_mm_ggml_avx2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch);
 /*
- * matmul_avx512vnni.c: the Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K GEMM (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
+ * matmul_avx512vnni.c: the GGUF GEMM (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) (m ≥ TP_GGML_GEMM_MIN_M), called by tp_mm_ggml_avx512vnni
  * when matmul.c prepared the per-block activation scales (mm->xs) and code sums (mm->xsum), m × k/32 (Q6_K: per 16-element sub-block, m × k/16).
  */
 #define TP_GGML_GEMM_MIN_M 16

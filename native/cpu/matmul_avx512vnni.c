@@ -720,39 +720,49 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* GGUF Q8_0 / Q4_0 / Q4_K / Q5_K GEMM: block-scaled int8 products                             */
+/* GGUF GEMM (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): block-scaled int8 products           */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * y = x · Wᵀ for Q8_0, Q4_0, Q4_K and Q5_K weights and m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt
- * processing), the same packed loop nest as the GEMM above with the scales of 32-element blocks: for
- * each block b of 32 inputs, a 4 × 32 register tile sums the exact int32 products of the block
+ * y = x · Wᵀ for the GGUF weights Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K and
+ * m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt processing), the same packed loop nest as the GEMM
+ * above with the scales of 32-element blocks (Q6_K: 16): for each block b, a 4 × 32 register tile sums
+ * the exact int32 products of the block
  *   t(i, j) = Σ_e u_w(j, e) · q_a(i, e) − off · Σ_e q_a(i, e)        (starting from −off · Σq_a)
- * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q8_0:
- * u = q + 128, off = 128; Q4_K: the nibble, Q5_K: nibble + 16 · high bit, off = 0), then adds
- * d_w(j, b) · d_a(i, b) · t(i, j) to an f32 accumulator, and for Q4_K / Q5_K subtracts
- * m_w(j, b) · d_a(i, b) · Σq_a(i, b), the sub-block minimum
- * (d_w = d · scale_b, m_w = dmin · min_b). These are ggml's vec_dot_q4_0_q8_0 / q8_0_q8_0 /
- * q4_K_q8_K identities (llm.md §2.6), summed over blocks in f32 in another order.
+ * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q5_0:
+ * nibble + 16 · high bit, off = 16; Q8_0: u = q + 128, off = 128; Q6_K: u = q + 32, off = 32; Q4_1,
+ * Q4_K: the nibble, Q5_1, Q5_K: nibble + 16 · high bit, off = 0), then adds d_w(j, b) · d_a(i, b) ·
+ * t(i, j) to an f32 accumulator, and for the formats with a min subtracts m_w(j, b) · s_a(i, b):
+ * Q4_K / Q5_K: m_w = dmin · min_b, the sub-block minimum, s_a = d_a · Σq_a; Q4_1 / Q5_1: m_w = −m
+ * (x = d · u + m), s_a the f16 s = d_a · Σq_a of the Q8_1 block (d_w = d · scale_b for the k-quants).
+ * These are ggml's vec_dot_q4_0_q8_0 / q4_1_q8_1 / q5_0_q8_0 / q5_1_q8_1 / q8_0_q8_0 / q4_K_q8_K /
+ * q6_K_q8_K identities (llm.md §2.6), summed over blocks in f32 in another order.
  *
  * The weights are packed per NC_G columns × KB_G blocks into strips of 32 columns; per block, 8 steps
- * of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned), then the 32 column
- * scales d_w as f32, then (Q4_K) the 32 m_w. The activations are ggml Q8_0 / Q8_K rows (mm->xq)
- * with per-32-block scales as f32 (mm->xs) and code sums (mm->xsum), m × nb each, from matmul.c.
+ * (Q6_K: 4) of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned), then the 32
+ * column scales d_w as f32, then (formats with a min) the 32 m_w. The activations are ggml Q8_0 /
+ * Q8_1 / Q8_K rows (mm->xq) with per-block scales as f32 (mm->xs) and code sums (mm->xsum), m × nb
+ * each, from matmul.c.
  */
 #define NC_G 64
 #define NR_G 32
 /*
- * Block kinds: 0 = 32-element blocks (Q8_0, Q4_0); 1 = 32-element sub-blocks with a min term (Q4_K,
- * Q5_K); 2 = 16-element sub-blocks (Q6_K, whose scales are per 16).
+ * Block kinds: 0 = 32-element blocks (Q8_0, Q4_0, Q5_0; Q8_0 activations); 1 = 32-element sub-blocks
+ * with a min term (Q4_K, Q5_K; Q8_K activations); 2 = 16-element sub-blocks (Q6_K, whose scales are
+ * per 16); 3 = 32-element blocks with a min term (Q4_1, Q5_1; Q8_1 activations, whose f16
+ * s = d_a · Σq_a is the min term's factor, as ggml's vec_dot_q4_1_q8_1 takes it).
  */
 static inline int gg_kind(int32_t fmt) {
-  return fmt == TP_W_Q6_K ? 2 : fmt == TP_W_Q4_K || fmt == TP_W_Q5_K ? 1 : 0;
+  if (fmt == TP_W_Q6_K) return 2;
+  if (fmt == TP_W_Q4_K || fmt == TP_W_Q5_K) return 1;
+  return fmt == TP_W_Q4_1 || fmt == TP_W_Q5_1 ? 3 : 0;
 }
-/* elements per block, vpdpbusd steps per block, bytes of one packed block (codes, d_w, kind 1: m_w) */
+/* kinds whose packed blocks carry a min m_w after d_w */
+static inline int gg_min(int kind) { return kind == 1 || kind == 3; }
+/* elements per block, vpdpbusd steps per block, bytes of one packed block (codes, d_w, then m_w) */
 static inline int gg_be(int kind) { return kind == 2 ? 16 : 32; }
 static inline size_t gg_codes(int kind) { return (size_t)(gg_be(kind) / 4) * NR_G * 4; }
-static inline size_t gg_blk(int kind) { return gg_codes(kind) + NR_G * 4 * (kind == 1 ? 2 : 1); }
+static inline size_t gg_blk(int kind) { return gg_codes(kind) + NR_G * 4 * (gg_min(kind) ? 2 : 1); }
 /* blocks per panel: 1536 inputs, whole 64-input chunks, a multiple of 8 32-blocks (a Q4_K super-block) */
 static inline int64_t gg_kb(int kind) { return kind == 2 ? 96 : 48; }
 
@@ -797,23 +807,41 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
     const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(hv, cnt), _mm512_set1_epi8(3));
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
   }
-  /* Q4_0: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements 0..31 of b, then of b + 1 */
-  const uint8_t *p = row + (size_t)b * 18;
-  const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + 2));
-  const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(p + 20)) : _mm_set1_epi8((char)0x88);
+  /*
+   * Q4_0, Q4_1, Q5_0, Q5_1: 128-bit lanes [qs_b & 15, qs_b >> 4, qs_b1 & 15, qs_b1 >> 4] = elements
+   * 0..31 of b, then of b + 1; Q5: + 16 where bit e of the block's qh is set (lane order = bit order)
+   */
+  const size_t bb = (size_t)tp_wformats[fmt].block_bytes;
+  const int five = fmt == TP_W_Q5_0 || fmt == TP_W_Q5_1;
+  /* codes after d (Q4_0), d m (Q4_1), d qh (Q5_0), d m qh (Q5_1) */
+  const size_t qs = fmt == TP_W_Q4_0 ? 2 : fmt == TP_W_Q4_1 ? 4 : fmt == TP_W_Q5_0 ? 6 : 8;
+  const uint8_t *p = row + (size_t)b * bb;
+  const __m128i q0 = _mm_loadu_si128((const __m128i *)(p + qs));
+  const __m128i q1 = two ? _mm_loadu_si128((const __m128i *)(p + bb + qs)) : _mm_setzero_si128();
   __m512i v = _mm512_castsi128_si512(q0);
   v = _mm512_inserti32x4(v, q0, 1);
   v = _mm512_inserti32x4(v, q1, 2);
   v = _mm512_inserti32x4(v, q1, 3);
-  return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), nib);
+  __m512i u = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), nib);
+  if (five) {
+    const size_t qh = qs - 4;
+    const uint64_t bits = (uint64_t)tp_rd32(p + qh) | (two ? (uint64_t)tp_rd32(p + bb + qh) << 32 : 0);
+    u = _mm512_mask_add_epi8(u, (__mmask64)bits, u, _mm512_set1_epi8(16));
+  }
+  return u;
 }
 
 /* d_w and m_w (Q4_K / Q5_K) of block b (Q6_K: of 16-block b) of one weight row, as f32. */
 static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float *dw, float *mw) {
   if (fmt == TP_W_Q8_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 34));
-  } else if (fmt == TP_W_Q4_0) {
-    *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 18));
+  } else if (fmt == TP_W_Q4_0 || fmt == TP_W_Q5_0) {
+    *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * (size_t)tp_wformats[fmt].block_bytes));
+  } else if (fmt == TP_W_Q4_1 || fmt == TP_W_Q5_1) {
+    /* x = d · u + m: the tile subtracts m_w · s_a, so m_w = −m */
+    const uint8_t *p = row + (size_t)b * (size_t)tp_wformats[fmt].block_bytes;
+    *dw = _cvtsh_ss(tp_rd16(p));
+    *mw = -_cvtsh_ss(tp_rd16(p + 2));
   } else if (fmt == TP_W_Q6_K) {
     const uint8_t *sb = row + (size_t)(b / 16) * 210;
     *dw = _cvtsh_ss(tp_rd16(sb + 208)) * (float)(int8_t)sb[192 + b % 16];
@@ -861,15 +889,16 @@ static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64
           if (c0 + c < nc) ggml_scales(mm->fmt, mm->w + (size_t)(j0 + c0 + c) * mm->w_row, b0 + b, &d[c], &m[c]);
         }
         _mm512_store_ps((float *)(strip + (size_t)b * blk + codes + 64 * h), _mm512_loadu_ps(d));
-        if (kind == 1) _mm512_store_ps((float *)(strip + (size_t)b * blk + codes + NR_G * 4 + 64 * h), _mm512_loadu_ps(m));
+        if (gg_min(kind)) _mm512_store_ps((float *)(strip + (size_t)b * blk + codes + NR_G * 4 + 64 * h), _mm512_loadu_ps(m));
       }
     }
   }
 }
 
-/* Byte offset of the codes of block b in a prepared activation row (Q8_0; Q8_K by 32 or by 16). */
+/* Byte offset of the codes of block b in a prepared activation row (Q8_0; Q8_1; Q8_K by 32 or by 16). */
 static inline size_t act_at(int kind, int64_t b) {
   if (kind == 2) return (size_t)(b / 16) * 292 + 4 + 16 * (size_t)(b % 16);
+  if (kind == 3) return (size_t)b * 36 + 4;
   return kind == 1 ? (size_t)(b / 8) * 292 + 4 + 32 * (size_t)(b % 8) : (size_t)b * 34 + 2;
 }
 
@@ -882,8 +911,12 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
                                                             int first, int last) {
   const int64_t nb = mm->k / gg_be(kind);
   const size_t blk = gg_blk(kind), codes = gg_codes(kind);
-  const int kq = kind == 1;
-  const int32_t off = mm->fmt == TP_W_Q8_0 ? 128 : mm->fmt == TP_W_Q4_0 ? 8 : mm->fmt == TP_W_Q6_K ? 32 : 0;
+  const int kq = gg_min(kind);
+  const int32_t off = mm->fmt == TP_W_Q8_0   ? 128
+                      : mm->fmt == TP_W_Q4_0 ? 8
+                      : mm->fmt == TP_W_Q5_0 ? 16
+                      : mm->fmt == TP_W_Q6_K ? 32
+                                             : 0;
   __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00, f30 = f00, f31 = f00;
   const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
                 *a3 = a2 + mm->xq_row;
@@ -921,7 +954,9 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
     f##r##0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##0), _mm512_mul_ps(dw0, da), f##r##0); \
     f##r##1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t##r##1), _mm512_mul_ps(dw1, da), f##r##1); \
     if (kq) {                                                                               \
-      const __m512 ms = _mm512_set1_ps(d##r[ab] * (float)s##r[ab]);                         \
+      /* s_a: Q8_1's own f16 d·Σq (kind 3), else d_a · Σq_a */                              \
+      const float sa = kind == 3 ? tp_f16p(a##r + ao - 2) : d##r[ab] * (float)s##r[ab];     \
+      const __m512 ms = _mm512_set1_ps(sa);                                                 \
       f##r##0 = _mm512_fnmadd_ps(mw0, ms, f##r##0);                                         \
       f##r##1 = _mm512_fnmadd_ps(mw1, ms, f##r##1);                                         \
     }                                                                                       \
@@ -961,12 +996,17 @@ GTILE_FN(2, 1)
 GTILE_FN(2, 2)
 GTILE_FN(2, 3)
 GTILE_FN(2, 4)
+GTILE_FN(3, 1)
+GTILE_FN(3, 2)
+GTILE_FN(3, 3)
+GTILE_FN(3, 4)
 #undef GTILE_FN
 typedef void (*ggml_tile_fn)(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0,
                              int64_t kb, int first, int last);
-static const ggml_tile_fn ggml_tiles[3][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
+static const ggml_tile_fn ggml_tiles[4][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
                                               {NULL, ggml_tile_1_1, ggml_tile_1_2, ggml_tile_1_3, ggml_tile_1_4},
-                                              {NULL, ggml_tile_2_1, ggml_tile_2_2, ggml_tile_2_3, ggml_tile_2_4}};
+                                              {NULL, ggml_tile_2_1, ggml_tile_2_2, ggml_tile_2_3, ggml_tile_2_4},
+                                              {NULL, ggml_tile_3_1, ggml_tile_3_2, ggml_tile_3_3, ggml_tile_3_4}};
 
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int kind = gg_kind(mm->fmt);

@@ -431,7 +431,7 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
     ggml_ymm(mm, n0, n1, scratch);
     return;
   }
-  if (mm->xsum != NULL) { /* Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K with m ≥ TP_GGML_GEMM_MIN_M: block sums prepared for the GEMM */
+  if (mm->xsum != NULL) { /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K with m ≥ TP_GGML_GEMM_MIN_M: block sums prepared for the GEMM */
     tp_mm_ggml_gemm_avx512vnni(mm, n0, n1, scratch);
     return;
   }
