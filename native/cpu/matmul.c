@@ -152,8 +152,8 @@ static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, ui
   else tp_quantize_q8_k_row(x, k, q);
 }
 
-/* Inputs per block of the GGUF GEMM for a weight format: Q6_K's scales are per 16, the others' per 32. */
-static int64_t gemm_block(int32_t fmt) { return fmt == TP_W_Q6_K ? 16 : 32; }
+/* Inputs per block of the GGUF GEMM for a weight format: Q2_K's, Q3_K's and Q6_K's scales are per 16, the others' per 32. */
+static int64_t gemm_block(int32_t fmt) { return fmt == TP_W_Q6_K || fmt == TP_W_Q3_K || fmt == TP_W_Q2_K ? 16 : 32; }
 
 /*
  * The GGUF GEMM's per-block activation scale d_a (f32) and code sum Σ q_a of one prepared row q, for
@@ -378,11 +378,9 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   mm.xq_row = act_row_bytes(mm.act, k);
   mm.task_scratch = tp_mm_task_scratch(k);
   const int convrot = mm.act == TP_ACT_CONVROT;
-  /* the Q8_0 / Q4_0 GEMM (AVX-512 VNNI) reads per-block activation scales and sums */
+  /* the GGUF GEMM (AVX-512 VNNI; every GGUF format) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = (format == TP_W_Q8_0 || format == TP_W_Q4_0 || format == TP_W_Q4_1 || format == TP_W_Q5_0 ||
-                          format == TP_W_Q5_1 || format == TP_W_Q4_K || format == TP_W_Q5_K || format == TP_W_Q6_K) &&
-                         m >= TP_GGML_GEMM_MIN_M &&
+  const int block_sums = tp_wformats[format].block >= 32 /* GGUF */ && m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else
   const int block_sums = 0;

@@ -750,21 +750,32 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
  * Block kinds: 0 = 32-element blocks (Q8_0, Q4_0, Q5_0; Q8_0 activations); 1 = 32-element sub-blocks
  * with a min term (Q4_K, Q5_K; Q8_K activations); 2 = 16-element sub-blocks (Q6_K, whose scales are
  * per 16); 3 = 32-element blocks with a min term (Q4_1, Q5_1; Q8_1 activations, whose f16
- * s = d_a · Σq_a is the min term's factor, as ggml's vec_dot_q4_1_q8_1 takes it).
+ * s = d_a · Σq_a is the min term's factor, as ggml's vec_dot_q4_1_q8_1 takes it); 4 = 16-element
+ * sub-blocks with a min term (Q2_K; Q8_K activations). Q3_K is kind 2 (16-element, no min).
  */
 static inline int gg_kind(int32_t fmt) {
-  if (fmt == TP_W_Q6_K) return 2;
+  if (fmt == TP_W_Q6_K || fmt == TP_W_Q3_K) return 2;
+  if (fmt == TP_W_Q2_K) return 4;
   if (fmt == TP_W_Q4_K || fmt == TP_W_Q5_K) return 1;
   return fmt == TP_W_Q4_1 || fmt == TP_W_Q5_1 ? 3 : 0;
 }
 /* kinds whose packed blocks carry a min m_w after d_w */
-static inline int gg_min(int kind) { return kind == 1 || kind == 3; }
+static inline int gg_min(int kind) { return kind == 1 || kind == 3 || kind == 4; }
 /* elements per block, vpdpbusd steps per block, bytes of one packed block (codes, d_w, then m_w) */
-static inline int gg_be(int kind) { return kind == 2 ? 16 : 32; }
+static inline int gg_be(int kind) { return kind == 2 || kind == 4 ? 16 : 32; }
 static inline size_t gg_codes(int kind) { return (size_t)(gg_be(kind) / 4) * NR_G * 4; }
 static inline size_t gg_blk(int kind) { return gg_codes(kind) + NR_G * 4 * (gg_min(kind) ? 2 : 1); }
-/* blocks per panel: 1536 inputs, whole 64-input chunks, a multiple of 8 32-blocks (a Q4_K super-block) */
-static inline int64_t gg_kb(int kind) { return kind == 2 ? 96 : 48; }
+/*
+ * Blocks per panel: whole 64-input chunks and whole super-blocks (8 32-blocks, 16 16-blocks), with the
+ * panel of NC_G columns (gg_kb · gg_blk · NC_G / NR_G bytes) inside the task scratch,
+ * TP_MM_PANEL_BYTES (131 136): 48 · 1280 · 2 = 122 880 for the 32-blocks with a min (the most),
+ * 96 · 640 · 2 = 122 880 for Q3_K / Q6_K, 80 · 768 · 2 = 122 880 for Q2_K.
+ */
+static inline int64_t gg_kb(int kind) { return gg_be(kind) == 32 ? 48 : gg_min(kind) ? 80 : 96; }
+_Static_assert(48 * (8 + 2) * NR_G * 4 * (NC_G / NR_G) <= TP_MM_PANEL_BYTES &&
+                   96 * (4 + 1) * NR_G * 4 * (NC_G / NR_G) <= TP_MM_PANEL_BYTES &&
+                   80 * (4 + 2) * NR_G * 4 * (NC_G / NR_G) <= TP_MM_PANEL_BYTES,
+               "a GGUF GEMM panel must fit the task scratch");
 
 /* Unpacked unsigned codes of blocks b, b + 1 (b even) of one weight row (64 bytes; a missing b + 1: any). */
 static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, int two) {
@@ -791,6 +802,29 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
                                              _mm256_set1_epi16((short)(2 * p + 1)), 1);
       const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(hv, cnt), _mm512_set1_epi8(1));
       u = _mm512_or_si512(u, _mm512_slli_epi16(bit, 4));
+    }
+    return u;
+  }
+  if (fmt == TP_W_Q2_K || fmt == TP_W_Q3_K) {
+    /*
+     * 32-sub-blocks b, b + 1 (b even) = elements 32j .. 32j + 63 of half n (j = b % 4 ∈ {0, 2}): bits
+     * 2j, 2j + 1 (then 2j + 2, 2j + 3) of qs[32n .. 32n + 31]; Q3_K: + 4 · bit 4n + j (+ 1) of hmask[0 .. 31]
+     * (u = q + 4, ggml subtracts 4 where that bit is clear)
+     */
+    const int three = fmt == TP_W_Q3_K;
+    const uint8_t *sb = row + (size_t)(b / 8) * (three ? 110 : 84);
+    const int n = (int)((b % 8) / 4), j = (int)(b % 4);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(sb + (three ? 32 : 16) + 32 * n));
+    const __m512i qv = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+    const __m512i cnt = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(2 * j))),
+                                           _mm256_set1_epi16((short)(2 * j + 2)), 1);
+    __m512i u = _mm512_and_si512(_mm512_srlv_epi16(qv, cnt), _mm512_set1_epi8(3));
+    if (three) {
+      const __m256i h = _mm256_loadu_si256((const __m256i *)sb);
+      const __m512i hv = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+      const __m512i hc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16((short)(4 * n + j))),
+                                            _mm256_set1_epi16((short)(4 * n + j + 1)), 1);
+      u = _mm512_or_si512(u, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hv, hc), _mm512_set1_epi8(1)), 2));
     }
     return u;
   }
@@ -845,6 +879,18 @@ static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float
   } else if (fmt == TP_W_Q6_K) {
     const uint8_t *sb = row + (size_t)(b / 16) * 210;
     *dw = _cvtsh_ss(tp_rd16(sb + 208)) * (float)(int8_t)sb[192 + b % 16];
+  } else if (fmt == TP_W_Q2_K) {
+    /* 16-block t: 4-bit scale (low) and min (high) of scales[t]; x = d · scale · q − dmin · min */
+    const uint8_t *sb = row + (size_t)(b / 16) * 84, sc = sb[b % 16];
+    *dw = _cvtsh_ss(tp_rd16(sb + 80)) * (float)(sc & 0xF);
+    *mw = _cvtsh_ss(tp_rd16(sb + 82)) * (float)(sc >> 4);
+  } else if (fmt == TP_W_Q3_K) {
+    /* 16-block t: the 6-bit scale t of the 12 packed bytes (ggml dequantize_row_q3_K), minus 32 */
+    const uint8_t *sb = row + (size_t)(b / 16) * 110, *sc = sb + 96;
+    const int t = (int)(b % 16);
+    const int lo = t < 8 ? sc[t] & 0xF : sc[t - 8] >> 4; /* low 4 bits: bytes 0..7, low then high nibbles */
+    const int hi = (sc[8 + t % 4] >> (2 * (t / 4))) & 3;   /* high 2 bits: bytes 8..11 */
+    *dw = _cvtsh_ss(tp_rd16(sb + 108)) * (float)((lo | hi << 4) - 32);
   } else {
     const uint8_t *sb = row + (size_t)(b / 8) * (fmt == TP_W_Q5_K ? 176 : 144), *sc = sb + 4;
     const int j = (int)(b % 8);
@@ -897,7 +943,7 @@ static void ggml_pack(const tp_mm *mm, int64_t j0, int64_t nc, int64_t b0, int64
 
 /* Byte offset of the codes of block b in a prepared activation row (Q8_0; Q8_1; Q8_K by 32 or by 16). */
 static inline size_t act_at(int kind, int64_t b) {
-  if (kind == 2) return (size_t)(b / 16) * 292 + 4 + 16 * (size_t)(b % 16);
+  if (kind == 2 || kind == 4) return (size_t)(b / 16) * 292 + 4 + 16 * (size_t)(b % 16);
   if (kind == 3) return (size_t)b * 36 + 4;
   return kind == 1 ? (size_t)(b / 8) * 292 + 4 + 32 * (size_t)(b % 8) : (size_t)b * 34 + 2;
 }
@@ -916,6 +962,7 @@ static inline __attribute__((always_inline)) void ggml_tile(const tp_mm *mm, int
                       : mm->fmt == TP_W_Q4_0 ? 8
                       : mm->fmt == TP_W_Q5_0 ? 16
                       : mm->fmt == TP_W_Q6_K ? 32
+                      : mm->fmt == TP_W_Q3_K ? 4
                                              : 0;
   __m512 f00 = _mm512_setzero_ps(), f01 = f00, f10 = f00, f11 = f00, f20 = f00, f21 = f00, f30 = f00, f31 = f00;
   const uint8_t *a0 = mm->xq + (size_t)i0 * mm->xq_row, *a1 = a0 + mm->xq_row, *a2 = a1 + mm->xq_row,
@@ -1000,13 +1047,18 @@ GTILE_FN(3, 1)
 GTILE_FN(3, 2)
 GTILE_FN(3, 3)
 GTILE_FN(3, 4)
+GTILE_FN(4, 1)
+GTILE_FN(4, 2)
+GTILE_FN(4, 3)
+GTILE_FN(4, 4)
 #undef GTILE_FN
 typedef void (*ggml_tile_fn)(const tp_mm *mm, int64_t i0, int64_t j, int ncols, const uint8_t *strip, int64_t b0,
                              int64_t kb, int first, int last);
-static const ggml_tile_fn ggml_tiles[4][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
+static const ggml_tile_fn ggml_tiles[5][5] = {{NULL, ggml_tile_0_1, ggml_tile_0_2, ggml_tile_0_3, ggml_tile_0_4},
                                               {NULL, ggml_tile_1_1, ggml_tile_1_2, ggml_tile_1_3, ggml_tile_1_4},
                                               {NULL, ggml_tile_2_1, ggml_tile_2_2, ggml_tile_2_3, ggml_tile_2_4},
-                                              {NULL, ggml_tile_3_1, ggml_tile_3_2, ggml_tile_3_3, ggml_tile_3_4}};
+                                              {NULL, ggml_tile_3_1, ggml_tile_3_2, ggml_tile_3_3, ggml_tile_3_4},
+                                              {NULL, ggml_tile_4_1, ggml_tile_4_2, ggml_tile_4_3, ggml_tile_4_4}};
 
 void tp_mm_ggml_gemm_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int kind = gg_kind(mm->fmt);

@@ -427,12 +427,12 @@ static const dot_rows_fn dot_rows_r[4] = {dot_rows_1, dot_rows_2, dot_rows_3, do
 #define ROWS_PER_BLOCK 16
 
 void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
-  if (mm->fmt == TP_W_Q2_K || mm->fmt == TP_W_Q3_K) {
-    ggml_ymm(mm, n0, n1, scratch);
+  if (mm->xsum != NULL) { /* m ≥ TP_GGML_GEMM_MIN_M: block sums prepared for the GEMM (every GGUF format) */
+    tp_mm_ggml_gemm_avx512vnni(mm, n0, n1, scratch);
     return;
   }
-  if (mm->xsum != NULL) { /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K with m ≥ TP_GGML_GEMM_MIN_M: block sums prepared for the GEMM */
-    tp_mm_ggml_gemm_avx512vnni(mm, n0, n1, scratch);
+  if (mm->fmt == TP_W_Q2_K || mm->fmt == TP_W_Q3_K) {
+    ggml_ymm(mm, n0, n1, scratch);
     return;
   }
   const int64_t nb = mm->k / tp_wformats[mm->fmt].block;
