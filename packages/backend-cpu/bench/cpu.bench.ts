@@ -20,7 +20,7 @@
  *    when missing, run in a child process: bench/torch-peer.py), and this CPU's peak for the
  *    instruction the kernel is built on (bench/peak.c: measured instruction throughput × operations per
  *    instruction; int8: vpdpbusd, 128 ops; bf16 / fp8: vdpbf16ps, 64 FLOP).
- *    Also GGUF weights (Q8_0, Q4_0, Q4_K, Q6_K) at LLM prompt-processing shapes (M = 512 tokens,
+ *    Also every GGUF weight type at LLM prompt-processing shapes (M = 512 tokens,
  *    Qwen3-0.6B's ffn K=1024 N=3072 and K=3072 N=1024) against llama.cpp's kernels through the same shim
  *    (Q4_0 and Q4_K repacked by CPU_REPACK), activation quantization included on both sides.
  * 3. Attention (the cpu backend's `attention` op), seq 1280 and 4352, 48 and 12 heads of 128, f32, full
@@ -150,9 +150,15 @@ function ggmlPeer(llama: Shim | string, run: () => number): { name: string; run:
 
 /** ggml type ids (ggml.h enum ggml_type). */
 const GGML_TYPE: Partial<Record<NativeWeightFormat, number>> = {
-  q8_0: 8,
   q4_0: 2,
+  q4_1: 3,
+  q5_0: 6,
+  q5_1: 7,
+  q8_0: 8,
+  q2_k: 10,
+  q3_k: 11,
   q4_k: 12,
+  q5_k: 13,
   q6_k: 14,
   bf16: 30,
 };
@@ -246,10 +252,17 @@ function weightBytes(format: NativeWeightFormat, n: number, k: number, seed: num
   const rowBytes = lib.weightRowBytes(format, k);
   const out = new Uint8Array(n * rowBytes);
   for (let i = 0; i < out.length; i++) out[i] = Math.floor(r() * 256);
+  // byte offsets of each block's f16 scales (d, and m / dmin where the type has one)
   const scaleAt: Partial<Record<NativeWeightFormat, number[]>> = {
     q8_0: [0],
     q4_0: [0],
+    q4_1: [0, 2],
+    q5_0: [0],
+    q5_1: [0, 2],
+    q2_k: [80, 82],
+    q3_k: [108],
     q4_k: [0, 2],
+    q5_k: [0, 2],
     q6_k: [208],
   };
   if (format === "bf16") {
@@ -296,7 +309,18 @@ const PP_SHAPES: [number, number, number][] = [
   [512, 1024, 3072],
   [512, 3072, 1024],
 ];
-const PP_FORMATS: NativeWeightFormat[] = ["q8_0", "q4_0", "q4_k", "q6_k"];
+const PP_FORMATS: NativeWeightFormat[] = [
+  "q8_0",
+  "q4_0",
+  "q4_1",
+  "q5_0",
+  "q5_1",
+  "q2_k",
+  "q3_k",
+  "q4_k",
+  "q5_k",
+  "q6_k",
+];
 
 /** One live state at a time (weights of hundreds of MB): made on first use, dropped when the next is made. */
 let current: { key: string; drop: () => void } | null = null;
