@@ -22,7 +22,8 @@
  *    instruction; int8: vpdpbusd, 128 ops; bf16 / fp8: vdpbf16ps, 64 FLOP).
  *    Also every GGUF weight type at LLM prompt-processing shapes (M = 512 tokens,
  *    Qwen3-0.6B's ffn K=1024 N=3072 and K=3072 N=1024) against llama.cpp's kernels through the same shim
- *    (Q4_0 and Q4_K repacked by CPU_REPACK), activation quantization included on both sides.
+ *    (repacked by CPU_REPACK where ggml has a layout for the type: Q4_0, Q4_K, Q2_K on this CPU),
+ *    activation quantization included on both sides.
  * 3. Attention (the cpu backend's `attention` op), seq 1280 and 4352, 48 and 12 heads of 128, f32, full
  *    and prefix masks (keys of the first seq − 256 tokens — the image — visible to all, the 256 text
  *    tokens causal), against PyTorch (scaled_dot_product_attention where torch has it, else the same
