@@ -33,7 +33,13 @@
 import { dlopen, ptr } from "bun:ffi";
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { createBackend, loadCpuLibrary, type NativeWeight, type NativeWeightFormat } from "@tp/backend-cpu";
+import {
+  createBackend,
+  loadCpuLibrary,
+  NATIVE_WEIGHT_FORMATS,
+  type NativeWeight,
+  type NativeWeightFormat,
+} from "@tp/backend-cpu";
 import type { Tensor } from "@tp/tensor";
 
 const ROOT = resolve(import.meta.dir, "../../..");
@@ -310,18 +316,8 @@ const PP_SHAPES: [number, number, number][] = [
   [512, 1024, 3072],
   [512, 3072, 1024],
 ];
-const PP_FORMATS: NativeWeightFormat[] = [
-  "q8_0",
-  "q4_0",
-  "q4_1",
-  "q5_0",
-  "q5_1",
-  "q2_k",
-  "q3_k",
-  "q4_k",
-  "q5_k",
-  "q6_k",
-];
+/** Every GGUF type the cpu backend takes (q4_0 … q6_k). */
+const PP_FORMATS = (Object.keys(NATIVE_WEIGHT_FORMATS) as NativeWeightFormat[]).filter((f) => /^q\d/.test(f));
 
 /** One live state at a time (weights of hundreds of MB): made on first use, dropped when the next is made. */
 let current: { key: string; drop: () => void } | null = null;
