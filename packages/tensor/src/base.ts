@@ -215,9 +215,10 @@ export abstract class BackendBase implements Backend {
     dtypeInfo(dtype);
     const bytes = numel(shape) * dtypeBytes(dtype);
     // the label only appears in an E_OOM / E_ARG message: spelled out in full only when the budget refuses
-    const what = this.memory.fits(bytes)
-      ? (name ?? "tensor")
-      : `${name ?? "tensor"} ${dtype} ${formatShape(shape)}`;
+    const what =
+      Number.isSafeInteger(bytes) && this.memory.fits(bytes)
+        ? (name ?? "tensor")
+        : `${name ?? "tensor"} ${dtype} ${formatShape(shape)}`;
     const storage = this.newStorage(bytes, what);
     return new Tensor(this, storage, dtype, contiguousLayout(shape), name);
   }
