@@ -265,15 +265,21 @@ static inline __attribute__((always_inline)) void dot_q80(int R, const uint8_t *
 
 
 
-/* 8 scales (bytes 0..7) and 8 mins (8..15) of Q4_K / Q5_K from the 12 packed bytes (ggml's utmp trick). */
-static inline void k4_unpack(const uint8_t *s, uint32_t u[4]) {
-  const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-  memcpy(u, s, 12);
-  u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-  const uint32_t aux = u[1] & km1;
-  u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-  u[2] = aux;
-  u[0] &= km1;
+/*
+ * 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of Q4_K / Q5_K from the 12 packed bytes at s, ggml's
+ * utmp trick on one vector (no round trip through general registers): with u0, u1, u2 the three
+ * little-endian words, scales = [u0 & 0x3f3f3f3f, (u2 & 0x0f0f0f0f) | ((u0 >> 6) & 0x03030303) << 4],
+ * mins = [u1 & 0x3f3f3f3f, ((u2 >> 4) & 0x0f0f0f0f) | ((u1 >> 6) & 0x03030303) << 4]. Reads 16 bytes
+ * (the 4 after the scales are the block's first codes; their lanes are not used).
+ */
+static inline __m128i k4_unpack(const uint8_t *s) {
+  const __m128i v = _mm_loadu_si128((const __m128i *)s);
+  const __m128i a = _mm_and_si128(v, _mm_set1_epi32(0x3f3f3f3f));                                      /* u0, u1 low 6 bits */
+  const __m128i hi = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(v, 6), _mm_set1_epi32(0x03030303)), 4); /* u0, u1 top bits */
+  const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(u2, _mm_set_epi32(4, 4, 4, 0)), _mm_set1_epi32(0x0f0f0f0f));
+  /* [u0', u2' (scales 4..7), u1', u3' (mins 4..7)] */
+  return _mm_unpacklo_epi32(a, _mm_or_si128(lo, hi));
 }
 
 static inline __attribute__((always_inline)) void dot_k45(const tp_mm *mm, int R, const uint8_t *w, int64_t nb,
@@ -300,10 +306,9 @@ static inline __attribute__((always_inline)) void dot_k45(const tp_mm *mm, int R
       u2 = _mm512_or_si512(u2, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h2), one), 4));
       u3 = _mm512_or_si512(u3, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h3), one), 4));
     }
-    uint32_t u[4];
-    k4_unpack(b + 4, u);
-    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
-    const __m128i mn = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
+    const __m128i scmn = k4_unpack(b + 4);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scmn));
+    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scmn, 8));
     const __m512i s0 = _mm512_shuffle_epi8(sc, i0), s1 = _mm512_shuffle_epi8(sc, i1), s2 = _mm512_shuffle_epi8(sc, i2),
                   s3 = _mm512_shuffle_epi8(sc, i3);
     const float d = f16h(b), dmin = f16h(b + 2);
