@@ -20,13 +20,6 @@ static inline void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
   }
 }
 
-/* S3(t): the signed 6-bit scale t (−32..31) of Q3_K (llm.md §2.3). */
-static inline int scale_q3k(const uint8_t *s, int t) {
-  const int low = t < 8 ? s[t] & 15 : s[t - 8] >> 4;
-  const int high = (s[8 + (t & 3)] >> (2 * (t >> 2))) & 3;
-  return (low | (high << 4)) - 32;
-}
-
 /* Low nibble for elements 0..15 of a 32-element block, high nibble for 16..31. */
 static inline int nib32(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
@@ -67,7 +60,7 @@ static void q3_k(const uint8_t *b, float *o) {
     const int half = e >> 7, j = (e & 127) >> 5, l = e & 31;
     const int q = (b[32 + 32 * half + l] >> (2 * j)) & 3;
     const int hb = (b[l] >> (e >> 5)) & 1;
-    o[e] = (d * (float)scale_q3k(b + 96, e >> 4)) * (float)(q - (hb ? 0 : 4));
+    o[e] = (d * (float)tp_q3k_scale(b + 96, e >> 4)) * (float)(q - (hb ? 0 : 4));
   }
 }
 static void q4_k(const uint8_t *b, float *o) {

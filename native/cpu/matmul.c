@@ -152,7 +152,7 @@ static void quantize_row(int32_t isa, int32_t act, const float *x, int64_t k, ui
   else tp_quantize_q8_k_row(x, k, q);
 }
 
-/* Inputs per block of the GGUF GEMM for a weight format: Q2_K's, Q3_K's and Q6_K's scales are per 16, the others' per 32. */
+/* Inputs per block of the GGUF GEMM for a weight format: Q2_K, Q3_K and Q6_K scale per 16, the others per 32. */
 static int64_t gemm_block(int32_t fmt) { return fmt == TP_W_Q6_K || fmt == TP_W_Q3_K || fmt == TP_W_Q2_K ? 16 : 32; }
 
 /*

@@ -98,6 +98,13 @@ static inline float tp_f16_f32(uint16_t h) {
 }
 static inline float tp_f16p(const uint8_t *p) { return tp_f16_f32(tp_rd16(p)); }
 
+/* The signed 6-bit scale t (−32..31) of a Q3_K super-block from its 12 packed bytes s (llm.md §2.3 S3). */
+static inline int tp_q3k_scale(const uint8_t *s, int t) {
+  const int low = t < 8 ? s[t] & 15 : s[t - 8] >> 4;
+  const int high = (s[8 + (t & 3)] >> (2 * (t >> 2))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 /* f32 → binary16 bits, round to nearest even (the rules of tp.h tp_cpu_cast). */
 static inline uint16_t tp_f32_f16(float f) {
   uint16_t h;

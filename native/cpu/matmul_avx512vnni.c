@@ -720,26 +720,27 @@ void tp_mm_float_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *sc
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* GGUF GEMM (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): block-scaled int8 products           */
+/* GGUF GEMM (every GGUF type): block-scaled int8 products                                    */
 /* ------------------------------------------------------------------------------------------ */
 
 /*
- * y = x · Wᵀ for the GGUF weights Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K and
+ * y = x · Wᵀ for every GGUF weight type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and
  * m ≥ TP_GGML_GEMM_MIN_M activation rows (prompt processing), the same packed loop nest as the GEMM
- * above with the scales of 32-element blocks (Q6_K: 16): for each block b, a 4 × 32 register tile sums
+ * above with the scales of 32-element blocks (Q2_K, Q3_K, Q6_K: 16): for each block b, a 4 × 32 register tile sums
  * the exact int32 products of the block
  *   t(i, j) = Σ_e u_w(j, e) · q_a(i, e) − off · Σ_e q_a(i, e)        (starting from −off · Σq_a)
  * with the weights as the unsigned operand of vpdpbusd (Q4_0: the nibble u = q + 8, off = 8; Q5_0:
- * nibble + 16 · high bit, off = 16; Q8_0: u = q + 128, off = 128; Q6_K: u = q + 32, off = 32; Q4_1,
- * Q4_K: the nibble, Q5_1, Q5_K: nibble + 16 · high bit, off = 0), then adds d_w(j, b) · d_a(i, b) ·
- * t(i, j) to an f32 accumulator, and for the formats with a min subtracts m_w(j, b) · s_a(i, b):
- * Q4_K / Q5_K: m_w = dmin · min_b, the sub-block minimum, s_a = d_a · Σq_a; Q4_1 / Q5_1: m_w = −m
+ * nibble + 16 · high bit, off = 16; Q8_0: u = q + 128, off = 128; Q3_K: 2 bits + 4 · hmask bit, off = 4;
+ * Q6_K: u = q + 32, off = 32; Q2_K: 2 bits, Q4_1, Q4_K: the nibble, Q5_1, Q5_K: nibble + 16 · high bit,
+ * off = 0), then adds d_w(j, b) · d_a(i, b) · t(i, j) to an f32 accumulator, and for the formats with a
+ * min subtracts m_w(j, b) · s_a(i, b): Q2_K / Q4_K / Q5_K: m_w = dmin · min_b, the sub-block minimum,
+ * s_a = d_a · Σq_a; Q4_1 / Q5_1: m_w = −m
  * (x = d · u + m), s_a the f16 s = d_a · Σq_a of the Q8_1 block (d_w = d · scale_b for the k-quants).
- * These are ggml's vec_dot_q4_0_q8_0 / q4_1_q8_1 / q5_0_q8_0 / q5_1_q8_1 / q8_0_q8_0 / q4_K_q8_K /
- * q6_K_q8_K identities (llm.md §2.6), summed over blocks in f32 in another order.
+ * These are ggml's vec_dot_*_q8_0 / q8_1 / q8_K identities (llm.md §2.6), summed over blocks in f32
+ * in another order.
  *
  * The weights are packed per NC_G columns × KB_G blocks into strips of 32 columns; per block, 8 steps
- * (Q6_K: 4) of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned), then the 32
+ * (16-element blocks: 4) of 32 lanes × 4 bytes (lane c: inputs 4q .. 4q + 3 of column c, unsigned), then the 32
  * column scales d_w as f32, then (formats with a min) the 32 m_w. The activations are ggml Q8_0 /
  * Q8_1 / Q8_K rows (mm->xq) with per-block scales as f32 (mm->xs) and code sums (mm->xsum), m × nb
  * each, from matmul.c.
@@ -865,7 +866,7 @@ static inline __m512i ggml_codes2(int32_t fmt, const uint8_t *row, int64_t b, in
   return u;
 }
 
-/* d_w and m_w (Q4_K / Q5_K) of block b (Q6_K: of 16-block b) of one weight row, as f32. */
+/* d_w and, for the types with a min, m_w of block b (16-element types: of 16-block b) of one weight row, as f32. */
 static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float *dw, float *mw) {
   if (fmt == TP_W_Q8_0) {
     *dw = _cvtsh_ss(tp_rd16(row + (size_t)b * 34));
@@ -885,12 +886,9 @@ static inline void ggml_scales(int32_t fmt, const uint8_t *row, int64_t b, float
     *dw = _cvtsh_ss(tp_rd16(sb + 80)) * (float)(sc & 0xF);
     *mw = _cvtsh_ss(tp_rd16(sb + 82)) * (float)(sc >> 4);
   } else if (fmt == TP_W_Q3_K) {
-    /* 16-block t: the 6-bit scale t of the 12 packed bytes (ggml dequantize_row_q3_K), minus 32 */
-    const uint8_t *sb = row + (size_t)(b / 16) * 110, *sc = sb + 96;
-    const int t = (int)(b % 16);
-    const int lo = t < 8 ? sc[t] & 0xF : sc[t - 8] >> 4; /* low 4 bits: bytes 0..7, low then high nibbles */
-    const int hi = (sc[8 + t % 4] >> (2 * (t / 4))) & 3;   /* high 2 bits: bytes 8..11 */
-    *dw = _cvtsh_ss(tp_rd16(sb + 108)) * (float)((lo | hi << 4) - 32);
+    /* 16-block t: d · the signed 6-bit scale t */
+    const uint8_t *sb = row + (size_t)(b / 16) * 110;
+    *dw = _cvtsh_ss(tp_rd16(sb + 108)) * (float)tp_q3k_scale(sb + 96, (int)(b % 16));
   } else {
     const uint8_t *sb = row + (size_t)(b / 8) * (fmt == TP_W_Q5_K ? 176 : 144), *sc = sb + 4;
     const int j = (int)(b % 8);

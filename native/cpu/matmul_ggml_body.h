@@ -129,11 +129,7 @@ static inline void k4_scales(const uint8_t *s, int32_t *sc, int32_t *mn) {
 
 /* The 16 signed scales of Q3_K (llm.md §2.3 S3). */
 static inline void q3k_scales(const uint8_t *s, int32_t *out) {
-  for (int t = 0; t < 16; t++) {
-    const int low = t < 8 ? s[t] & 15 : s[t - 8] >> 4;
-    const int high = (s[8 + (t & 3)] >> (2 * (t >> 2))) & 3;
-    out[t] = (low | (high << 4)) - 32;
-  }
+  for (int t = 0; t < 16; t++) out[t] = tp_q3k_scale(s, t);
 }
 
 /* Lanes 0..3 ← s0, lanes 4..7 ← s1 (the two 16-element groups of a 32-element chunk). */

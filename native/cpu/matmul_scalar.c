@@ -23,12 +23,6 @@ static inline void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
   }
 }
 
-static inline int scale_q3k(const uint8_t *s, int t) {
-  const int low = t < 8 ? s[t] & 15 : s[t - 8] >> 4;
-  const int high = (s[8 + (t & 3)] >> (2 * (t >> 2))) & 3;
-  return (low | (high << 4)) - 32;
-}
-
 static inline int nib32(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
 /* ---- GGUF, 32-element blocks -------------------------------------------------------------- */
@@ -123,7 +117,7 @@ static float dot_k(int32_t fmt, const uint8_t *w, const uint8_t *a, int64_t nb) 
             const int hb = (b[l] >> (i >> 5)) & 1;
             s += (q - (hb ? 0 : 4)) * qa[i];
           }
-          isum += scale_q3k(b + 96, e >> 4) * s;
+          isum += tp_q3k_scale(b + 96, e >> 4) * s;
         }
         break;
       }
