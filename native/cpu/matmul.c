@@ -33,10 +33,17 @@
  * A GEMV (m below TP_MM_GEMV_M) splits its columns into this many tasks per thread: the pool hands
  * tasks out as threads come (pool.c), so when the OS has descheduled one thread the others take its
  * columns in pieces, and the caller waits at most for one small piece already started. A column's sums
- * do not depend on the split (ranges stay multiples of TP_MM_COL_ALIGN).
+ * do not depend on the split (ranges stay multiples of TP_MM_COL_ALIGN). The tasks are claimed in
+ * stripes (col_job.stripes): claims 0, 1, … go to the first column block of stripe 0, 1, …, then the
+ * second, so a thread that takes every n-th claim reads one contiguous stretch of weights and the
+ * hardware prefetcher keeps its stream from one task to the next. Measured on the Q8_0 GEMV from DRAM
+ * (2 threads, K=1024): N=1024 / 3072 32.8 / 43.6 → 35.1 / 46.1 GB/s with stripes, 4 tasks per thread;
+ * 2 tasks per thread on top: decode steps of a Qwen3-0.6B-shaped Q8_0 model 2–7% faster in 4 of 4
+ * alternating pairs; 1 task per thread loses at N=12288 (33.6 vs 40 GB/s: no one to share a slow
+ * thread's columns).
  */
 #define TP_MM_GEMV_M 16
-#define TP_MM_GEMV_TASKS_PER_THREAD 4
+#define TP_MM_GEMV_TASKS_PER_THREAD 2
 
 const tp_wformat_info tp_wformats[TP_W_COUNT] = {
     [TP_W_F32] = {"f32", 1, 4, TP_ACT_F32},
@@ -260,12 +267,13 @@ typedef struct col_job {
   const tp_mm *mm;
   mm_fn fn;
   int64_t cols_per_task;
+  int64_t stripes;  /* > 1: claim u runs column block (u % stripes) · (n_tasks / stripes) + u / stripes */
   uint8_t *scratch; /* task t: scratch + t · mm->task_scratch */
 } col_job;
 
 static void col_task(void *arg, int64_t task, int64_t n_tasks) {
-  (void)n_tasks;
   const col_job *job = arg;
+  if (job->stripes > 1) task = task % job->stripes * (n_tasks / job->stripes) + task / job->stripes;
   const int64_t n0 = task * job->cols_per_task;
   const int64_t n1 = n0 + job->cols_per_task < job->mm->n ? n0 + job->cols_per_task : job->mm->n;
   if (n0 < n1) job->fn(job->mm, n0, n1, job->scratch + (size_t)task * job->mm->task_scratch);
@@ -416,7 +424,11 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
     mm.xsum = convrot || block_sums ? xsum : NULL;
   }
 
-  col_job cj = {.mm = &mm, .fn = pick_kernel(ctx, format), .cols_per_task = per, .scratch = task_base};
+  col_job cj = {.mm = &mm,
+                .fn = pick_kernel(ctx, format),
+                .cols_per_task = per,
+                .stripes = m < TP_MM_GEMV_M && tasks % threads == 0 ? threads : 1,
+                .scratch = task_base};
   run_tasks(ctx, tasks, col_task, &cj);
   ctx_scratch_trim(ctx);
   return TP_OK;
