@@ -2,9 +2,9 @@
  * Scaled dot-product attention of the cpu backend: GQA, masks none / causal / causal with a full
  * prefix / sliding window, query offset, logit softcap, scale. q [batch, num_heads, Sq, head_dim],
  * k [batch, num_kv_heads, Skv, head_dim], v [batch, num_kv_heads, Skv, head_dim_v], all f32. Strided
- * views are read in place through their strides (a KV cache [capacity, kv_heads, head_dim] sliced and
- * permuted to [1, kv_heads, len, head_dim] costs no copy per token); only a view whose last dimension
- * is not unit-stride is copied first. The output is a new contiguous [batch, num_heads, Sq, head_dim_v]
+ * views are read in place through their strides (a KV cache [kv_heads, capacity, head_dim] sliced to
+ * [1, kv_heads, len, head_dim], or a token-major one sliced and permuted, costs no copy per token);
+ * only a view whose last dimension is not unit-stride is copied first. The output is a new contiguous [batch, num_heads, Sq, head_dim_v]
  * tensor (for Sq = 1 its permute to [batch, Sq, num_heads, head_dim_v] is contiguous too; the native
  * entry point can also write any output strides). Kernel: native/cpu/attention.c (tiled online
  * softmax, O(tile) memory; decoding splits the keys over threads when there are few kv heads).

@@ -5,8 +5,9 @@
  * not multiples of a vector, queries that see no key, inputs in [batch, seq, heads, head_dim]
  * order seen through a permutation (what a model gets from its projections), and K / V read from a KV
  * cache [capacity, kv_heads, head_dim] as `cache.slice(0, 0, len).reshape(1, len, kv_heads, head_dim)
- * .permute(0, 2, 1, 3)` (rows past len hold NaN: a kernel that reads them fails), with decoding
- * shapes that split the keys over threads, a view whose last dimension is strided (copied), and long
+ * .permute(0, 2, 1, 3)` (rows past len hold NaN: a kernel that reads them fails), or from a head-major
+ * cache [kv_heads, capacity, head_dim] as `cache.slice(1, 0, len).reshape(1, kv_heads, len, head_dim)`
+ * (@tp/llm's KvCache), with decoding shapes that split the keys over threads, a view whose last dimension is strided (copied), and long
  * key ranges (1000–2100 keys, head_dim 64 / 128: decoding and chunked prefill from a KV cache, window).
  */
 import type { AttentionOptions, Tensor } from "@tp/tensor";
@@ -25,13 +26,15 @@ interface AttnCase {
   bshd?: boolean;
   /** k, v read from a KV cache of this many rows [capacity, kv_heads, dim] (batch 1; q follows bshd) */
   cache?: number;
+  /** the cache is head-major, [kv_heads, capacity, dim] (default: token-major as above) */
+  headMajor?: boolean;
   /** k seen through every other element of its last dimension (stride 2: copied by the cpu backend) */
   kStride2?: boolean;
 }
 
 /**
- * A KV-cache input: [capacity, kvHeads, dim] whose first `len` rows hold `data` ([1, kvHeads, len, dim],
- * the view the op sees, row-major) and whose other rows are NaN.
+ * A KV-cache input: [capacity, kvHeads, dim] (headMajor: [kvHeads, capacity, dim]) whose first `len`
+ * rows hold `data` ([1, kvHeads, len, dim], the view the op sees, row-major) and whose other rows are NaN.
  */
 function cacheInput(
   name: string,
@@ -40,17 +43,27 @@ function cacheInput(
   kvHeads: number,
   len: number,
   dim: number,
+  headMajor: boolean,
 ): InputSpec {
   const stored = new Float32Array(capacity * kvHeads * dim).fill(Number.NaN);
   for (let h = 0; h < kvHeads; h++)
-    for (let j = 0; j < len; j++)
-      for (let t = 0; t < dim; t++)
-        stored[(j * kvHeads + h) * dim + t] = data[(h * len + j) * dim + t] as number;
-  return { name, dtype: "f32", shape: [capacity, kvHeads, dim], data: stored };
+    for (let j = 0; j < len; j++) {
+      const at = (headMajor ? h * capacity + j : j * kvHeads + h) * dim;
+      for (let t = 0; t < dim; t++) stored[at + t] = data[(h * len + j) * dim + t] as number;
+    }
+  const shape = headMajor ? [kvHeads, capacity, dim] : [capacity, kvHeads, dim];
+  return { name, dtype: "f32", shape, data: stored };
 }
 
-/** The view of a KV cache the model passes: [1, kvHeads, len, dim] with strides [*, dim, kvHeads · dim, 1]. */
-function cacheView(cache: Tensor, len: number): Tensor {
+/**
+ * The view of a KV cache the model passes: [1, kvHeads, len, dim], with strides [*, dim, kvHeads · dim, 1]
+ * (token-major) or [*, capacity · dim, dim, 1] (head-major).
+ */
+function cacheView(cache: Tensor, len: number, headMajor: boolean): Tensor {
+  if (headMajor) {
+    const [kvHeads, , dim] = cache.shape as [number, number, number];
+    return cache.slice(1, 0, len).reshape(1, kvHeads, len, dim);
+  }
   const [, kvHeads, dim] = cache.shape as [number, number, number];
   return cache.slice(0, 0, len).reshape(1, len, kvHeads, dim).permute(0, 2, 1, 3);
 }
@@ -116,6 +129,29 @@ export function attentionCases(): ConformanceCase[] {
       cache: 1600,
     },
     {
+      dims: [1, 16, 8, 1, 200, 128, 128],
+      options: { causal: true },
+      note: "decode from a head-major KV cache of 300, GQA 16/8, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 300,
+      headMajor: true,
+    },
+    {
+      dims: [1, 4, 1, 1, 1500, 16, 16],
+      options: { causal: true },
+      note: "decode from a head-major KV cache of 1600, one kv head (keys split over threads)",
+      cache: 1600,
+      headMajor: true,
+    },
+    {
+      dims: [1, 8, 2, 9, 130, 64, 64],
+      options: { causal: true },
+      note: "chunked prefill of 9 from a head-major KV cache of 140, q [b, s, h, d] permuted",
+      bshd: true,
+      cache: 140,
+      headMajor: true,
+    },
+    {
       dims: [1, 2, 1, 1, 1300, 16, 16],
       options: { causal: true, window: 700, fullPrefix: 40 },
       note: "decode from a KV cache, window 700 + full prefix 40 (keys split; early chunks masked)",
@@ -169,7 +205,7 @@ export function attentionCases(): ConformanceCase[] {
       note: "2000 keys, window 700 + full prefix 60 (whole ranges masked)",
     },
   ];
-  return cases.map(({ dims, options, note, bshd, cache, kStride2 }, i) => {
+  return cases.map(({ dims, options, note, bshd, cache, headMajor = false, kStride2 }, i) => {
     const [b, h, hkv, sq, skv, d, dv] = dims;
     const shapes = [
       [b, h, sq, d],
@@ -180,7 +216,7 @@ export function attentionCases(): ConformanceCase[] {
     const data = shapes.map((shape, k) => gaussian(1200 + 3 * i + k, numelOf(shape as number[])));
     const inputs = (["q", "k", "v"] as const).map((name, k): InputSpec => {
       if (cache !== undefined && k > 0) {
-        return cacheInput(name, data[k] as Float32Array, cache, hkv, skv, k === 1 ? d : dv);
+        return cacheInput(name, data[k] as Float32Array, cache, hkv, skv, k === 1 ? d : dv, headMajor);
       }
       const kView: InputSpec["view"] = kStride2 && k === 1 ? { kind: "stride2" } : view;
       return { name, dtype: "f32", shape: shapes[k] as number[], data: data[k] as Float32Array, view: kView };
@@ -193,7 +229,12 @@ export function attentionCases(): ConformanceCase[] {
       call: (bk, [q, k, v]) =>
         cache === undefined
           ? bk.attention(q as Tensor, k as Tensor, v as Tensor, options)
-          : bk.attention(q as Tensor, cacheView(k as Tensor, skv), cacheView(v as Tensor, skv), options),
+          : bk.attention(
+              q as Tensor,
+              cacheView(k as Tensor, skv, headMajor),
+              cacheView(v as Tensor, skv, headMajor),
+              options,
+            ),
       reference: ([q]) => [
         {
           shape: [b, h, sq, dv],
