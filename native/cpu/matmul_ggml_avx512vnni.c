@@ -261,6 +261,37 @@ static inline __attribute__((always_inline)) void dot_q80(int R, const uint8_t *
   if (R > 3) out[3] = _mm512_reduce_add_ps(a3);
 }
 
+/*
+ * Q8_0 at one activation row, two weight rows (w and w + off) at a time (nb a multiple of 4): each
+ * row's sums see the same operations in the same order as dot_q80 with R = 1 (the same floats, bit for
+ * bit), with the activation loads shared and two independent chains.
+ */
+static inline __attribute__((always_inline)) void dot_q80_w2(const uint8_t *w, size_t off, int64_t nb,
+                                                              const uint8_t *xa, float *out) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  for (int64_t pr = 0; pr < nb / 2; pr++) {
+    const uint8_t *x = xa + (size_t)(pr >> 1) * GS + 64 * (size_t)(pr & 1);
+    const __m512i xq = _mm512_load_si512(x), xo = _mm512_load_si512(x + 256);
+    const __m512 xd = _mm512_load_ps((const float *)(x + 128));
+#define ROW(r)                                                                                                \
+  {                                                                                                           \
+    const uint8_t *gp = w + (r) * off + (size_t)pr * 68;                                                      \
+    const __m512i u = _mm512_xor_si512(                                                                       \
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(gp + 2))),             \
+                           _mm256_loadu_si256((const __m256i *)(gp + 36)), 1),                                \
+        flip);                                                                                                \
+    const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(                                                \
+        _mm256_castsi128_si256(_mm_set1_epi16((short)tp_rd16(gp))), _mm_set1_epi16((short)tp_rd16(gp + 34)), 1)); \
+    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xo, u, xq)), _mm512_mul_ps(dw, xd), a##r); \
+  }
+    ROW(0) ROW(1)
+#undef ROW
+  }
+  out[0] = _mm512_reduce_add_ps(a0);
+  out[1] = _mm512_reduce_add_ps(a1);
+}
+
 /* ---- k-quants ---------------------------------------------------------------------------------- */
 
 
@@ -282,58 +313,110 @@ static inline __m128i k4_unpack(const uint8_t *s) {
   return _mm_unpacklo_epi32(a, _mm_or_si128(lo, hi));
 }
 
+/* Constants of the Q4_K / Q5_K kernels. */
+typedef struct k45_consts {
+  __m512i lo4, one;
+  __m512i i0, i1, i2, i3; /* the int16 scale of 128-bit lanes [a, a, b, b] from the 8 scales broadcast to every lane (pshufb) */
+  __m512i h0, h1, h2, h3; /* Q5_K: high bit of sub-block sb = bit sb of qh[l]; shift counts per 256-bit half */
+} k45_consts;
+
+static inline __attribute__((always_inline)) k45_consts k45_init(void) {
+  return (k45_consts){.lo4 = _mm512_set1_epi8(0x0F), .one = _mm512_set1_epi8(1), .i0 = CV(SEL_02), .i1 = CV(SEL_13),
+                      .i2 = CV(SEL_46), .i3 = CV(SEL_57), .h0 = CV(SH_02), .h1 = CV(SH_13), .h2 = CV(SH_46),
+                      .h3 = CV(SH_57)};
+}
+
+/* One Q4_K / Q5_K super-block decoded: unsigned codes per 64 elements, int16 scales per lane, mins, d, dmin. */
+typedef struct k45_blk {
+  __m512i u0, u1, u2, u3, s0, s1, s2, s3;
+  __m128i mn;
+  float d, dmin;
+} k45_blk;
+
+static inline __attribute__((always_inline)) k45_blk k45_decode(const k45_consts *c, const uint8_t *b, int five) {
+  k45_blk k;
+  const uint8_t *qs = b + (five ? 48 : 16);
+  const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
+  k.u0 = _mm512_and_si512(q0, c->lo4);
+  k.u1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), c->lo4);
+  k.u2 = _mm512_and_si512(q1, c->lo4);
+  k.u3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), c->lo4);
+  if (five) {
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
+    k.u0 = _mm512_or_si512(k.u0, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, c->h0), c->one), 4));
+    k.u1 = _mm512_or_si512(k.u1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, c->h1), c->one), 4));
+    k.u2 = _mm512_or_si512(k.u2, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, c->h2), c->one), 4));
+    k.u3 = _mm512_or_si512(k.u3, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, c->h3), c->one), 4));
+  }
+  const __m128i scmn = k4_unpack(b + 4);
+  const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scmn));
+  k.mn = _mm_cvtepu8_epi16(_mm_srli_si128(scmn, 8));
+  k.s0 = _mm512_shuffle_epi8(sc, c->i0);
+  k.s1 = _mm512_shuffle_epi8(sc, c->i1);
+  k.s2 = _mm512_shuffle_epi8(sc, c->i2);
+  k.s3 = _mm512_shuffle_epi8(sc, c->i3);
+  k.d = f16h(b);
+  k.dmin = f16h(b + 2);
+  return k;
+}
+
+/* Add one decoded super-block times the prepared activations at x (KS bytes) to the sums a and mins m. */
+static inline __attribute__((always_inline)) void k45_row(const k45_blk *k, const uint8_t *x, __m512 *a, __m128 *m) {
+  __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(k->u0, _mm512_load_si512(x)), k->s0);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u1, _mm512_load_si512(x + 64)), k->s1);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u2, _mm512_load_si512(x + 128)), k->s2);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u3, _mm512_load_si512(x + 192)), k->s3);
+  const float da = tp_rdf32(x + 272);
+  *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(k->d * da), *a);
+  const __m128i mm4 = _mm_madd_epi16(k->mn, _mm_load_si128((const __m128i *)(x + 256)));
+  *m = _mm_fmadd_ps(_mm_cvtepi32_ps(mm4), _mm_set1_ps(k->dmin * da), *m);
+}
+
+#define HS4(v) (_mm_cvtss_f32(_mm_add_ss(_mm_add_ps(v, _mm_movehl_ps(v, v)), _mm_movehdup_ps(_mm_add_ps(v, _mm_movehl_ps(v, v))))))
+
 static inline __attribute__((always_inline)) void dot_k45(const tp_mm *mm, int R, const uint8_t *w, int64_t nb,
                                                            const uint8_t *xa, size_t xs, float *out) {
   const int five = mm->fmt == TP_W_Q5_K;
   const size_t wb = five ? 176 : 144;
-  const __m512i lo4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
-  /* the int16 scale of 128-bit lanes [a, a, b, b] from the 8 scales broadcast to every lane (pshufb) */
-  const __m512i i0 = CV(SEL_02), i1 = CV(SEL_13), i2 = CV(SEL_46), i3 = CV(SEL_57);
-  /* Q5_K: high bit of sub-block sb = bit sb of qh[l]; shift counts per 256-bit half */
-  const __m512i h0 = CV(SH_02), h1 = CV(SH_13), h2 = CV(SH_46), h3 = CV(SH_57);
+  const k45_consts c = k45_init();
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   __m128 m0 = _mm_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
   for (int64_t s = 0; s < nb; s++) {
-    const uint8_t *b = w + (size_t)s * wb;
-    const uint8_t *qs = b + (five ? 48 : 16);
-    const __m512i q0 = _mm512_loadu_si512(qs), q1 = _mm512_loadu_si512(qs + 64);
-    __m512i u0 = _mm512_and_si512(q0, lo4), u1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), lo4);
-    __m512i u2 = _mm512_and_si512(q1, lo4), u3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), lo4);
-    if (five) {
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 16)));
-      u0 = _mm512_or_si512(u0, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h0), one), 4));
-      u1 = _mm512_or_si512(u1, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h1), one), 4));
-      u2 = _mm512_or_si512(u2, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h2), one), 4));
-      u3 = _mm512_or_si512(u3, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, h3), one), 4));
-    }
-    const __m128i scmn = k4_unpack(b + 4);
-    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(scmn));
-    const __m128i mn = _mm_cvtepu8_epi16(_mm_srli_si128(scmn, 8));
-    const __m512i s0 = _mm512_shuffle_epi8(sc, i0), s1 = _mm512_shuffle_epi8(sc, i1), s2 = _mm512_shuffle_epi8(sc, i2),
-                  s3 = _mm512_shuffle_epi8(sc, i3);
-    const float d = f16h(b), dmin = f16h(b + 2);
-#define ROW(r)                                                                                               \
-  if (R > r) {                                                                                               \
-    const uint8_t *x = xa + (size_t)(r)*xs + (size_t)s * KS;                                                 \
-    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(u0, _mm512_load_si512(x)), s0); \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u1, _mm512_load_si512(x + 64)), s1);                     \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u2, _mm512_load_si512(x + 128)), s2);                    \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u3, _mm512_load_si512(x + 192)), s3);                    \
-    const float da = tp_rdf32(x + 272);                                                                      \
-    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * da), a##r);                            \
-    const __m128i mm4 = _mm_madd_epi16(mn, _mm_load_si128((const __m128i *)(x + 256)));                     \
-    m##r = _mm_fmadd_ps(_mm_cvtepi32_ps(mm4), _mm_set1_ps(dmin * da), m##r);                                 \
+    const k45_blk k = k45_decode(&c, w + (size_t)s * wb, five);
+    const uint8_t *x = xa + (size_t)s * KS;
+    if (R > 0) k45_row(&k, x, &a0, &m0);
+    if (R > 1) k45_row(&k, x + xs, &a1, &m1);
+    if (R > 2) k45_row(&k, x + 2 * xs, &a2, &m2);
+    if (R > 3) k45_row(&k, x + 3 * xs, &a3, &m3);
   }
-    ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
-  }
-#define HS4(v) (_mm_cvtss_f32(_mm_add_ss(_mm_add_ps(v, _mm_movehl_ps(v, v)), _mm_movehdup_ps(_mm_add_ps(v, _mm_movehl_ps(v, v))))))
   if (R > 0) out[0] = _mm512_reduce_add_ps(a0) - HS4(m0);
   if (R > 1) out[1] = _mm512_reduce_add_ps(a1) - HS4(m1);
   if (R > 2) out[2] = _mm512_reduce_add_ps(a2) - HS4(m2);
   if (R > 3) out[3] = _mm512_reduce_add_ps(a3) - HS4(m3);
-#undef HS4
 }
+
+/*
+ * Q4_K / Q5_K at one activation row, two weight rows (w and w + off) at a time: each row's sums see the
+ * same operations in the same order as dot_k45 with R = 1 (the same floats, bit for bit); the two
+ * rows' independent chains and the shared activation loads fill the pipes that one row of a short
+ * K leaves idle (K = 1024 is 4 super-blocks per row).
+ */
+static inline __attribute__((always_inline)) void dot_k45_w2(int five, const uint8_t *w, size_t off, int64_t nb,
+                                                              const uint8_t *xa, float *out) {
+  const size_t wb = five ? 176 : 144;
+  const k45_consts c = k45_init();
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  __m128 m0 = _mm_setzero_ps(), m1 = m0;
+  for (int64_t s = 0; s < nb; s++) {
+    const k45_blk k0 = k45_decode(&c, w + (size_t)s * wb, five), k1 = k45_decode(&c, w + off + (size_t)s * wb, five);
+    const uint8_t *x = xa + (size_t)s * KS;
+    k45_row(&k0, x, &a0, &m0);
+    k45_row(&k1, x, &a1, &m1);
+  }
+  out[0] = _mm512_reduce_add_ps(a0) - HS4(m0);
+  out[1] = _mm512_reduce_add_ps(a1) - HS4(m1);
+}
+#undef HS4
 
 /* Q6_K against the ggml Q8_K blocks as they are (natural order). */
 static inline __attribute__((always_inline)) void dot_q6k(int R, const uint8_t *w, int64_t nb, const uint8_t *a,
@@ -443,6 +526,36 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
   const int64_t nb = mm->k / tp_wformats[mm->fmt].block;
   const size_t xs = (xa_row_bytes(mm->fmt, mm->k) + 63) / 64 * 64;
   const perm32 p = tp_wformats[mm->fmt].block == 32 && mm->fmt != TP_W_Q8_0 ? perm_for(mm->fmt) : perm_for(TP_W_Q4_0);
+  const int q80 = mm->fmt == TP_W_Q8_0 && nb % 4 == 0;
+  if (mm->m == 1 && (mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K || q80)) {
+    /*
+     * One activation row: rows n0 + t and n0 + h + t together (h = half the range), so the weights are
+     * read as two long sequential streams, and each step has two rows' independent work. (Rows t and
+     * t + 1 together were slower from DRAM than one row at a time — Q8_0 K=1024 N=3072 24 vs 40 GB/s —
+     * the hardware prefetcher does not follow rows that interleave at that distance.) Measured, Q8_0
+     * from DRAM, 2 threads: K=1024 N=1024 / 3072, K=3072 N=1024, K=4096 N=12288 35.8 / 44.6 / 43.7 /
+     * 50.4 → 42.5 / 51.8 / 48.9 / 57.7 GB/s (from cache K=1024 N=3072 60 → 90); Q4_K K=1024 N=3072
+     * 25.2 → 29.5.
+     */
+    if (q80) prep32(mm, mm->xq, nb, scratch);
+    else prepk45(mm->xq, nb, scratch);
+    const int64_t h = (n1 - n0) / 2;
+    for (int64_t t = 0; t < h; t++) {
+      float out[2];
+      const uint8_t *wj = mm->w + (size_t)(n0 + t) * mm->w_row;
+      if (q80) dot_q80_w2(wj, (size_t)h * mm->w_row, nb, scratch, out);
+      else dot_k45_w2(mm->fmt == TP_W_Q5_K, wj, (size_t)h * mm->w_row, nb, scratch, out);
+      mm->y[n0 + t] = mm->bias ? out[0] + mm->bias[n0 + t] : out[0];
+      mm->y[n0 + h + t] = mm->bias ? out[1] + mm->bias[n0 + h + t] : out[1];
+    }
+    if ((n1 - n0) % 2) {
+      const rows_ctx c = {.mm = mm, .p = &p, .xa = scratch, .xs = xs, .a = mm->xq};
+      float out[4];
+      dot_rows_r[0](&c, mm->w + (size_t)(n1 - 1) * mm->w_row, out);
+      mm->y[n1 - 1] = mm->bias ? out[0] + mm->bias[n1 - 1] : out[0];
+    }
+    return;
+  }
   for (int64_t c0 = 0; c0 < mm->m; c0 += XA_ROWS) {
     const int64_t rows = mm->m - c0 < XA_ROWS ? mm->m - c0 : XA_ROWS;
     const uint8_t *a = mm->xq + (size_t)c0 * mm->xq_row;
@@ -457,7 +570,8 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
       for (int64_t i0 = 0; i0 < rows; i0 += 4) {
         const int r = rows - i0 < 4 ? (int)(rows - i0) : 4;
         const rows_ctx c = {.mm = mm, .p = &p, .xa = scratch + (size_t)i0 * xs, .xs = xs, .a = a + (size_t)i0 * mm->xq_row};
-        for (int64_t j = jb; j < je; j++) {
+        int64_t j = jb;
+        for (; j < je; j++) {
           float out[4];
           dot_rows_r[r - 1](&c, mm->w + (size_t)j * mm->w_row, out);
           for (int t = 0; t < r; t++) {
