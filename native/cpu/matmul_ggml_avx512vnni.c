@@ -472,53 +472,93 @@ static inline __attribute__((always_inline)) void dot_k45_w2(int five, const uin
 }
 #undef HS4
 
+/* Constants of the Q6_K kernels. */
+typedef struct q6k_consts {
+  __m512i lo4, three, c02, c46;
+  __m512i ilo, ihi; /* 128-bit lane t of u0 / u2 takes scale t of 8, of u1 / u3 scale 4 + t (pshufb of broadcast halves) */
+} q6k_consts;
+
+static inline __attribute__((always_inline)) q6k_consts q6k_init(void) {
+  return (q6k_consts){.lo4 = _mm512_set1_epi8(0x0F), .three = _mm512_set1_epi8(3), .c02 = CV(SH_02), .c46 = CV(SH_46),
+                      .ilo = CV(SEL_0123), .ihi = CV(SEL_4567)};
+}
+
+/* One Q6_K super-block decoded: u = q + 32 (0..63) per 64 elements, int16 scales per lane (and as 16 words), d. */
+typedef struct q6k_blk {
+  __m512i u0, u1, u2, u3, s0, s1, s2, s3;
+  __m256i sc16;
+  float d;
+} q6k_blk;
+
+static inline __attribute__((always_inline)) q6k_blk q6k_decode(const q6k_consts *c, const uint8_t *b) {
+  q6k_blk k;
+  const __m512i ql0 = _mm512_loadu_si512(b), ql1 = _mm512_loadu_si512(b + 64);
+  const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128)));
+  const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 160)));
+  /* elements 0..63, 64..127 (half 0), 128..191, 192..255 (half 1) */
+  k.u0 = _mm512_or_si512(_mm512_and_si512(ql0, c->lo4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c->c02), c->three), 4));
+  k.u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), c->lo4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c->c46), c->three), 4));
+  k.u2 = _mm512_or_si512(_mm512_and_si512(ql1, c->lo4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c->c02), c->three), 4));
+  k.u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), c->lo4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c->c46), c->three), 4));
+  k.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
+  const __m512i b0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(k.sc16)),
+                b1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(k.sc16, 1));
+  k.s0 = _mm512_shuffle_epi8(b0, c->ilo);
+  k.s1 = _mm512_shuffle_epi8(b0, c->ihi);
+  k.s2 = _mm512_shuffle_epi8(b1, c->ilo);
+  k.s3 = _mm512_shuffle_epi8(b1, c->ihi);
+  k.d = f16h(b + 208);
+  return k;
+}
+
+/* Add one decoded super-block times the ggml Q8_K block at x (292 bytes) to the sums a. */
+static inline __attribute__((always_inline)) void q6k_row(const q6k_blk *k, const uint8_t *x, __m512 *a) {
+  __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(k->u0, _mm512_loadu_si512(x + 4)), k->s0);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u1, _mm512_loadu_si512(x + 68)), k->s1);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u2, _mm512_loadu_si512(x + 132)), k->s2);
+  t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(k->u3, _mm512_loadu_si512(x + 196)), k->s3);
+  /* the +32 of u: − 32 Σ_t scale_t · Σ q_a over group t */
+  const __m256i c = _mm256_madd_epi16(k->sc16, _mm256_loadu_si256((const __m256i *)(x + 260)));
+  t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(c, 5)));
+  *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(k->d * tp_rdf32(x)), *a);
+}
+
 /* Q6_K against the ggml Q8_K blocks as they are (natural order). */
 static inline __attribute__((always_inline)) void dot_q6k(int R, const uint8_t *w, int64_t nb, const uint8_t *a,
                                                            size_t as, float *out) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
-  const __m512i c02 = CV(SH_02), c46 = CV(SH_46);
-  /* 128-bit lane t of u0 / u2 takes scale t of 8, of u1 / u3 scale 4 + t (pshufb of broadcast halves) */
-  const __m512i ilo = CV(SEL_0123), ihi = CV(SEL_4567);
+  const q6k_consts c = q6k_init();
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t s = 0; s < nb; s++) {
-    const uint8_t *b = w + (size_t)s * 210;
-    const __m512i ql0 = _mm512_loadu_si512(b), ql1 = _mm512_loadu_si512(b + 64);
-    const __m512i qh0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 128)));
-    const __m512i qh1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b + 160)));
-    /* elements 0..63, 64..127 (half 0), 128..191, 192..255 (half 1): u = q + 32, 0..63 */
-    const __m512i u0 = _mm512_or_si512(_mm512_and_si512(ql0, lo4),
-                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c02), three), 4));
-    const __m512i u1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), lo4),
-                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh0, c46), three), 4));
-    const __m512i u2 = _mm512_or_si512(_mm512_and_si512(ql1, lo4),
-                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c02), three), 4));
-    const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), lo4),
-                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh1, c46), three), 4));
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + 192)));
-    const __m512i b0 = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16)),
-                  b1 = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1));
-    const __m512i s0 = _mm512_shuffle_epi8(b0, ilo), s1 = _mm512_shuffle_epi8(b0, ihi), s2 = _mm512_shuffle_epi8(b1, ilo),
-                  s3 = _mm512_shuffle_epi8(b1, ihi);
-    const float d = f16h(b + 208);
-#define ROW(r)                                                                                               \
-  if (R > r) {                                                                                               \
-    const uint8_t *x = a + (size_t)(r)*as + (size_t)s * 292;                                                 \
-    __m512i t = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(u0, _mm512_loadu_si512(x + 4)), s0); \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u1, _mm512_loadu_si512(x + 68)), s1);                    \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u2, _mm512_loadu_si512(x + 132)), s2);                   \
-    t = _mm512_dpwssd_epi32(t, _mm512_maddubs_epi16(u3, _mm512_loadu_si512(x + 196)), s3);                   \
-    /* the +32 of u: − 32 Σ_t scale_t · Σ q_a over group t */                                                \
-    const __m256i c = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x + 260)));              \
-    t = _mm512_sub_epi32(t, _mm512_zextsi256_si512(_mm256_slli_epi32(c, 5)));                                \
-    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_set1_ps(d * tp_rdf32(x)), a##r);                  \
-  }
-    ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
+    const q6k_blk k = q6k_decode(&c, w + (size_t)s * 210);
+    const uint8_t *x = a + (size_t)s * 292;
+    if (R > 0) q6k_row(&k, x, &a0);
+    if (R > 1) q6k_row(&k, x + as, &a1);
+    if (R > 2) q6k_row(&k, x + 2 * as, &a2);
+    if (R > 3) q6k_row(&k, x + 3 * as, &a3);
   }
   if (R > 0) out[0] = _mm512_reduce_add_ps(a0);
   if (R > 1) out[1] = _mm512_reduce_add_ps(a1);
   if (R > 2) out[2] = _mm512_reduce_add_ps(a2);
   if (R > 3) out[3] = _mm512_reduce_add_ps(a3);
+}
+
+/* Q6_K at one activation row, two weight rows (w and w + off): each row as dot_q6k with R = 1. */
+static inline __attribute__((always_inline)) void dot_q6k_w2(const uint8_t *w, size_t off, int64_t nb, const uint8_t *a,
+                                                              float *out) {
+  const q6k_consts c = q6k_init();
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  for (int64_t s = 0; s < nb; s++) {
+    const q6k_blk k0 = q6k_decode(&c, w + (size_t)s * 210), k1 = q6k_decode(&c, w + off + (size_t)s * 210);
+    const uint8_t *x = a + (size_t)s * 292;
+    q6k_row(&k0, x, &a0);
+    q6k_row(&k1, x, &a1);
+  }
+  out[0] = _mm512_reduce_add_ps(a0);
+  out[1] = _mm512_reduce_add_ps(a1);
 }
 
 /* ---- the family kernel ------------------------------------------------------------------------- */
@@ -584,7 +624,7 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
   /* Q4_x / Q5_x up to K = 3072: past it one row at a time with its prefetch was as fast or faster (K=4096 N=12288 Q4_1 36 vs 31 GB/s) */
   const int g32 = (mm->fmt == TP_W_Q4_0 || mm->fmt == TP_W_Q4_1 || mm->fmt == TP_W_Q5_0 || mm->fmt == TP_W_Q5_1) &&
                   nb % 4 == 0 && nb <= 96;
-  if (mm->m == 1 && (mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K || q80 || g32)) {
+  if (mm->m == 1 && (mm->fmt == TP_W_Q4_K || mm->fmt == TP_W_Q5_K || mm->fmt == TP_W_Q6_K || q80 || g32)) {
     /*
      * One activation row: rows n0 + t and n0 + h + t together (h = half the range), so the weights are
      * read as two long sequential streams, and each step has two rows' independent work. (Rows t and
@@ -592,16 +632,18 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
      * the hardware prefetcher does not follow rows that interleave at that distance.) Measured, Q8_0
      * from DRAM, 2 threads: K=1024 N=1024 / 3072, K=3072 N=1024, K=4096 N=12288 35.8 / 44.6 / 43.7 /
      * 50.4 → 42.5 / 51.8 / 48.9 / 57.7 GB/s (from cache K=1024 N=3072 60 → 90); Q4_K K=1024 N=3072
-     * 25.2 → 29.5; K=1024 N=3072 Q4_0 31 → 37, Q5_0 33 → 39, Q4_1 32 → 37.
+     * 25.2 → 29.5; K=1024 N=3072 Q4_0 31 → 37, Q5_0 33 → 39, Q4_1 32 → 37; Q6_K K=1024 N=3072, K=3072
+     * N=1024, K=4096 N=12288 41 / 45 / 54 → 46 / 49 / 61.
      */
     if (q80 || g32) prep32(mm, mm->xq, nb, scratch);
-    else prepk45(mm->xq, nb, scratch);
+    else if (mm->fmt != TP_W_Q6_K) prepk45(mm->xq, nb, scratch);
     const int64_t h = (n1 - n0) / 2;
     for (int64_t t = 0; t < h; t++) {
       float out[2];
       const uint8_t *wj = mm->w + (size_t)(n0 + t) * mm->w_row;
       if (q80) dot_q80_w2(wj, (size_t)h * mm->w_row, nb, scratch, out);
       else if (g32) dot32_4_w2(mm->fmt, &p, wj, (size_t)h * mm->w_row, nb, scratch, out);
+      else if (mm->fmt == TP_W_Q6_K) dot_q6k_w2(wj, (size_t)h * mm->w_row, nb, mm->xq, out);
       else dot_k45_w2(mm->fmt == TP_W_Q5_K, wj, (size_t)h * mm->w_row, nb, scratch, out);
       mm->y[n0 + t] = mm->bias ? out[0] + mm->bias[n0 + t] : out[0];
       mm->y[n0 + h + t] = mm->bias ? out[1] + mm->bias[n0 + h + t] : out[1];
