@@ -340,6 +340,46 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
     }
   }
 
+  test("M = 1 gives the bits of the same row of an M = 2 product (the two-row GEMV kernels), 1 and 2 threads", () => {
+    // At one activation row the AVX-512 GGUF GEMV reads weight rows t and t + h together; each row
+    // must still get the float the one-row kernels give (M = 2 runs them). K multiple of 128 so the
+    // two-row kernels apply; N odd and even, ranges split over threads; with and without bias.
+    const ggufFormats = FORMATS.filter((f) => f.startsWith("q"));
+    for (const format of ggufFormats) {
+      for (const [n, k] of [
+        [1, 1024],
+        [2, 256],
+        [67, 512],
+        [300, 1024],
+        [1001, 3072],
+      ] as [number, number][]) {
+        const w = makeWeight(format, n, k, n * 31 + k);
+        const r = rng(n + 3 * k);
+        const row = new Float32Array(k).map(() => r() * 2 - 1);
+        const bias = n % 2 ? new Float32Array(n).map(() => r() - 0.5) : null;
+        const x2 = new Float32Array(2 * k);
+        x2.set(row, 0);
+        x2.set(
+          row.map((v) => -v),
+          k,
+        );
+        for (const threads of [1, 2]) {
+          const y1 = new Float32Array(n);
+          const y2 = new Float32Array(2 * n);
+          ctxFor(BEST, threads).matmul(row, 1, w, bias, y1);
+          ctxFor(BEST, threads).matmul(x2, 2, w, bias, y2);
+          expect({ format, n, k, threads, firstMismatch: firstMismatch(y1, y2.subarray(0, n)) }).toEqual({
+            format,
+            n,
+            k,
+            threads,
+            firstMismatch: -1,
+          });
+        }
+      }
+    }
+  });
+
   test("1 and 2 threads give the same bits (the split is by output column)", () => {
     for (const format of ["q4_k", "bf16", "int8_convrot", "f16"] as NativeWeightFormat[]) {
       const [m, n, k] = [20, 300, 512];
