@@ -283,6 +283,19 @@ static inline __attribute__((always_inline)) void dot32_4_w2(int32_t fmt, const 
   out[1] = _mm512_reduce_add_ps(a1) + _mm512_reduce_add_ps(m1) + 0.0f;
 }
 
+/*
+ * One pair of Q8_0 blocks at gp (68 bytes): the codes + 128 (bytes 2..33 and 36..67, unsigned) and, in
+ * *dw, each block's d broadcast to 8 lanes.
+ */
+static inline __attribute__((always_inline)) __m512i q80_pair(const uint8_t *gp, __m512i flip, __m512 *dw) {
+  const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)tp_rd16(gp))),
+                                             _mm_set1_epi16((short)tp_rd16(gp + 34)), 1);
+  *dw = _mm512_cvtph_ps(dh);
+  return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(gp + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(gp + 36)), 1),
+                          flip);
+}
+
 /* Q8_0, 2 blocks per vector: codes + 128 (unsigned) against q_a, −128 Σq_a per block from the prepared offsets. */
 static inline __attribute__((always_inline)) void dot_q80(int R, const uint8_t *w, int64_t nb, const uint8_t *xa,
                                                            size_t xs, float *out) {
@@ -290,15 +303,8 @@ static inline __attribute__((always_inline)) void dot_q80(int R, const uint8_t *
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   const int64_t np = nb / 2;
   for (int64_t pr = 0; pr < np; pr++) {
-    const uint8_t *gp = w + (size_t)pr * 68;
-    /* codes of the two blocks (bytes 2..33 and 36..67), and their d broadcast to 8 lanes each */
-    const __m512i u = _mm512_xor_si512(
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(gp + 2))),
-                           _mm256_loadu_si256((const __m256i *)(gp + 36)), 1),
-        flip);
-    const __m256i dh = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)tp_rd16(gp))),
-                                               _mm_set1_epi16((short)tp_rd16(gp + 34)), 1);
-    const __m512 dw = _mm512_cvtph_ps(dh);
+    __m512 dw;
+    const __m512i u = q80_pair(w + (size_t)pr * 68, flip, &dw);
     const size_t go = (size_t)(pr >> 1) * GS, half = (size_t)(pr & 1);
 #define ROW(r)                                                                                          \
   if (R > r) {                                                                                          \
@@ -328,27 +334,16 @@ static inline __attribute__((always_inline)) void dot_q80_w2(const uint8_t *w, s
     const uint8_t *x = xa + (size_t)(pr >> 1) * GS + 64 * (size_t)(pr & 1);
     const __m512i xq = _mm512_load_si512(x), xo = _mm512_load_si512(x + 256);
     const __m512 xd = _mm512_load_ps((const float *)(x + 128));
-#define ROW(r)                                                                                                \
-  {                                                                                                           \
-    const uint8_t *gp = w + (r) * off + (size_t)pr * 68;                                                      \
-    const __m512i u = _mm512_xor_si512(                                                                       \
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(gp + 2))),             \
-                           _mm256_loadu_si256((const __m256i *)(gp + 36)), 1),                                \
-        flip);                                                                                                \
-    const __m512 dw = _mm512_cvtph_ps(_mm256_inserti128_si256(                                                \
-        _mm256_castsi128_si256(_mm_set1_epi16((short)tp_rd16(gp))), _mm_set1_epi16((short)tp_rd16(gp + 34)), 1)); \
-    a##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xo, u, xq)), _mm512_mul_ps(dw, xd), a##r); \
-  }
-    ROW(0) ROW(1)
-#undef ROW
+    __m512 dw0, dw1;
+    const __m512i u0 = q80_pair(w + (size_t)pr * 68, flip, &dw0), u1 = q80_pair(w + off + (size_t)pr * 68, flip, &dw1);
+    a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xo, u0, xq)), _mm512_mul_ps(dw0, xd), a0);
+    a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(xo, u1, xq)), _mm512_mul_ps(dw1, xd), a1);
   }
   out[0] = _mm512_reduce_add_ps(a0);
   out[1] = _mm512_reduce_add_ps(a1);
 }
 
 /* ---- k-quants ---------------------------------------------------------------------------------- */
-
-
 
 /*
  * 8 scales (bytes 0..7) and 8 mins (bytes 8..15) of Q4_K / Q5_K from the 12 packed bytes at s, ggml's
@@ -605,26 +600,42 @@ DOT_R(4)
 typedef void (*dot_rows_fn)(const rows_ctx *c, const uint8_t *w, float *out);
 static const dot_rows_fn dot_rows_r[4] = {dot_rows_1, dot_rows_2, dot_rows_3, dot_rows_4};
 
+/* The two-row GEMV kernels by format: the Q8_0, 32-element, Q6_K, Q4_K and Q5_K ones. */
+enum { W2_Q80, W2_G32, W2_Q6K, W2_Q4K, W2_Q5K };
+
 /*
- * Q4_K / Q5_K two-row GEMV over rows [n0, n0 + h) and [n0 + h, n0 + 2h) of one activation row (xa:
- * prepared), one function each so that `five` is a constant in the loop. Measured against a runtime
- * flag, 2 threads, from DRAM: Q4_K K=1024 N=3072 33 → 38 GB/s, K=4096 N=12288 45 → 51; Q5_K 30 → 34, 42
- * → 43.
+ * Two-row GEMV over rows [n0, n0 + h) and [n0 + h, n0 + 2h) of one activation row (xa: prepared, or the
+ * ggml Q8_K row for Q6_K). Q4_K / Q5_K run it through their own functions (w2_range_q4k / _q5k) so that
+ * the Q5 flag is a constant in the loop; measured against a runtime flag, 2 threads, from DRAM: Q4_K
+ * K=1024 N=3072 33 → 38 GB/s, K=4096 N=12288 45 → 51; Q5_K 30 → 34, 42 → 43. (The same for Q8_0 / Q4_x /
+ * Q6_K gave nothing from DRAM and made Q4_0 slower from cache.)
  */
-#define K45_RANGE(NAME, FIVE)                                                                                 \
-  static __attribute__((noinline)) void NAME(const tp_mm *mm, int64_t n0, int64_t h, int64_t nb,            \
-                                             const uint8_t *xa) {                                           \
-    const size_t off = (size_t)h * mm->w_row;                                                               \
-    for (int64_t t = 0; t < h; t++) {                                                                       \
-      float out[2];                                                                                         \
-      dot_k45_w2(FIVE, mm->w + (size_t)(n0 + t) * mm->w_row, off, nb, xa, out);                             \
-      mm->y[n0 + t] = mm->bias ? out[0] + mm->bias[n0 + t] : out[0];                                        \
-      mm->y[n0 + h + t] = mm->bias ? out[1] + mm->bias[n0 + h + t] : out[1];                                \
-    }                                                                                                       \
+static inline __attribute__((always_inline)) void w2_range(const tp_mm *mm, const perm32 *p, int kind, int64_t n0,
+                                                            int64_t h, int64_t nb, const uint8_t *xa) {
+  const size_t off = (size_t)h * mm->w_row;
+  for (int64_t t = 0; t < h; t++) {
+    float out[2];
+    const uint8_t *wj = mm->w + (size_t)(n0 + t) * mm->w_row;
+    switch (kind) {
+      case W2_Q80: dot_q80_w2(wj, off, nb, xa, out); break;
+      case W2_G32: dot32_4_w2(mm->fmt, p, wj, off, nb, xa, out); break;
+      case W2_Q6K: dot_q6k_w2(wj, off, nb, xa, out); break;
+      default: dot_k45_w2(kind == W2_Q5K, wj, off, nb, xa, out); break;
+    }
+    mm->y[n0 + t] = mm->bias ? out[0] + mm->bias[n0 + t] : out[0];
+    mm->y[n0 + h + t] = mm->bias ? out[1] + mm->bias[n0 + h + t] : out[1];
   }
-K45_RANGE(k45_range_q4, 0)
-K45_RANGE(k45_range_q5, 1)
-#undef K45_RANGE
+}
+
+static __attribute__((noinline)) void w2_range_q4k(const tp_mm *mm, int64_t n0, int64_t h, int64_t nb,
+                                                   const uint8_t *xa) {
+  w2_range(mm, NULL, W2_Q4K, n0, h, nb, xa);
+}
+
+static __attribute__((noinline)) void w2_range_q5k(const tp_mm *mm, int64_t n0, int64_t h, int64_t nb,
+                                                   const uint8_t *xa) {
+  w2_range(mm, NULL, W2_Q5K, n0, h, nb, xa);
+}
 
 /* Weight rows per block of the loop nest: they stay in L1 / L2 while the chunk's activation rows pass. */
 #define ROWS_PER_BLOCK 16
@@ -659,21 +670,10 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
     if (q80 || g32) prep32(mm, mm->xq, nb, scratch);
     else if (mm->fmt != TP_W_Q6_K) prepk45(mm->xq, nb, scratch);
     const int64_t h = (n1 - n0) / 2;
-    if (mm->fmt == TP_W_Q4_K) {
-      k45_range_q4(mm, n0, h, nb, scratch);
-    } else if (mm->fmt == TP_W_Q5_K) {
-      k45_range_q5(mm, n0, h, nb, scratch);
-    } else {
-      for (int64_t t = 0; t < h; t++) {
-        float out[2];
-        const uint8_t *wj = mm->w + (size_t)(n0 + t) * mm->w_row;
-        if (q80) dot_q80_w2(wj, (size_t)h * mm->w_row, nb, scratch, out);
-        else if (g32) dot32_4_w2(mm->fmt, &p, wj, (size_t)h * mm->w_row, nb, scratch, out);
-        else dot_q6k_w2(wj, (size_t)h * mm->w_row, nb, mm->xq, out);
-        mm->y[n0 + t] = mm->bias ? out[0] + mm->bias[n0 + t] : out[0];
-        mm->y[n0 + h + t] = mm->bias ? out[1] + mm->bias[n0 + h + t] : out[1];
-      }
-    }
+    if (mm->fmt == TP_W_Q4_K) w2_range_q4k(mm, n0, h, nb, scratch);
+    else if (mm->fmt == TP_W_Q5_K) w2_range_q5k(mm, n0, h, nb, scratch);
+    else if (mm->fmt == TP_W_Q6_K) w2_range(mm, &p, W2_Q6K, n0, h, nb, mm->xq);
+    else w2_range(mm, &p, q80 ? W2_Q80 : W2_G32, n0, h, nb, scratch);
     if ((n1 - n0) % 2) {
       const rows_ctx c = {.mm = mm, .p = &p, .xa = scratch, .xs = xs, .a = mm->xq};
       float out[4];
