@@ -44,6 +44,20 @@
  */
 #define TP_MM_GEMV_M 16
 #define TP_MM_GEMV_TASKS_PER_THREAD 2
+/*
+ * A larger matmul (m ≥ TP_MM_GEMV_M) gives each thread one contiguous share of the columns, in chunks
+ * of TP_MM_STEAL_COLS (one GEMM panel, NC in matmul_avx512vnni.c): a thread runs its own chunks from
+ * the front and, when they are done, takes the chunks other threads have not started from the back
+ * of their shares (col_task). Threads that run at different speeds — the OS or the hypervisor runs
+ * something else on one CPU — then finish together, and two threads meet only at the very end, so
+ * they rarely write neighbouring parts of y at once (with small tasks shared out in order, 24 panels
+ * of 256 columns, the same GEMM was ~10% slower here). Measurements: native/cpu/README.md, "Column
+ * split".
+ */
+#ifndef TP_MM_STEAL
+#define TP_MM_STEAL 1
+#endif
+#define TP_MM_STEAL_COLS 256
 
 const tp_wformat_info tp_wformats[TP_W_COUNT] = {
     [TP_W_F32] = {"f32", 1, 4, TP_ACT_F32},
@@ -269,10 +283,51 @@ typedef struct col_job {
   int64_t cols_per_task;
   int64_t stripes;  /* > 1: claim u runs column block (u % stripes) · (n_tasks / stripes) + u / stripes */
   uint8_t *scratch; /* task t: scratch + t · mm->task_scratch */
+  /* non-NULL: task t's share of TP_MM_STEAL_COLS-column chunks, next (high 32 bits) and end (low 32) */
+  uint64_t *shares;
 } col_job;
+
+/* Take the first (front) or the last chunk left in a share; 0 when it is empty. */
+static int take_chunk(uint64_t *share, int front, int64_t *chunk) {
+  uint64_t v = __atomic_load_n(share, __ATOMIC_SEQ_CST);
+  for (;;) {
+    const uint32_t next = (uint32_t)(v >> 32), end = (uint32_t)v;
+    if (next >= end) return 0;
+    const uint64_t want = front ? (uint64_t)(next + 1) << 32 | end : (uint64_t)next << 32 | (end - 1);
+    if (__atomic_compare_exchange_n(share, &v, want, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      *chunk = front ? next : end - 1;
+      return 1;
+    }
+  }
+}
+
+static void run_chunk(const col_job *job, int64_t chunk, uint8_t *scratch) {
+  const int64_t n0 = chunk * TP_MM_STEAL_COLS;
+  const int64_t n1 = n0 + TP_MM_STEAL_COLS < job->mm->n ? n0 + TP_MM_STEAL_COLS : job->mm->n;
+  job->fn(job->mm, n0, n1, scratch);
+}
 
 static void col_task(void *arg, int64_t task, int64_t n_tasks) {
   const col_job *job = arg;
+  if (job->shares != NULL) {
+    uint8_t *scratch = job->scratch + (size_t)task * job->mm->task_scratch;
+    int64_t chunk;
+    while (take_chunk(&job->shares[task], 1, &chunk)) run_chunk(job, chunk, scratch);
+    for (;;) { /* then from the back of the share with the most chunks left */
+      int64_t victim = -1;
+      uint32_t most = 0;
+      for (int64_t t = 0; t < n_tasks; t++) {
+        const uint64_t v = __atomic_load_n(&job->shares[t], __ATOMIC_SEQ_CST);
+        const uint32_t next = (uint32_t)(v >> 32), end = (uint32_t)v;
+        if (next < end && end - next > most) {
+          most = end - next;
+          victim = t;
+        }
+      }
+      if (victim < 0) return;
+      if (take_chunk(&job->shares[victim], 0, &chunk)) run_chunk(job, chunk, scratch);
+    }
+  }
   if (job->stripes > 1) task = task % job->stripes * (n_tasks / job->stripes) + task / job->stripes;
   const int64_t n0 = task * job->cols_per_task;
   const int64_t n1 = n0 + job->cols_per_task < job->mm->n ? n0 + job->cols_per_task : job->mm->n;
@@ -382,7 +437,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   per = (per + TP_MM_COL_ALIGN - 1) / TP_MM_COL_ALIGN * TP_MM_COL_ALIGN;
   tasks = (n + per - 1) / per;
 
-  /* scratch: prepared activations | row scales | row sums | rotation rows | per-task scratch */
+  /* scratch: prepared activations | row scales | row sums | rotation rows | per-task scratch | shares */
   mm.xq_row = act_row_bytes(mm.act, k);
   mm.task_scratch = tp_mm_task_scratch(k);
   const int convrot = mm.act == TP_ACT_CONVROT;
@@ -398,7 +453,8 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
                           : block_sums ? round64((size_t)m * (size_t)(k / gemm_block(format)) * 4)
                                        : 0;
   const size_t tmp_bytes = convrot ? round64((size_t)prep_tasks * (size_t)k * 4) : 0;
-  const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch;
+  const size_t shares_bytes = round64((size_t)tasks * 8);
+  const size_t total = xq_bytes + 2 * xs_bytes + tmp_bytes + (size_t)tasks * mm.task_scratch + shares_bytes;
   uint8_t *base = ctx_scratch(ctx, total);
   if (base == NULL) {
     return mm_error(ctx, TP_ERR_OOM, "tp_cpu_matmul: no memory for %zu bytes of scratch (prepared activations)", total);
@@ -408,6 +464,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   int32_t *xsum = (int32_t *)(base + xq_bytes + xs_bytes);
   float *tmp = (float *)(base + xq_bytes + 2 * xs_bytes);
   uint8_t *task_base = base + xq_bytes + 2 * xs_bytes + tmp_bytes;
+  uint64_t *shares = (uint64_t *)(task_base + (size_t)tasks * mm.task_scratch);
 
   if (mm.act != TP_ACT_F32) {
     prep_job pj = {.mm = &mm,
@@ -428,7 +485,13 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
                 .fn = pick_kernel(ctx, format),
                 .cols_per_task = per,
                 .stripes = m < TP_MM_GEMV_M && tasks % threads == 0 ? threads : 1,
-                .scratch = task_base};
+                .scratch = task_base,
+                .shares = NULL};
+  const int64_t chunks = (n + TP_MM_STEAL_COLS - 1) / TP_MM_STEAL_COLS;
+  if (TP_MM_STEAL && m >= TP_MM_GEMV_M && tasks > 1 && chunks > tasks) {
+    cj.shares = shares;
+    for (int64_t t = 0; t < tasks; t++) shares[t] = (uint64_t)(t * chunks / tasks) << 32 | (uint64_t)((t + 1) * chunks / tasks);
+  }
   run_tasks(ctx, tasks, col_task, &cj);
   ctx_scratch_trim(ctx);
   return TP_OK;

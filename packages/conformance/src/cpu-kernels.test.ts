@@ -380,16 +380,26 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
     }
   });
 
-  test("1 and 2 threads give the same bits (the split is by output column)", () => {
-    for (const format of ["q4_k", "bf16", "int8_convrot", "f16"] as NativeWeightFormat[]) {
-      const [m, n, k] = [20, 300, 512];
-      const w = makeWeight(format, n, k, 5);
-      const x = new Float32Array(m * k).map(rng(6));
-      const y1 = new Float32Array(m * n);
-      const y2 = new Float32Array(m * n);
-      ctxFor(BEST, 1).matmul(x, m, w, null, y1);
-      ctxFor(BEST, 2).matmul(x, m, w, null, y2);
-      expect(firstMismatch(y1, y2)).toBe(-1);
+  // n = 1100: five 256-column chunks shared out by stealing (matmul.c col_task) with 2 and 3 threads
+  // (3 threads on this 2-CPU machine: one is often descheduled, and the others take its chunks)
+  test("1, 2 and 3 threads give the same bits (the split is by output column, chunks stolen or not)", () => {
+    for (const format of ["q4_k", "bf16", "int8_convrot", "f16", "q8_0"] as NativeWeightFormat[]) {
+      for (const n of [300, 1100]) {
+        const [m, k] = [20, 512];
+        const w = makeWeight(format, n, k, 5);
+        const x = new Float32Array(m * k).map(rng(6));
+        const y1 = new Float32Array(m * n);
+        ctxFor(BEST, 1).matmul(x, m, w, null, y1);
+        for (const threads of [2, 3]) {
+          for (let rep = 0; rep < 3; rep++) {
+            const yt = new Float32Array(m * n).fill(Number.NaN);
+            ctxFor(BEST, threads).matmul(x, m, w, null, yt);
+            expect(`${format} n=${n} threads=${threads}: ${firstMismatch(y1, yt)}`).toBe(
+              `${format} n=${n} threads=${threads}: -1`,
+            );
+          }
+        }
+      }
     }
   });
 });
