@@ -488,7 +488,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
                 .scratch = task_base,
                 .shares = NULL};
   const int64_t chunks = (n + TP_MM_STEAL_COLS - 1) / TP_MM_STEAL_COLS;
-  if (TP_MM_STEAL && m >= TP_MM_GEMV_M && tasks > 1 && chunks > tasks) {
+  if (TP_MM_STEAL && m >= TP_MM_GEMV_M && tasks > 1 && chunks > tasks && chunks < (int64_t)UINT32_MAX) {
     cj.shares = shares;
     for (int64_t t = 0; t < tasks; t++) shares[t] = (uint64_t)(t * chunks / tasks) << 32 | (uint64_t)((t + 1) * chunks / tasks);
   }
