@@ -57,7 +57,7 @@
 #ifndef TP_MM_STEAL
 #define TP_MM_STEAL 1
 #endif
-#define TP_MM_STEAL_COLS 256
+#define TP_MM_STEAL_COLS TP_MM_NC
 
 const tp_wformat_info tp_wformats[TP_W_COUNT] = {
     [TP_W_F32] = {"f32", 1, 4, TP_ACT_F32},
@@ -370,12 +370,17 @@ static void run_tasks(tp_ctx *ctx, int64_t n, tp_task_fn fn, void *arg) {
 /* Scratch of up to this many bytes stays with the context between calls (fresh pages fault on first touch). */
 #define TP_MM_SCRATCH_KEEP ((size_t)64 << 20)
 
-/* The context's scratch, grown to at least `bytes` (64-byte aligned); NULL when memory runs out. */
+/*
+ * The context's scratch, grown to at least `bytes` (64-byte aligned; from 2 MiB on, huge pages as
+ * tp_alloc gives them: the GEMM reads the prepared activations a few rows at a time, 6 rows 12 KiB
+ * apart for K = 6144 bf16, and on 4 KiB pages that is a new page, and often a TLB miss, per row); NULL
+ * when memory runs out.
+ */
 static uint8_t *ctx_scratch(tp_ctx *ctx, size_t bytes) {
   if (bytes <= ctx->scratch_bytes) return ctx->scratch;
   free(ctx->scratch);
   ctx->scratch_bytes = 0;
-  ctx->scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  ctx->scratch = tp_alloc((bytes + 63) / 64 * 64);
   if (ctx->scratch != NULL) ctx->scratch_bytes = (bytes + 63) / 64 * 64;
   return ctx->scratch;
 }
@@ -439,7 +444,7 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
 
   /* scratch: prepared activations | row scales | row sums | rotation rows | per-task scratch | shares */
   mm.xq_row = act_row_bytes(mm.act, k);
-  mm.task_scratch = tp_mm_task_scratch(k);
+  mm.task_scratch = tp_mm_task_scratch(m, k);
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the GGUF GEMM (AVX-512 VNNI; every GGUF format) reads per-block activation scales and sums */
 #if TP_MM_X86

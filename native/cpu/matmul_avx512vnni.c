@@ -11,8 +11,12 @@
  *                      layout the micro-kernel loads (4 int8 / 2 bf16 / 1 f32 of k per 32-bit lane),
  *                      then a 6 × 64 register tile (24 zmm accumulators) runs over KC for every group
  *                      of 6 activation rows, the activations broadcast 32 bits at a time from their
- *                      natural row-major layout. Partial sums between KC blocks live in y itself
- *                      (int32 or f32); the last block applies the rescale / scale / bias.
+ *                      natural row-major layout. Partial sums between KC blocks (int32 or f32) live
+ *                      in the task's own buffer of m × NC (tp_mm_part_bytes), the last block adds
+ *                      them, applies the rescale / scale / bias and writes y (m above
+ *                      TP_MM_PART_MAX_M: in y itself). Measured, bf16 M=1024 K=N=6144, 2 threads,
+ *                      9 alternating pairs: +3–5% over partial sums in y (a 1 KiB stretch of each
+ *                      24 KiB row of y per block: a page per row on 4 KiB pages, as y often is).
  *
  * Exactness: ConvRot accumulates exact int32 products (weights biased to unsigned: int8 q + 128, int4
  * q + 8, the bias removed with the activation row sums) and rescales with the same f32 operations as
@@ -35,8 +39,8 @@
 /* Register tile: MR activation rows × NR output columns (4 zmm). */
 #define MR 6
 #define NR 64
-/* Columns per packed weight block (a multiple of NR). */
-#define NC 256
+/* Columns per packed weight block (a multiple of NR; the row stride of the partial-sum buffer). */
+#define NC TP_MM_NC
 
 /* ------------------------------------------------------------------------------------------ */
 /* fp8 → bf16, 32 values (exact: every fp8 e4m3fn / e5m2 value is a bf16 value)                */
@@ -571,22 +575,24 @@ static inline __mmask16 col_mask(int ncols, int v) {
 }
 
 /*
- * Epilogue of one 16-column vector of a tile: row i, columns j + 16v .. (`ncols` valid from j). first:
- * the tile started from zero (else add what y holds); last: write the final value (else the partial
- * sum, int32 for G_I8).
+ * Epilogue of one 16-column vector of a tile: row i, columns j + 16v .. (`ncols` valid from j). The
+ * partial sums live at part + 16v (row i's stretch of the partial-sum buffer), or in y when part is
+ * NULL. first: the tile started from zero (else add the partial sum); last: write the final value to y
+ * (else the partial sum, int32 for G_I8).
  */
 static inline __attribute__((always_inline)) void tile_store(const tp_mm *mm, int g, __m512i s, int64_t i, int64_t j,
-                                                             int v, int ncols, int first, int last) {
+                                                             int v, int ncols, int first, int last, float *part) {
   const __mmask16 cm = col_mask(ncols, v);
   if (cm == 0) return;
   float *yv = mm->y + (size_t)i * (size_t)mm->n + (size_t)(j + 16 * v);
+  float *pv = part != NULL ? part + 16 * v : yv;
   if (!first) {
-    const __m512i old = _mm512_maskz_loadu_epi32(cm, yv);
+    const __m512i old = _mm512_maskz_loadu_epi32(cm, pv);
     s = g == G_I8 ? _mm512_add_epi32(s, old)
                   : _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(s), _mm512_castsi512_ps(old)));
   }
   if (!last) {
-    _mm512_mask_storeu_epi32(yv, cm, s);
+    _mm512_mask_storeu_epi32(pv, cm, s);
     return;
   }
   __m512 out;
@@ -617,12 +623,13 @@ static inline __attribute__((always_inline)) __m512i madd(int g, __m512i acc, __
 /*
  * One register tile: rows [i0, i0 + mr) × columns [j, j + ncols) of y over `steps` packed steps. a:
  * the activations of row i0 at the block's first input (row stride lda bytes, 4 bytes per step); b: the
- * packed strip (NR lanes of 4 bytes per step). Accumulators are named variables, not an array, so
- * that they stay in registers.
+ * packed strip (NR lanes of 4 bytes per step); part: the partial sums of (i0, j), row stride NC, or
+ * NULL to keep them in y. Accumulators are named variables, not an array, so that they stay in
+ * registers.
  */
 static inline __attribute__((always_inline)) void tile(const tp_mm *mm, int g, int mr, const uint8_t *a, size_t lda,
                                                        const uint8_t *b, int64_t steps, int64_t i0, int64_t j,
-                                                       int ncols, int first, int last) {
+                                                       int ncols, int first, int last, float *part) {
 #define ACC_DECL(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0;
   ACC_DECL(0) ACC_DECL(1) ACC_DECL(2) ACC_DECL(3) ACC_DECL(4) ACC_DECL(5)
 #undef ACC_DECL
@@ -642,12 +649,13 @@ static inline __attribute__((always_inline)) void tile(const tp_mm *mm, int g, i
     ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5)
 #undef ROW
   }
-#define STORE(r)                                                   \
-  if (mr > r) {                                                    \
-    tile_store(mm, g, c##r##0, i0 + r, j, 0, ncols, first, last); \
-    tile_store(mm, g, c##r##1, i0 + r, j, 1, ncols, first, last); \
-    tile_store(mm, g, c##r##2, i0 + r, j, 2, ncols, first, last); \
-    tile_store(mm, g, c##r##3, i0 + r, j, 3, ncols, first, last); \
+#define STORE(r)                                                               \
+  if (mr > r) {                                                                \
+    float *pr = part != NULL ? part + (size_t)(r) * NC : NULL;                 \
+    tile_store(mm, g, c##r##0, i0 + r, j, 0, ncols, first, last, pr);         \
+    tile_store(mm, g, c##r##1, i0 + r, j, 1, ncols, first, last, pr);         \
+    tile_store(mm, g, c##r##2, i0 + r, j, 2, ncols, first, last, pr);         \
+    tile_store(mm, g, c##r##3, i0 + r, j, 3, ncols, first, last, pr);         \
   }
   STORE(0) STORE(1) STORE(2) STORE(3) STORE(4) STORE(5)
 #undef STORE
@@ -655,8 +663,8 @@ static inline __attribute__((always_inline)) void tile(const tp_mm *mm, int g, i
 
 #define TILE_FN(G, R)                                                                                          \
   static void tile_##G##_##R(const tp_mm *mm, const uint8_t *a, size_t lda, const uint8_t *b, int64_t steps, \
-                             int64_t i0, int64_t j, int ncols, int first, int last) {                          \
-    tile(mm, G, R, a, lda, b, steps, i0, j, ncols, first, last);                                               \
+                             int64_t i0, int64_t j, int ncols, int first, int last, float *part) {             \
+    tile(mm, G, R, a, lda, b, steps, i0, j, ncols, first, last, part);                                         \
   }
 #define TILE_FNS(G) TILE_FN(G, 1) TILE_FN(G, 2) TILE_FN(G, 3) TILE_FN(G, 4) TILE_FN(G, 5) TILE_FN(G, 6)
 TILE_FNS(G_I8)
@@ -664,7 +672,7 @@ TILE_FNS(G_BF16)
 TILE_FNS(G_F32)
 
 typedef void (*tile_fn)(const tp_mm *mm, const uint8_t *a, size_t lda, const uint8_t *b, int64_t steps, int64_t i0,
-                        int64_t j, int ncols, int first, int last);
+                        int64_t j, int ncols, int first, int last, float *part);
 static const tile_fn tiles[3][MR + 1] = {
     {NULL, tile_G_I8_1, tile_G_I8_2, tile_G_I8_3, tile_G_I8_4, tile_G_I8_5, tile_G_I8_6},
     {NULL, tile_G_BF16_1, tile_G_BF16_2, tile_G_BF16_3, tile_G_BF16_4, tile_G_BF16_5, tile_G_BF16_6},
@@ -677,6 +685,8 @@ static void gemm(const tp_mm *mm, int g, int64_t n0, int64_t n1, uint8_t *scratc
   const int64_t kc_max = g_kc[g];
   const int kstep = g_kstep[g];
   uint8_t *bp = scratch; /* NC × KC × 4 bytes: TP_MM_PANEL_BYTES */
+  /* partial sums of rows [0, m) × the block's columns, row stride NC (matmul.h tp_mm_task_scratch) */
+  float *part = k > kc_max && tp_mm_part_bytes(mm->m) > 0 ? (float *)(scratch + tp_mm_part_offset()) : NULL;
   const uint8_t *abase = g == G_F32 ? (const uint8_t *)mm->x : mm->xq;
   const size_t lda = g == G_F32 ? (size_t)k * 4 : mm->xq_row;
   for (int64_t jc = n0; jc < n1; jc += NC) {
@@ -692,7 +702,7 @@ static void gemm(const tp_mm *mm, int g, int64_t n0, int64_t n1, uint8_t *scratc
         for (int64_t s = 0; s * NR < nc; s++) {
           const int ncols = nc - s * NR < NR ? (int)(nc - s * NR) : NR;
           tiles[g][mr](mm, a, lda, bp + (size_t)s * (size_t)steps * NR * 4, steps, i0, jc + s * NR, ncols, first,
-                       last);
+                       last, part != NULL ? part + (size_t)i0 * NC + (size_t)(s * NR) : NULL);
         }
       }
       if (k == 0) break;

@@ -380,6 +380,21 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
     }
   });
 
+  // The GEMM keeps partial sums between K blocks in a buffer of its own up to m = 16384 rows
+  // (matmul.h TP_MM_PART_MAX_M) and in y past that: both give each row the same bits.
+  test("partial sums in the task's buffer (m = 20) or in y (m = 16400) give the same bits", () => {
+    for (const format of ["bf16", "int8_convrot", "f32"] as NativeWeightFormat[]) {
+      const [mBig, mSmall, n, k] = [16400, 20, 70, 1088]; // k over every KC (512 / 256 / 128); 68 groups of 16
+      const w = makeWeight(format, n, k, 9);
+      const x = new Float32Array(mBig * k).map(rng(10));
+      const yBig = new Float32Array(mBig * n);
+      const ySmall = new Float32Array(mSmall * n);
+      ctxFor(BEST, 2).matmul(x, mBig, w, null, yBig);
+      ctxFor(BEST, 2).matmul(x.subarray(0, mSmall * k), mSmall, w, null, ySmall);
+      expect(`${format}: ${firstMismatch(ySmall, yBig.subarray(0, mSmall * n))}`).toBe(`${format}: -1`);
+    }
+  });
+
   // n = 1100: five 256-column chunks shared out by stealing (matmul.c col_task) with 2 and 3 threads
   // (3 threads on this 2-CPU machine: one is often descheduled, and the others take its chunks)
   test("1, 2 and 3 threads give the same bits (the split is by output column, chunks stolen or not)", () => {
