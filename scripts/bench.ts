@@ -1,8 +1,10 @@
 #!/usr/bin/env bun
 /**
- * `bun run bench SUITE [--runs N]`: run the benchmark suite `SUITE`, print a table and write
- * `bench-results/SUITE.json`, an array of rows `{case, metric, unit, ours, peer, peer_value, ratio}`
- * (ratio > 1 means we are better). `bun run bench` alone lists the suites.
+ * `bun run bench SUITE [--runs N] [--filter REGEX]`: run the benchmark suite `SUITE`, print a table
+ * and write `bench-results/SUITE.json`, an array of rows `{case, metric, unit, ours, peer, peer_value,
+ * ratio}` (ratio > 1 means we are better). `bun run bench` alone lists the suites. `--filter` runs only
+ * the cases whose "case metric peer" text matches REGEX (case-insensitive; e.g. `--filter 'GEMM bf16'`)
+ * and writes `bench-results/SUITE.filtered.json` instead, so a partial run never replaces a whole table.
  *
  * A suite is a file `packages/<pkg>/bench/<SUITE>.bench.ts` (or under apps/) whose default export is
  * `{ description: string, cases(): BenchCase[] | Promise<BenchCase[]>, teardown?(): void }`, where a
@@ -80,14 +82,14 @@ function fmt(x: number | null): string {
 await runCli(async () => {
   const { values, positionals } = parseArgs({
     args: Bun.argv.slice(2),
-    options: { runs: { type: "string" } },
+    options: { runs: { type: "string" }, filter: { type: "string" } },
     allowPositionals: true,
   });
   const suites = findSuites();
   const name = positionals[0];
   if (name === undefined) {
     console.log(
-      `suites: ${[...suites.keys()].sort().join(", ") || "none"}\nusage: bun run bench SUITE [--runs N]`,
+      `suites: ${[...suites.keys()].sort().join(", ") || "none"}\nusage: bun run bench SUITE [--runs N] [--filter REGEX]`,
     );
     return 0;
   }
@@ -102,12 +104,32 @@ await runCli(async () => {
   if (runsOverride !== undefined && !(Number.isInteger(runsOverride) && runsOverride >= 1)) {
     throw new TpError("E_ARG", `--runs must be a positive integer, got '${values.runs}'`);
   }
+  let filter: RegExp | null = null;
+  if (values.filter !== undefined) {
+    try {
+      filter = new RegExp(values.filter, "i");
+    } catch (e) {
+      throw new TpError(
+        "E_ARG",
+        `--filter '${values.filter}' is not a regular expression: ${(e as Error).message}`,
+      );
+    }
+  }
   const suite = (await import(file)).default as BenchSuite;
   console.log(`# ${name}: ${suite.description}`);
   const rows: BenchRow[] = [];
   const runCounts = new Set<number>(); // for the closing line: what the medians are over
   try {
-    for (const c of await suite.cases()) {
+    const all = await suite.cases();
+    const selected =
+      filter === null ? all : all.filter((c) => filter.test(`${c.case} ${c.metric} ${c.peer?.name ?? ""}`));
+    if (selected.length === 0) {
+      throw new TpError(
+        "E_ARG",
+        `--filter '${values.filter}' matches none of the ${all.length} cases of '${name}'`,
+      );
+    }
+    for (const c of selected) {
       const runs = runsOverride ?? c.runs ?? 7;
       runCounts.add(runs);
       await c.ours();
@@ -150,7 +172,7 @@ await runCli(async () => {
   for (const t of table) console.log(line(t));
   const outDir = join(root, "bench-results");
   mkdirSync(outDir, { recursive: true });
-  const out = join(outDir, `${name}.json`);
+  const out = join(outDir, filter === null ? `${name}.json` : `${name}.filtered.json`);
   writeFileSync(`${out}.tmp`, `${JSON.stringify(rows, null, 2)}\n`);
   renameSync(`${out}.tmp`, out);
   const counts = [...runCounts].sort((x, y) => y - x).join(" or ");
