@@ -397,21 +397,23 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
 
   // n = 1100: five 256-column chunks shared out by stealing (matmul.c col_task) with 2 and 3 threads
   // (3 threads on this 2-CPU machine: one is often descheduled, and the others take its chunks)
-  test("1, 2 and 3 threads give the same bits (the split is by output column, chunks stolen or not)", () => {
-    for (const format of ["q4_k", "bf16", "int8_convrot", "f16", "q8_0"] as NativeWeightFormat[]) {
-      for (const n of [300, 1100]) {
-        const [m, k] = [20, 512];
-        const w = makeWeight(format, n, k, 5);
-        const x = new Float32Array(m * k).map(rng(6));
-        const y1 = new Float32Array(m * n);
-        ctxFor(BEST, 1).matmul(x, m, w, null, y1);
-        for (const threads of [2, 3]) {
-          for (let rep = 0; rep < 3; rep++) {
-            const yt = new Float32Array(m * n).fill(Number.NaN);
-            ctxFor(BEST, threads).matmul(x, m, w, null, yt);
-            expect(`${format} n=${n} threads=${threads}: ${firstMismatch(y1, yt)}`).toBe(
-              `${format} n=${n} threads=${threads}: -1`,
-            );
+  test("1, 2 and 3 threads give the same bits at every level (the split is by output column, chunks stolen or not)", () => {
+    for (const isa of ISAS) {
+      for (const format of ["q4_k", "bf16", "int8_convrot", "f16", "q8_0"] as NativeWeightFormat[]) {
+        for (const n of [300, 1100]) {
+          const [m, k] = [20, 512];
+          const w = makeWeight(format, n, k, 5);
+          const x = new Float32Array(m * k).map(rng(6));
+          const y1 = new Float32Array(m * n);
+          ctxFor(isa, 1).matmul(x, m, w, null, y1);
+          for (const threads of [2, 3]) {
+            for (let rep = 0; rep < 3; rep++) {
+              const yt = new Float32Array(m * n).fill(Number.NaN);
+              ctxFor(isa, threads).matmul(x, m, w, null, yt);
+              expect(`${isa} ${format} n=${n} threads=${threads}: ${firstMismatch(y1, yt)}`).toBe(
+                `${isa} ${format} n=${n} threads=${threads}: -1`,
+              );
+            }
           }
         }
       }
