@@ -445,7 +445,8 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   /* scratch: prepared activations | row scales | row sums | rotation rows | per-task scratch | shares */
   mm.xq_row = act_row_bytes(mm.act, k);
   /* the GGUF kernels keep no partial sums between K blocks: no buffer for them */
-  mm.task_scratch = tp_mm_task_scratch(tp_wformats[format].block >= 32 ? 0 : m, k);
+  mm.part_bytes = tp_wformats[format].block >= 32 ? 0 : tp_mm_part_bytes(m, tasks);
+  mm.task_scratch = tp_mm_task_scratch(k, mm.part_bytes);
   const int convrot = mm.act == TP_ACT_CONVROT;
   /* the GGUF GEMM (AVX-512 VNNI; every GGUF format) reads per-block activation scales and sums */
 #if TP_MM_X86

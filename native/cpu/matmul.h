@@ -165,30 +165,36 @@ typedef struct tp_mm {
   const float *xs;       /* ConvRot: per-row activation scale [m]; GGUF GEMM: block scales d_a [m, k/32] (Q6_K: [m, k/16]) */
   const int32_t *xsum;   /* ConvRot: per-row Σ codes [m]; GGUF GEMM: per-block Σ codes, likewise */
   size_t task_scratch;   /* bytes of the scratch each task gets (64-byte aligned), TP_MM_TASK_SCRATCH */
+  size_t part_bytes;     /* the GEMM's partial-sum buffer in each task's scratch (tp_mm_part_bytes), 0: in y */
 } tp_mm;
 
 /*
  * Scratch of one matmul task: the packed weight panel of the GEMM (NC × KC × 4 bytes at most), the
  * rearranged activations of the int4 GEMV (16 rows of k rounded up to 128), or the activations of
  * 16 rows laid out for the AVX-512 GGUF kernels (448 bytes per 128 elements); then, for m ≥ 16, the
- * GEMM's partial sums between K blocks (m rows of TP_MM_NC, from tp_mm_part_offset()).
+ * GEMM's partial sums between K blocks (m rows of TP_MM_NC from tp_mm_part_offset(): tp_mm.part_bytes).
  */
 #define TP_MM_NC 256
 #define TP_MM_PANEL_BYTES ((size_t)TP_MM_NC * 128 * 4 + 64)
-/* Most activation rows whose GEMM partial sums get a buffer of their own (16 MiB per task at most). */
-#define TP_MM_PART_MAX_M 16384
-/* Bytes of the GEMM's partial-sum buffer for m activation rows (m × TP_MM_NC × 4; 0 past the limit or below 16 rows). */
-static inline size_t tp_mm_part_bytes(int64_t m) {
-  return m >= 16 && m <= TP_MM_PART_MAX_M ? (size_t)m * TP_MM_NC * 4 : 0;
+/*
+ * Most bytes of GEMM partial-sum buffers one matmul keeps, all tasks together: past it the partial sums
+ * stay in y (so that many threads × many rows do not push the scratch past what the context keeps
+ * between calls, matmul.c TP_MM_SCRATCH_KEEP).
+ */
+#define TP_MM_PART_TOTAL_MAX ((size_t)32 << 20)
+/* Bytes of each task's GEMM partial-sum buffer for m activation rows and `tasks` tasks (m × TP_MM_NC × 4, or 0). */
+static inline size_t tp_mm_part_bytes(int64_t m, int64_t tasks) {
+  const size_t b = m >= 16 ? (size_t)m * TP_MM_NC * 4 : 0;
+  return tasks > 0 && b <= TP_MM_PART_TOTAL_MAX / (size_t)tasks ? b : 0;
 }
 /* Where that buffer starts in a task's scratch: after the packed panel. */
 static inline size_t tp_mm_part_offset(void) { return (TP_MM_PANEL_BYTES + 63) / 64 * 64; }
-/* Bytes of one task's scratch for an m × k product (64-byte multiple). */
-static inline size_t tp_mm_task_scratch(int64_t m, int64_t k) {
+/* Bytes of one task's scratch for a product with k inputs and part_bytes of partial sums (64-byte multiple). */
+static inline size_t tp_mm_task_scratch(int64_t k, size_t part_bytes) {
   const size_t kp = (size_t)((k + 127) / 128);
   const size_t rows = (size_t)16 * kp * 448;
   const size_t first = ((rows > TP_MM_PANEL_BYTES ? rows : TP_MM_PANEL_BYTES) + 63) / 64 * 64;
-  return first + tp_mm_part_bytes(m);
+  return first + part_bytes;
 }
 
 /*

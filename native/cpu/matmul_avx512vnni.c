@@ -13,8 +13,8 @@
  *                      of 6 activation rows, the activations broadcast 32 bits at a time from their
  *                      natural row-major layout. Partial sums between KC blocks (int32 or f32) live
  *                      in the task's own buffer of m × NC (tp_mm_part_bytes), the last block adds
- *                      them, applies the rescale / scale / bias and writes y (m above
- *                      TP_MM_PART_MAX_M: in y itself). Measured, bf16 M=1024 K=N=6144, 2 threads,
+ *                      them, applies the rescale / scale / bias and writes y (past
+ *                      TP_MM_PART_TOTAL_MAX for all tasks: in y itself). Measured, bf16 M=1024 K=N=6144, 2 threads,
  *                      9 alternating pairs: +3–5% over partial sums in y (a 1 KiB stretch of each
  *                      24 KiB row of y per block: a page per row on 4 KiB pages, as y often is).
  *
@@ -686,8 +686,8 @@ static void gemm(const tp_mm *mm, int g, int64_t n0, int64_t n1, uint8_t *scratc
   const int kstep = g_kstep[g];
   uint8_t *bp = scratch; /* NC × KC × 4 bytes: TP_MM_PANEL_BYTES */
   /* partial sums of rows [0, m) × the block's columns, row stride NC (matmul.h tp_mm_task_scratch) */
-  const size_t part_bytes = tp_mm_part_bytes(mm->m);
-  float *part = k > kc_max && part_bytes > 0 && mm->task_scratch >= tp_mm_part_offset() + part_bytes
+  float *part = k > kc_max && mm->part_bytes >= (size_t)mm->m * NC * 4 &&
+                        mm->task_scratch >= tp_mm_part_offset() + mm->part_bytes
                     ? (float *)(scratch + tp_mm_part_offset())
                     : NULL;
   const uint8_t *abase = g == G_F32 ? (const uint8_t *)mm->x : mm->xq;
