@@ -40,10 +40,14 @@
  * (2 threads, K=1024): N=1024 / 3072 32.8 / 43.6 → 35.1 / 46.1 GB/s with stripes, 4 tasks per thread;
  * 2 tasks per thread on top: decode steps of a Qwen3-0.6B-shaped Q8_0 model 2–7% faster in 4 of 4
  * alternating pairs; 1 task per thread loses at N=12288 (33.6 vs 40 GB/s: no one to share a slow
- * thread's columns).
+ * thread's columns). Re-measured (Q4_K from DRAM, 11 alternating runs): 1 / 4 / 8 tasks per thread against 2
+ * gave ×1.02 / 0.92 / 0.84 at K=1024 N=3072 (each task starts two new weight streams) and ×0.96 / 1.01 /
+ * 0.99 at K=4096 N=12288.
  */
 #define TP_MM_GEMV_M 16
+#ifndef TP_MM_GEMV_TASKS_PER_THREAD
 #define TP_MM_GEMV_TASKS_PER_THREAD 2
+#endif
 /*
  * A larger matmul (m ≥ TP_MM_GEMV_M) gives each thread one contiguous share of the columns, in chunks
  * of TP_MM_STEAL_COLS (one GEMM panel, NC in matmul_avx512vnni.c): a thread runs its own chunks from
