@@ -55,10 +55,13 @@ static void run_unit(tp_task_fn fn, void *arg, int64_t n_tasks, int64_t u, int64
  * For its first TP_POOL_SPIN_TIGHT_NS a thread polls without yielding: a sched_yield is a system call
  * (about a microsecond in this VM), and a worker inside one when the next job came started it 1–2.4 µs
  * late in 70% of the Q4_0 GEMVs K=1024 N=3072 (each ≈ 50 µs), against under 0.5 µs in 90% of them
- * with the tight window (rdtsc per task). Past it, a thread that waits longer yields as before.
+ * with a 30 µs window (rdtsc per task; a 5 µs window was too short: a worker that finished its share
+ * early waits the caller's tail plus the JavaScript between two ops). Decode of the Qwen3-0.6B-shaped
+ * models, 3 alternating process pairs: Q8_0 42.5 / 43.5 / 35.8 → 52.0 / 44.2 / 54.6 tok/s, Q4_0 72.4 /
+ * 72.0 / 73.8 → 75.6 / 79.2 / 81.4. Past the window, a thread that waits longer yields as before.
  */
 #ifndef TP_POOL_SPIN_TIGHT_NS
-#define TP_POOL_SPIN_TIGHT_NS 5000
+#define TP_POOL_SPIN_TIGHT_NS 30000
 #endif
 
 static inline void cpu_relax(void) {
