@@ -632,7 +632,8 @@ enum { W2_Q80, W2_G32, W2_Q6K, W2_Q4K, W2_Q5K };
  * vector per step (TP_IN_REG): Q4_0 K=1024, 1 thread, from cache 33.2 → 37.6 GB/s (+10%, 15 alternating
  * runs), from DRAM with 2 threads +1.5% (41 alternating runs). An earlier per-format loop without the
  * single loads was 20% slower from cache; the loads are what the loop is short of (a 512-bit load per
- * cycle here, measured). Q8_0 / Q6_K gave nothing from DRAM.
+ * cycle here, measured). Not for Q8_0 / Q6_K, from DRAM: their activation vectors held in registers for
+ * both rows gave ×0.95–0.98 (Q8_0; +5% from cache) and ×0.95–1.00 (Q6_K).
  */
 static inline __attribute__((always_inline)) void w2_range(const tp_mm *mm, const perm32 *p, int kind, int32_t fmt,
                                                             int64_t n0, int64_t h, int64_t nb, const uint8_t *xa) {
