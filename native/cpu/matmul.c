@@ -45,6 +45,18 @@
  * 0.99 at K=4096 N=12288.
  */
 #define TP_MM_GEMV_M 16
+/*
+ * A GEMV over fewer weight bytes than this takes one column range per thread instead (a model's layer
+ * matmuls; the LM head and larger keep two): once the pool's workers started a job within half a
+ * microsecond (pool.c TP_POOL_SPIN_TIGHT_NS), the second range's two new weight streams cost more than
+ * the balance it buys on a call of a few MB. Decode of the Qwen3-0.6B-shaped models (layer weights
+ * 1.1–3.3 MB, LM head 165 / 88 MB), 6 alternating process pairs each: Q8_0 0 / +3.5 / +4.4 / 0 / +8.7 /
+ * +4.2%, Q4_0 +4.9 / +4.1 / +7.4 / +5.4 / +15.6 / −1.9%; GEMV K=1024 N=3072 from DRAM, 15 alternating
+ * runs: Q8_0 ×1.07, Q4_0 ×0.98, Q4_K ×1.04, Q6_K ×0.97, bf16 ×0.96.
+ */
+#ifndef TP_MM_GEMV_SMALL_BYTES
+#define TP_MM_GEMV_SMALL_BYTES ((uint64_t)8 << 20)
+#endif
 #ifndef TP_MM_GEMV_TASKS_PER_THREAD
 #define TP_MM_GEMV_TASKS_PER_THREAD 2
 #endif
@@ -441,7 +453,11 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int small = (uint64_t)m * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS;
   int64_t prep_tasks = m < threads ? m : threads;
   if (small || (uint64_t)m * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS) prep_tasks = 1;
-  int64_t tasks = small ? 1 : m < TP_MM_GEMV_M ? threads * TP_MM_GEMV_TASKS_PER_THREAD : threads;
+  const int gemv_small = (uint64_t)n * (uint64_t)rb < TP_MM_GEMV_SMALL_BYTES;
+  int64_t tasks = small                ? 1
+                  : m >= TP_MM_GEMV_M ? threads
+                  : gemv_small        ? threads
+                                      : threads * TP_MM_GEMV_TASKS_PER_THREAD;
   int64_t per = (n + tasks - 1) / tasks;
   per = (per + TP_MM_COL_ALIGN - 1) / TP_MM_COL_ALIGN * TP_MM_COL_ALIGN;
   tasks = (n + per - 1) / per;
