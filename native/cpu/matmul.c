@@ -453,11 +453,9 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   const int small = (uint64_t)m * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS;
   int64_t prep_tasks = m < threads ? m : threads;
   if (small || (uint64_t)m * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS) prep_tasks = 1;
-  const int gemv_small = (uint64_t)n * (uint64_t)rb < TP_MM_GEMV_SMALL_BYTES;
-  int64_t tasks = small                ? 1
-                  : m >= TP_MM_GEMV_M ? threads
-                  : gemv_small        ? threads
-                                      : threads * TP_MM_GEMV_TASKS_PER_THREAD;
+  /* one column range per thread, or for a GEMV over TP_MM_GEMV_SMALL_BYTES of weights or more, several */
+  const int gemv_large = m < TP_MM_GEMV_M && (uint64_t)n * (uint64_t)rb >= TP_MM_GEMV_SMALL_BYTES;
+  int64_t tasks = small ? 1 : gemv_large ? threads * TP_MM_GEMV_TASKS_PER_THREAD : threads;
   int64_t per = (n + tasks - 1) / tasks;
   per = (per + TP_MM_COL_ALIGN - 1) / TP_MM_COL_ALIGN * TP_MM_COL_ALIGN;
   tasks = (n + per - 1) / per;
