@@ -19,6 +19,7 @@
 #ifndef TP_CPU_MATMUL_H
 #define TP_CPU_MATMUL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -222,6 +223,24 @@ void tp_dequant_rows_avx512(int32_t fmt, const uint8_t *w, size_t w_row, int64_t
                             const float *scale, int32_t group, const int64_t *row_ids, float *out, int32_t *tmp);
 
 /* quantize_act.c: one activation row of k values to ggml blocks (Q8_0 / Q8_1: k % 32; Q8_K: k % 256). */
+/*
+ * A Q8_0 / Q8_1 block (bb = 34 / 36 bytes at o) of non-finite input, as @tp/quant's reference gives it:
+ * d = NaN if the block holds a NaN, else +inf; codes 0; Q8_1's s = NaN (quantize_act.c).
+ */
+static inline void tp_q8_nonfinite_block(uint8_t *o, size_t bb, int nan) {
+  const uint16_t dh = tp_f32_f16(nan ? NAN : INFINITY), sh = tp_f32_f16(NAN);
+  memset(o, 0, bb);
+  memcpy(o, &dh, 2);
+  if (bb == 36) memcpy(o + 2, &sh, 2);
+}
+
+/* A ConvRot row whose rotated values are not all finite: scale NaN (a NaN among them) or +inf, codes 0. */
+static inline void tp_convrot_nonfinite_row(int64_t k, int8_t *codes, float *scale, int32_t *sum, int nan) {
+  memset(codes, 0, (size_t)k);
+  *scale = nan ? NAN : INFINITY;
+  *sum = 0;
+}
+
 void tp_quantize_q8_0_row(const float *x, int64_t k, uint8_t *out);
 void tp_quantize_q8_1_row(const float *x, int64_t k, uint8_t *out);
 void tp_quantize_q8_k_row(const float *x, int64_t k, uint8_t *out);

@@ -11,6 +11,10 @@
  *   rotate each group of g with the f32 butterfly (every addition rounded, fixed order), × 2^-m;
  *   int8: s = max(f32(max|x| / 127), 1e-30), int4: s = f32(max(max|x|, 1e-10) / 7);
  *   q = clamp(round_half_even(f32(x / s)), −128 | −7, 127 | 7).
+ * Non-finite input, as the reference's arithmetic gives it (JavaScript's Math.max keeps a NaN): a Q8_0 /
+ * Q8_1 block, or a ConvRot row after its rotation, that holds a NaN gets d (s) = NaN, one that holds ±inf
+ * and no NaN gets +inf; all its codes are 0 and Q8_1's s is NaN — so the matmul's output is NaN, as in
+ * f32. Q8_K, like ggml's, skips a NaN when it looks for the largest magnitude.
  */
 #include "matmul.h"
 
@@ -35,9 +39,15 @@ static void q8_0_blocks(const float *x, int64_t k, uint8_t *out, int with_sum) {
     const float *v = x + 32 * b;
     uint8_t *o = out + (size_t)b * bb;
     float amax = 0.0f;
+    int nan = 0;
     for (int j = 0; j < 32; j++) {
       const float a = v[j] < 0 ? -v[j] : v[j];
       if (a > amax) amax = a;
+      nan |= a != a;
+    }
+    if (nan || amax == INFINITY) {
+      tp_q8_nonfinite_block(o, bb, nan);
+      continue;
     }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -122,9 +132,15 @@ void tp_convrot_quantize_row_scalar(const float *x, int64_t k, int32_t g, int32_
   memcpy(tmp, x, (size_t)k * sizeof(float));
   for (int64_t off = 0; off < k; off += g) hadamard_f32(tmp + off, g);
   float amax = 0.0f;
+  int nan = 0;
   for (int64_t i = 0; i < k; i++) {
     const float a = tmp[i] < 0 ? -tmp[i] : tmp[i];
     if (a > amax) amax = a;
+    nan |= a != a;
+  }
+  if (nan || amax == INFINITY) {
+    tp_convrot_nonfinite_row(k, codes, scale, sum, nan);
+    return;
   }
   float s;
   int32_t lo, hi;

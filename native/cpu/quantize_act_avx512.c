@@ -65,6 +65,7 @@ void tp_convrot_quantize_row_avx512(const float *x, int64_t k, int32_t g, int32_
   const pass_consts p1 = make_pass(1), p4 = make_pass(4);
   const __m512 norm = _mm512_set1_ps(1.0f / (float)(1 << tp_log4(g)));
   __m512 amax = _mm512_setzero_ps();
+  __mmask16 nan = 0; /* lanes that met a NaN (max_ps does not keep one) */
   for (int64_t off = 0; off < k; off += g) {
     float *v = tmp + off;
     /* strides 1 and 4, inside each vector */
@@ -93,9 +94,14 @@ void tp_convrot_quantize_row_avx512(const float *x, int64_t k, int32_t g, int32_
       const __m512 t = _mm512_mul_ps(_mm512_load_ps(v + i), norm);
       _mm512_store_ps(v + i, t);
       amax = _mm512_max_ps(amax, _mm512_abs_ps(t));
+      nan |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
     }
   }
   const float a = _mm512_reduce_max_ps(amax);
+  if (nan || a == INFINITY) { /* as quantize_act.c */
+    tp_convrot_nonfinite_row(k, codes, scale, sum, nan != 0);
+    return;
+  }
   float s;
   int32_t lo, hi;
   if (bits == 8) {
@@ -139,9 +145,14 @@ static void q8_0_blocks_avx512(const float *x, int64_t k, uint8_t *out, int with
   for (int64_t b = 0; b < k / 32; b++) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    uint8_t *o = out + (size_t)b * bb;
+    const __mmask16 nan = _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+    if (nan || amax == INFINITY) { /* as quantize_act.c */
+      tp_q8_nonfinite_block(o, bb, nan != 0);
+      continue;
+    }
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t *o = out + (size_t)b * bb;
     const uint16_t dh = tp_f32_f16(d);
     memcpy(o, &dh, 2);
     const __m512 idv = _mm512_set1_ps(id);

@@ -36,7 +36,7 @@ import {
   quantizeConvRot,
   quantizeGgml,
 } from "@tp/quant";
-import { f32ToBf16, f32ToF16, TpError, Weight, type WeightFormat } from "@tp/tensor";
+import { f16ToF32, f32ToBf16, f32ToF16, TpError, Weight, type WeightFormat } from "@tp/tensor";
 
 /**
  * GGUF vs ggml's block dot products in f64 on the same quantized inputs: the kernels sum exact int32
@@ -449,6 +449,79 @@ describe("activation quantizers are bit-exact", () => {
           type,
           equal: true,
         });
+      }
+    }
+  });
+
+  test("NaN / ±inf activations: Q8_0 / Q8_1 blocks and ConvRot rows as the reference, and a NaN matmul row", () => {
+    // reference arithmetic (Math.max keeps a NaN): a block holding NaN gets d = NaN, one holding ±inf
+    // (no NaN) d = +inf, codes 0 either way, Q8_1's s NaN — so the products come out NaN
+    const k = 256;
+    const x = new Float32Array(2 * k).map((_, i) => Math.sin(i * 0.37) * 3);
+    x[3] = Number.NaN; // block 0
+    x[40] = Number.POSITIVE_INFINITY; // block 1
+    x[70] = Number.NEGATIVE_INFINITY; // block 2
+    x[100] = Number.NaN; // block 3: NaN and inf
+    x[101] = Number.POSITIVE_INFINITY;
+    x[k + 200] = Number.NaN; // row 1, block 6
+    for (const type of ["q8_0", "q8_1"] as const) {
+      const bb = type === "q8_0" ? 34 : 36;
+      const ref = new Uint8Array(2 * (k / 32) * bb);
+      for (let i = 0; i < 2; i++)
+        ref.set(quantizeGgml(type, x.subarray(i * k, (i + 1) * k), k), (i * ref.length) / 2);
+      const dv = new DataView(ref.buffer);
+      expect(f16ToF32(dv.getUint16(0, true))).toBeNaN(); // the reference's d of block 0
+      expect(f16ToF32(dv.getUint16(bb, true))).toBe(Number.POSITIVE_INFINITY);
+      for (const isa of ISAS) {
+        const out = new Uint8Array(ref.length);
+        ctxFor(isa).quantizeActivations(type, x, 2, k, out);
+        expect({ isa, type, equal: Buffer.from(out).equals(Buffer.from(ref)) }).toEqual({
+          isa,
+          type,
+          equal: true,
+        });
+      }
+    }
+    for (const bits of [8, 4] as const) {
+      const xr = x.slice(0, 3 * 64).fill(1, 0, 64); // rows: one +inf (rotated to ±inf), one NaN, finite
+      xr[5] = Number.POSITIVE_INFINITY;
+      xr.set(x.subarray(0, 64), 64);
+      xr[64 + 3] = Number.NaN;
+      xr.set(x.subarray(130, 194), 128);
+      const ref = quantizeActivationsConvRot(xr, 64, bits, 16);
+      const [s0, s1, s2] = Array.from(ref.scale);
+      expect([Number.isFinite(s0), Number.isNaN(s1), Number.isFinite(s2)]).toEqual([false, true, true]);
+      for (const isa of ISAS) {
+        const codes = new Int8Array(3 * 64);
+        const scales = new Float32Array(3);
+        ctxFor(isa).convRotQuantize(xr, 3, 64, bits, 16, codes, scales);
+        expect({ isa, bits, codes: Array.from(codes), scales: Array.from(scales) }).toEqual({
+          isa,
+          bits,
+          codes: Array.from(ref.codes),
+          scales: Array.from(ref.scale),
+        });
+      }
+    }
+    // a NaN in a row of x makes that row of the product NaN and leaves the other rows finite
+    for (const format of ["q8_0", "q4_0", "q4_1", "int8_convrot", "int4_convrot"] as NativeWeightFormat[]) {
+      for (const m of [1, 16]) {
+        const w = makeWeight(format, 8, k, 5);
+        const xm = new Float32Array(m * k).map((_, i) => Math.cos(i * 0.11));
+        xm[7] = Number.NaN;
+        const y = new Float32Array(m * 8);
+        for (const isa of ISAS) {
+          ctxFor(isa).matmul(xm, m, w, null, y);
+          const row0 = Array.from(y.subarray(0, 8), Number.isNaN);
+          const rest = Array.from(y.subarray(8), Number.isFinite);
+          expect({ format, m, isa, row0NaN: row0.every(Boolean), restFinite: rest.every(Boolean) }).toEqual({
+            format,
+            m,
+            isa,
+            row0NaN: true,
+            restFinite: true,
+          });
+        }
       }
     }
   });
