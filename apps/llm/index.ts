@@ -96,7 +96,7 @@ async function main(args: LlmArgs): Promise<number> {
     maxNewTokens: args.nPredict,
   };
   const banner = (promptTokens?: number) =>
-    `[${backend.name} backend, ${model.config.architecture}, ${promptTokens === undefined ? "" : `${promptTokens} prompt tokens, `}` +
+    `[${backend.name} backend: ${backend.device}, ${model.config.architecture}, ${promptTokens === undefined ? "" : `${promptTokens} prompt tokens, `}` +
     `ctx window ${model.maxContext}, max ${args.nPredict} new/turn, temp ${args.sampling.temperature}, ` +
     `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}; setup ${fmtS(setupSeconds)} s]`;
 

@@ -12,5 +12,8 @@ import { type Backend, type BackendOptions, TpError } from "@tp/tensor";
  * @throws TpError E_UNSUPPORTED — this backend is not implemented in this build.
  */
 export function createBackend(_options: BackendOptions = {}): Backend {
-  throw new TpError("E_UNSUPPORTED", "backend cuda is not implemented in this build yet; use --backend cpu");
+  throw new TpError(
+    "E_UNSUPPORTED",
+    "backend cuda is not implemented in this build yet; use --backend cpu (or vulkan where it starts)",
+  );
 }

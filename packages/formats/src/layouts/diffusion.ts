@@ -129,7 +129,7 @@ export function detectKrea2Dit(src: TensorSource): DetectedLayout | null {
     details: {
       hidden_size: dim,
       num_blocks: blocks,
-      ...Object.fromEntries([...formats].map(([f, n]) => [`linears_${f}`, n])),
+      ...Object.fromEntries([...formats].map(([f, n]) => [`block_linears_${f}`, n])),
     },
     path: src.path,
     files: src.files,
