@@ -72,6 +72,9 @@ describe("cpu backend", () => {
     const one = createBackend({ threads: 1 });
     expect(one.device).toEndWith(", 1 thread)");
     one.dispose();
+    const defaults = createBackend(null); // null options: the defaults
+    expect(defaults.memory.stats().budget).toBeNull();
+    defaults.dispose();
   });
 
   test("upload and read back, including strided views", async () => {
@@ -116,6 +119,15 @@ describe("cpu backend", () => {
     const same = (await b.read(b.cast(x.slice(0, 5, 9), "f32"))) as Float32Array;
     expect(Array.from(same)).toEqual(Array.from(src.subarray(5, 9)));
     expect(code(() => b.cast(all, "bf16"))).toBe("E_UNSUPPORTED");
+    // an unknown dtype is a bad argument, not an unsupported pair; so is a saturate that is no boolean
+    expect(() => b.cast(x, "f128" as "f16")).toThrow(
+      'op cast on backend cpu: unknown dtype "f128"; expected one of: f64, f32',
+    );
+    expect(code(() => b.cast(x, "f128" as "f16"))).toBe("E_ARG");
+    expect(code(() => b.cast(x, "i32"))).toBe("E_UNSUPPORTED"); // known, no conversion
+    expect(() => b.cast(x, "f8_e4m3fn", { saturate: "no" as unknown as boolean })).toThrow(
+      'op cast on backend cpu: saturate must be a boolean, got "no"',
+    );
     expect(code(() => b.cast(x.slice(0, 0, 6).reshape(2, 3).transpose(0, 1), "f16"))).toBe("E_UNSUPPORTED");
     b.dispose();
   });
@@ -172,7 +184,8 @@ describe("cpu backend", () => {
       "TP_THREADS must be an integer from 0 (all CPUs) to 256, got 'lots'",
     );
     expect(() => resolveThreads(-2)).toThrow("--threads must be");
-    for (const env of ["0x10", "1e2", " 3 ", "", "abc"]) {
+    expect(resolveThreads(undefined, "")).toBe(0); // `TP_THREADS= cmd`: as unset
+    for (const env of ["0x10", "1e2", " 3 ", " ", "abc"]) {
       expect(() => resolveThreads(undefined, env)).toThrow(
         `TP_THREADS must be an integer from 0 (all CPUs) to 256, got '${env}'`,
       );

@@ -66,12 +66,13 @@ function blockBytes(block: HostBlock, offset: number, length: number, what: stri
 }
 
 /**
- * Threads for a CPU backend: the option, else `TP_THREADS`, else 0 (all CPUs).
+ * Threads for a CPU backend: the option, else `TP_THREADS` (unset or empty: 0), else 0 (all CPUs).
  * @throws TpError E_ARG for a value that is not an integer in [0, 256], naming where it came from
  */
 export function resolveThreads(option: number | undefined, env = process.env.TP_THREADS): number {
   const fromEnv = option === undefined || option === null;
-  const envValue = env === undefined ? 0 : /^\d{1,3}$/.test(env) ? Number(env) : Number.NaN; // digits only
+  // digits only; an empty value (`TP_THREADS= cmd`) counts as unset
+  const envValue = env === undefined || env === "" ? 0 : /^\d{1,3}$/.test(env) ? Number(env) : Number.NaN;
   const [value, source] = fromEnv ? [envValue, "TP_THREADS"] : [option, "--threads"];
   if (!Number.isInteger(value) || value < 0 || value > 256) {
     throw new TpError(
@@ -132,10 +133,12 @@ export class CpuBackend extends BackendBase {
   #spareBytes = 0;
 
   /**
+   * @param opts the options; null or undefined: the defaults
    * @throws TpError E_IO when the native library is not built; E_ARG for bad threads or budget
    */
-  constructor(options: CpuBackendOptions = {}) {
-    super("cpu", options);
+  constructor(opts?: CpuBackendOptions | null) {
+    super("cpu", opts ?? {});
+    const options = opts ?? {};
     this.lib = loadCpuLibrary();
     const cache = options.blockCacheBytes ?? CPU_BLOCK_CACHE_BYTES;
     if (!Number.isSafeInteger(cache) || cache < 0) {
@@ -263,11 +266,26 @@ export class CpuBackend extends BackendBase {
   /**
    * Elementwise dtype conversion (tp_cpu_cast): f32 ⇄ f16 / bf16 / f8_e4m3fn / f8_e5m2, or a copy to
    * the same dtype. Rounding and NaN rules are those of @tp/tensor convert.ts, bit for bit.
-   * @param options.saturate f32 → fp8: clamp overflow to ±max finite instead of NaN / inf
-   * @throws TpError E_UNSUPPORTED for another dtype pair or a non-contiguous view; E_STATE for a freed
-   *   or foreign tensor
+   * @param options.saturate f32 → fp8: clamp overflow to ±max finite instead of NaN / inf (a boolean,
+   *   default false; `options` null or undefined: the default)
+   * @throws TpError E_ARG for a dtype that is not one of @tp/tensor's DTYPE_NAMES or a saturate that is
+   *   not a boolean (naming op cast); E_UNSUPPORTED for another pair of known dtypes or a
+   *   non-contiguous view; E_STATE for a freed or foreign tensor
    */
-  override cast(x: Tensor, dtype: DTypeName, options: { saturate?: boolean } = {}): Tensor {
+  override cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean } | null): Tensor {
+    if (typeof dtype !== "string" || !(DTYPE_NAMES as readonly string[]).includes(dtype)) {
+      throw new TpError(
+        "E_ARG",
+        `op cast on backend cpu: unknown dtype ${typeof dtype === "string" ? JSON.stringify(dtype) : String(dtype)}; expected one of: ${DTYPE_NAMES.join(", ")}`,
+      );
+    }
+    const saturate = options?.saturate ?? false;
+    if (typeof saturate !== "boolean") {
+      throw new TpError(
+        "E_ARG",
+        `op cast on backend cpu: saturate must be a boolean, got ${typeof saturate === "string" ? JSON.stringify(saturate) : String(saturate)}`,
+      );
+    }
     const from = x.dtype;
     const pairOk =
       from === dtype || (isCastDtype(from) && isCastDtype(dtype) && (from === "f32" || dtype === "f32"));
@@ -283,7 +301,7 @@ export class CpuBackend extends BackendBase {
     const dst = this.elementBytes(out, "cast");
     if (from === dtype) dst.set(src);
     else {
-      const flags = options.saturate ? CAST_SATURATE : 0;
+      const flags = saturate ? CAST_SATURATE : 0;
       this.ctx.cast(src, from as CastDtype, dst, dtype as CastDtype, x.numel, flags);
     }
     return out;
@@ -291,7 +309,7 @@ export class CpuBackend extends BackendBase {
 
   // ---- ops (implementations in ./ops; contracts in @tp/tensor Backend) ----------------------------
 
-  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Tensor {
+  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions | null): Tensor {
     return ops.attention(this, q, k, v, options);
   }
   override rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
@@ -320,7 +338,7 @@ export class CpuBackend extends BackendBase {
   override silu(x: Tensor): Tensor {
     return ops.silu(this, x);
   }
-  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor {
+  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
     return ops.gelu(this, x, options);
   }
   override sigmoid(x: Tensor): Tensor {
@@ -329,7 +347,7 @@ export class CpuBackend extends BackendBase {
   override swiglu(gate: Tensor, up: Tensor): Tensor {
     return ops.swiglu(this, gate, up);
   }
-  override softmax(x: Tensor, options?: { dim?: number }): Tensor {
+  override softmax(x: Tensor, options?: { dim?: number } | null): Tensor {
     return ops.softmax(this, x, options);
   }
   override add(a: Tensor, b: Tensor): Tensor {
@@ -347,7 +365,7 @@ export class CpuBackend extends BackendBase {
   override modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
     return ops.modulate(this, x, scale, shift);
   }
-  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions): Tensor {
+  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions | null): Tensor {
     return ops.conv2d(this, x, weight, bias, options);
   }
   override upsampleNearest2d(x: Tensor, factor: number): Tensor {
@@ -372,11 +390,17 @@ export class CpuBackend extends BackendBase {
     return ops.topK(this, x, k);
   }
 
-  /** y = x · Wᵀ (+ bias) for every weight format of CPU_WEIGHT_FORMATS (./ops/matmul.ts). */
-  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor {
+  /**
+   * y = x · Wᵀ (+ bias) for every weight format of CPU_WEIGHT_FORMATS (./ops/matmul.ts).
+   * @throws TpError E_ARG when w is not a Weight; E_SHAPE, E_UNSUPPORTED, E_STATE, E_OOM (see there)
+   */
+  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
     return matmul(this, x, w, options);
   }
-  /** Rows of a weight table at i32 ids, dequantized to f32 (./ops/embedding.ts). */
+  /**
+   * Rows of a weight table at i32 ids, dequantized to f32 (./ops/embedding.ts).
+   * @throws TpError E_ARG when table is not a Weight or an id is outside [0, V); E_UNSUPPORTED, E_STATE
+   */
   override embedding(table: Weight, ids: Tensor): Tensor {
     return embedding(this, table, ids);
   }
@@ -394,6 +418,6 @@ export class CpuBackend extends BackendBase {
  * @param options.memoryBudget bytes the backend may hold at once (E_OOM past it)
  * @throws TpError E_IO when libtp_cpu.so is not built ("run 'bun run build'"); E_ARG for bad options
  */
-export function createBackend(options: CpuBackendOptions = {}): CpuBackend {
+export function createBackend(options?: CpuBackendOptions | null): CpuBackend {
   return new CpuBackend(options);
 }

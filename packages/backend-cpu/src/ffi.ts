@@ -221,10 +221,13 @@ export function loadCpuLibrary(path: string = defaultCpuLibraryPath()): CpuLibra
   const cached = loaded.get(path);
   if (cached) return cached;
   if (!existsSync(path)) {
+    const fromEnv = Boolean(process.env.TP_CPU_LIB) && path === defaultCpuLibraryPath();
     throw new TpError(
       "E_IO",
-      `CPU library not built: ${path} is missing; run 'bun run build' in packages/backend-cpu ` +
-        "(or point TP_CPU_LIB at a built libtp_cpu.so)",
+      fromEnv
+        ? `TP_CPU_LIB points at ${path}, which does not exist; unset it to use the library 'bun run build' makes`
+        : `CPU library not built: ${path} is missing; run 'bun run build' in packages/backend-cpu ` +
+            "(or point TP_CPU_LIB at a built libtp_cpu.so)",
       { file: path },
     );
   }
@@ -253,6 +256,32 @@ function checkCount(what: string, name: string, value: number): void {
     throw new TpError("E_ARG", `${what}: ${name} must be a non-negative safe integer, got ${value}`);
   }
 }
+
+/** The largest value of a native `int32_t` argument. */
+export const INT32_MAX = 2 ** 31 - 1;
+
+/**
+ * Check an integer that crosses bun:ffi as an `int32_t` (bun:ffi wraps larger values modulo 2^32, so
+ * 2^32 + 16 would arrive as 16): returns `value` when it is an integer in [lo, hi] ⊆ [−2^31, 2^31 − 1].
+ * For the checked wrappers of this package (here, ops/native.ts, quantize.ts).
+ * @param what the function, for the message
+ * @param name the argument, for the message
+ * @throws TpError E_ARG naming `what`, `name`, the range and the value
+ */
+export function checkInt32(what: string, name: string, value: number, lo = 0, hi = INT32_MAX): number {
+  if (typeof value !== "number" || !Number.isInteger(value) || value < lo || value > hi) {
+    throw new TpError("E_ARG", `${what}: ${name} must be an integer in [${lo}, ${hi}], got ${value}`);
+  }
+  return value;
+}
+
+/** True for 4, 16, 64, …, 2^30: the ConvRot rotation groups (powers of 4 that fit an int32_t). */
+export function isPowerOf4(g: number): boolean {
+  return Number.isInteger(g) && g >= 4 && g <= 2 ** 30 && (g & (g - 1)) === 0 && Math.log2(g) % 2 === 0;
+}
+
+/** The largest k of a weight row (native/cpu/matmul.c TP_MM_MAX). */
+const MAX_ROW_K = 2 ** 40;
 
 /** A loaded libtp_cpu.so: CPU queries, contexts and aligned host memory. Get one from {@link loadCpuLibrary}. */
 export class CpuLibrary {
@@ -287,11 +316,15 @@ export class CpuLibrary {
 
   /**
    * Bytes of one weight row of k elements in a native weight format (tp_weight_row_bytes).
-   * @throws TpError E_ARG for an unknown format; E_SHAPE when k is not a whole number of blocks
+   * @throws TpError E_ARG for an unknown format, or a k that is not an integer in [0, 2^40] (the
+   *   kernels' limit); E_SHAPE when k is not a whole number of blocks
    */
   weightRowBytes(format: NativeWeightFormat, k: number): number {
     const code = weightFormatCode("weightRowBytes", format);
     checkCount("weightRowBytes", "k", k);
+    if (k > MAX_ROW_K) {
+      throw new TpError("E_ARG", `weightRowBytes: k = ${k} is above 2^40, the longest row the kernels take`);
+    }
     const bytes = Number(this.raw.tp_weight_row_bytes(code, k));
     if (bytes < 0) {
       throw new TpError("E_SHAPE", `weightRowBytes: k = ${k} is not a whole number of ${format} blocks`);
@@ -555,10 +588,11 @@ export class NativeContext {
    * bit-exact with @tp/quant quantizeActivationsConvRot.
    * @param x      [m, k] f32
    * @param bits   8 or 4
-   * @param group  rotation group, a power of 4 dividing k
+   * @param group  rotation group, a power of 4 dividing k (an int32_t: at most 2^30)
    * @param codes  [m, k] int8 output
    * @param scales [m] f32 output
-   * @throws TpError E_ARG for a bad argument
+   * @throws TpError E_STATE after destroy; E_ARG for a bad argument (named: bits, a group outside
+   *   [0, 2^31 − 1], short views; the native check names a group that is not a power of 4 dividing k)
    */
   convRotQuantize(
     x: Float32Array,
@@ -574,7 +608,7 @@ export class NativeContext {
     checkCount("convRotQuantize", "k", k);
     if (bits !== 8 && bits !== 4)
       throw new TpError("E_ARG", `convRotQuantize: bits must be 8 or 4, got ${bits}`);
-    checkCount("convRotQuantize", "group", group);
+    checkInt32("convRotQuantize", "group", group);
     if (!(codes instanceof Int8Array) || codes.length < m * k) {
       throw new TpError(
         "E_ARG",
@@ -646,8 +680,7 @@ function checkWeight(
     const want = convrot ? `${w.n} row scales` : fp8 ? "0 or 1 tensor scale" : "no scale";
     throw new TpError("E_ARG", `${fn}: a ${w.format} weight takes ${want}, got ${nScale}`);
   }
-  const pow4 = (g: number) => Number.isInteger(g) && g >= 4 && (g & (g - 1)) === 0 && Math.log2(g) % 2 === 0;
-  if (convrot ? !(pow4(w.group) && w.k % w.group === 0) : w.group !== 0) {
+  if (convrot ? !(isPowerOf4(w.group) && w.k % w.group === 0) : w.group !== 0) {
     throw new TpError(
       "E_ARG",
       `${fn}: group = ${w.group} for ${w.format} (ConvRot: a power of 4 dividing k = ${w.k}; else 0)`,

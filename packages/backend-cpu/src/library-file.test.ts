@@ -53,3 +53,19 @@ test("a FIFO, a directory and a text file are E_IO, without blocking", () => {
     expect(r.out).toStartWith("E_IO ");
   }
 });
+
+test("a missing file is E_IO that blames TP_CPU_LIB when it came from there, else says to build", () => {
+  const missing = join(dir, "no-such.so");
+  const src = `import { loadCpuLibrary } from ${JSON.stringify(index)};
+try { loadCpuLibrary(); console.log("ok"); } catch (e) { console.log(e.code + " " + e.message); }`;
+  const viaEnv = Bun.spawnSync([process.execPath, "-e", src], {
+    env: { ...process.env, TP_CPU_LIB: missing },
+    stdout: "pipe",
+    timeout: 20_000,
+  });
+  expect(viaEnv.stdout.toString().trim()).toStartWith(
+    `E_IO TP_CPU_LIB points at ${missing}, which does not exist; unset it to use the library 'bun run build' makes`,
+  );
+  const r = loadInChild(missing);
+  expect(r.out).toStartWith(`E_IO CPU library not built: ${missing} is missing; run 'bun run build'`);
+});

@@ -744,6 +744,20 @@ describe("argument checks (TpError, never a crash)", () => {
     check(ctx(), 0);
   });
 
+  test("int32 arguments and weight rows past the kernels' limits", () => {
+    // bun:ffi passes an int32_t modulo 2^32: group 2^32 + 16 would arrive as 16
+    const x = new Float32Array(64);
+    expectTpError(
+      () => ctx().convRotQuantize(x, 1, 64, 8, 2 ** 32 + 16, new Int8Array(64), new Float32Array(1)),
+      "E_ARG",
+      "convRotQuantize: group must be an integer in [0, 2147483647], got 4294967312",
+    );
+    // k above 2^40 is refused as such, not as "not a whole number of blocks"
+    expectTpError(() => lib.weightRowBytes("q4_0", 2 ** 41), "E_ARG", /k = 2199023255552 is above 2\^40/);
+    expect(lib.weightRowBytes("q4_0", 2 ** 40)).toBe((2 ** 40 / 32) * 18);
+    expectTpError(() => lib.weightRowBytes("q4_0", 33), "E_SHAPE", /not a whole number of q4_0 blocks/);
+  });
+
   test("createContext arguments", () => {
     expectTpError(() => lib.createContext(-1), "E_ARG", /nThreads/);
     expectTpError(() => lib.createContext(257), "E_ARG", /nThreads/);

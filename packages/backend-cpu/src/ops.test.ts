@@ -5,10 +5,18 @@
 // order. The numerics of every op are in @tp/conformance (packages/conformance), run on this backend
 // at every ISA level.
 import { afterAll, describe, expect, test } from "bun:test";
-import { isTpError, type Tensor, type TpErrorCode } from "@tp/tensor";
+import { isTpError, type Tensor, type TpErrorCode, Weight } from "@tp/tensor";
 import { createBackend } from "./backend.ts";
 import type { Pointer } from "./ffi.ts";
-import { binaryF32, copyStrided, unary } from "./ops/native.ts";
+import {
+  attentionF32,
+  binaryF32,
+  conv2dF32,
+  copyStrided,
+  ropeF32,
+  unary,
+  upsampleNearest2dF32,
+} from "./ops/native.ts";
 
 const b = createBackend({ threads: 2 });
 const other = createBackend({ threads: 1 });
@@ -53,6 +61,11 @@ describe("shape errors name the shapes", () => {
       () => b.attention(f32([1, 2, 4, 8]), f32([1, 2, 4, 6]), f32([1, 2, 4, 8])),
       ["head_dim differ"],
     ],
+    [
+      "attention",
+      () => b.attention(f32([1, 2, 3, 0]), f32([1, 2, 4, 0]), f32([1, 2, 4, 8])),
+      ["q [1, 2, 3, 0]", "k [1, 2, 4, 0]", "head_dim is 0"],
+    ],
     ["conv2d", () => b.conv2d(f32([1, 3, 5, 5]), f32([4, 2, 3, 3]), null), ["[1, 3, 5, 5]", "[4, 2, 3, 3]"]],
     ["conv2d", () => b.conv2d(f32([1, 1, 2, 2]), f32([1, 1, 3, 3]), null), ["3×3 kernel", "2×2"]],
     [
@@ -79,6 +92,30 @@ describe("set: the checks of @tp/tensor checkSetArgs", () => {
     expect(thrown(() => b.set(f32([1, 3]).broadcastTo([4, 3]), f32([4, 3]))).message).toContain("broadcast");
     expect(thrown(() => b.set(dst.slice(0, 0, 2), dst.slice(0, 2, 4))).message).toContain("share storage");
     expect(Array.from((await b.read(dst)) as Float32Array)).toEqual(new Array(12).fill(7));
+  });
+
+  test("a dst whose elements overlap is E_ARG naming set and dst; disjoint odd strides are written", async () => {
+    const base = f32([16], 7);
+    const aliasing = base.view({ shape: [4, 4], strides: [1, 1], offset: 0 });
+    const e = thrown(() => b.set(aliasing, f32([4, 4], 1)));
+    expect(e.code).toBe("E_ARG");
+    expect(e.message).toContain("op set on backend cpu: dst");
+    expect(e.message).toContain("share an address (strides [1, 1])");
+    expect(Array.from((await b.read(base)) as Float32Array)).toEqual(new Array(16).fill(7));
+    // [3, 3] with strides [2, 3]: offsets 2i + 3j = 0 3 6 2 5 8 4 7 10, all distinct, though stride 3
+    // is within the span 4 of stride 2 (the quick test cannot tell): the exact check lets it through
+    const odd = base.view({ shape: [3, 3], strides: [2, 3], offset: 0 });
+    b.set(
+      odd,
+      b.upload(
+        Float32Array.from({ length: 9 }, (_, i) => i),
+        [3, 3],
+        "f32",
+      ),
+    );
+    const got = (await b.read(base)) as Float32Array;
+    for (let i = 0; i < 3; i++) for (let j = 0; j < 3; j++) expect(got[2 * i + 3 * j]).toBe(3 * i + j);
+    expect(got[1]).toBe(7); // not part of the view
   });
 });
 
@@ -109,6 +146,31 @@ describe("bad options are E_ARG naming the option", () => {
     ["top_k k > n", () => b.topK(f32([2, 5]), 6), "k must be an integer in [0, 5]"],
     ["upsample factor 0", () => b.upsampleNearest2d(f32([1, 2, 2]), 0), "factor"],
     ["negative eps", () => b.rmsNorm(f32([2, 4]), null, { eps: -1 }), "eps"],
+    [
+      "unitOffset not a boolean",
+      () => b.rmsNorm(f32([2, 4]), null, { eps: 1e-6, unitOffset: "yes" as unknown as boolean }),
+      'op rms_norm on backend cpu: unitOffset must be a boolean, got "yes"',
+    ],
+    [
+      "softcap that rounds to 0 in f32 (the kernel would read no softcap)",
+      () => b.attention(f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), { softcap: 1e-50 }),
+      "op attention on backend cpu: softcap must be positive, got 1e-50 (it rounds to 0 in f32",
+    ],
+    [
+      "softcap that is +inf in f32",
+      () => b.attention(f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), { softcap: 1e300 }),
+      "op attention on backend cpu: softcap must be finite in f32",
+    ],
+    [
+      "scale that is +inf in f32",
+      () => b.attention(f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), f32([1, 1, 2, 4]), { scale: -1e300 }),
+      "op attention on backend cpu: scale must be finite in f32",
+    ],
+    [
+      "conv stride above int32",
+      () => b.conv2d(f32([1, 1, 4, 4]), f32([1, 1, 3, 3]), null, { stride: 2 ** 32 + 1 }),
+      "op conv2d on backend cpu: stride must be an integer in [1, 2^31 − 1]",
+    ],
     [
       "rope odd ropeDims",
       () =>
@@ -221,6 +283,96 @@ describe("every pointer and length is checked before bun:ffi", () => {
     expect(e.message).toBe("add: a holds 64 bytes, 68 are needed");
   });
 
+  test("conv2d: the output size is computed from the sizes, never taken on trust", () => {
+    // 4×4 input, 1×1 kernel: the kernel writes 16 values, so a 4-byte y is refused before the call
+    const y = { ptr: region.ptr, bytes: 4 };
+    const dims = {
+      batch: 1,
+      cIn: 1,
+      h: 4,
+      w: 4,
+      cOut: 1,
+      kh: 1,
+      kw: 1,
+      stride: [1, 1],
+      padding: [0, 0],
+    } as const;
+    const e = thrown(() => conv2dF32(b.ctx, region, region, null, y, dims));
+    expect([e.code, e.message]).toEqual(["E_ARG", "conv2d: y holds 4 bytes, 64 are needed"]);
+    const lie = { ...dims, oh: 1, ow: 1 }; // extra fields of an older interface change nothing
+    expect(thrown(() => conv2dF32(b.ctx, region, region, null, y, lie)).message).toContain("64 are needed");
+  });
+
+  test("int32 arguments outside their range are E_ARG (bun:ffi would wrap them modulo 2^32)", () => {
+    const conv = { batch: 1, cIn: 1, h: 2, w: 2, cOut: 1, kh: 1, kw: 1, padding: [0, 0] } as const;
+    for (const [stride, padding, part] of [
+      [[2 ** 32 + 1, 1], [0, 0], "stride[0] must be an integer in [1, 2147483647], got 4294967297"],
+      [[1, 0], [0, 0], "stride[1] must be an integer in [1, 2147483647], got 0"],
+      [[1, 1], [0, 2 ** 31], "padding[1] must be an integer in [0, 2147483647], got 2147483648"],
+    ] as const) {
+      const e = thrown(() => conv2dF32(b.ctx, region, region, null, region, { ...conv, stride, padding }));
+      expect([e.code, e.message]).toEqual(["E_ARG", `conv2d: ${part}`]);
+    }
+    const e = thrown(() => upsampleNearest2dF32(b.ctx, region, region, 1, 1, 1, 2 ** 32 + 2));
+    expect([e.code, e.message]).toEqual([
+      "E_ARG",
+      "upsample_nearest2d: factor must be an integer in [1, 2147483647], got 4294967298",
+    ]);
+    const rope = {
+      batch: 1,
+      seq: 1,
+      heads: 1,
+      headDim: 8,
+      sections: [] as number[],
+      ropeDims: 2 ** 32 + 8,
+      mode: 0,
+      theta: 1e4,
+      freqScale: 1,
+    } as const;
+    const r = thrown(() => ropeF32(b.ctx, region, region, region, rope));
+    expect([r.code, r.message]).toEqual([
+      "E_ARG",
+      "rope: ropeDims must be an integer in [0, 2147483647], got 4294967304",
+    ]);
+    const s = thrown(() =>
+      ropeF32(b.ctx, region, region, region, { ...rope, ropeDims: 8, sections: [2 ** 32 + 2, 2] }),
+    );
+    expect(s.message).toBe("rope: section must be an integer in [0, 2147483647], got 4294967298");
+  });
+
+  test("attention: strides of size-1 dimensions are ignored; one above 2^40 is named by tensor and dimension", () => {
+    const view = (strides: number[]) => ({ region, strides });
+    const dims = {
+      batch: 2,
+      heads: 1,
+      kvHeads: 1,
+      sq: 1,
+      skv: 1,
+      headDim: 4,
+      headDimV: 4,
+      scale: 1,
+      qOffset: 0,
+      causal: false,
+      window: 0,
+      fullPrefix: 0,
+      softcap: 0,
+    };
+    const e = thrown(() =>
+      attentionF32(
+        b.ctx,
+        view([4, 4, 4, 1]),
+        view([2 ** 41, 4, 4, 1]),
+        view([4, 4, 4, 1]),
+        view([4, 4, 4, 1]),
+        dims,
+      ),
+    );
+    expect([e.code, e.message]).toEqual([
+      "E_ARG",
+      "attention: k stride 2199023255552 of dimension 0 (batch, size 2) is above 2^40",
+    ]);
+  });
+
   test("the native side checks again (rank, negative strides, reach)", () => {
     const raw = b.lib.raw;
     const shape = new BigInt64Array(17).fill(1n);
@@ -316,5 +468,99 @@ describe("scratch, threads and order", () => {
     expect(Array.from((await b.read(b.attention(q, k, v))) as Float32Array)).toEqual(new Array(8).fill(0));
     const o = b.attention(q, f32([1, 1, 2, 4]), f32([1, 1, 2, 4], 3), { causal: true, qOffset: -1 });
     expect(Array.from((await b.read(o)) as Float32Array)).toEqual([0, 0, 0, 0, 3, 3, 3, 3]);
+  });
+});
+
+describe("null options are the defaults, as undefined", () => {
+  test("gelu, softmax, attention, conv2d, matmul and cast take null", async () => {
+    const x = b.upload(
+      Float32Array.from({ length: 16 }, (_, i) => Math.sin(i)),
+      [1, 1, 4, 4],
+      "f32",
+    );
+    const w = b.upload(
+      Float32Array.from({ length: 4 }, (_, i) => i - 1.5),
+      [1, 1, 2, 2],
+      "f32",
+    );
+    const weight = new Weight({
+      name: "w",
+      format: "f32",
+      shape: [2, 4],
+      data: new Uint8Array(Float32Array.from([1, 2, 3, 4, -1, 0, 1, 0]).buffer),
+    });
+    const pairs: [Tensor, Tensor][] = [
+      [b.gelu(x, null as never), b.gelu(x)],
+      [b.softmax(x, null as never), b.softmax(x)],
+      [b.attention(x, x, x, null as never), b.attention(x, x, x)],
+      [b.conv2d(x, w, null, null as never), b.conv2d(x, w, null)],
+      [b.matmul(x, weight, null as never), b.matmul(x, weight)],
+      [b.cast(x, "f16", null as never), b.cast(x, "f16")],
+    ];
+    for (const [withNull, without] of pairs) {
+      expect(withNull.shape).toEqual(without.shape);
+      const bytes = async (t: Tensor) =>
+        Array.from(new Uint8Array(((await b.read(t)) as Float32Array).buffer));
+      expect(await bytes(withNull)).toEqual(await bytes(without));
+    }
+  });
+});
+
+describe("edge shapes", () => {
+  test("conv2d of an empty x (C_in = 0, or H = 0 inside the padding) is the bias broadcast, zeros without", async () => {
+    const bias = b.upload(new Float32Array([1.5, -2, 3]), [3], "f32");
+    const per = (t: Tensor) =>
+      Array.from({ length: 3 }, (_, c) => new Array(t.numel / 3).fill([1.5, -2, 3][c])).flat();
+    const noChannels = b.conv2d(b.alloc([1, 0, 4, 4], "f32"), b.alloc([3, 0, 3, 3], "f32"), bias);
+    expect(noChannels.shape).toEqual([1, 3, 2, 2]);
+    expect(Array.from((await b.read(noChannels)) as Float32Array)).toEqual(per(noChannels));
+    const noRows = b.conv2d(b.alloc([1, 2, 0, 5], "f32"), f32([3, 2, 1, 1]), bias, { padding: 1 });
+    expect(noRows.shape).toEqual([1, 3, 2, 7]);
+    expect(Array.from((await b.read(noRows)) as Float32Array)).toEqual(per(noRows));
+    const base = b.upload(new Float32Array([1.5, 9, -2, 9, 3, 9]), [6], "f32");
+    const everyOther = base.view({ shape: [3], strides: [2], offset: 0 }); // a strided bias
+    const batched = b.conv2d(b.alloc([2, 0, 3, 3], "f32"), b.alloc([3, 0, 3, 3], "f32"), everyOther);
+    expect(Array.from((await b.read(batched)) as Float32Array)).toEqual([1.5, -2, 3, 1.5, -2, 3]);
+    const zeros = b.conv2d(b.alloc([1, 0, 2, 2], "f32"), b.alloc([2, 0, 1, 1], "f32"), null);
+    expect(Array.from((await b.read(zeros)) as Float32Array)).toEqual(new Array(8).fill(0));
+  });
+
+  test("attention reads a view whose size-1 dimensions have strides of 2^52", async () => {
+    const data = Float32Array.from({ length: 24 }, (_, i) => Math.cos(i));
+    const q = b.upload(data, [1, 2, 3, 4], "f32");
+    const odd = q.view({ shape: [1, 2, 3, 4], strides: [2 ** 52, 12, 4, 1], offset: 0 });
+    const want = Array.from((await b.read(b.attention(q, q, q))) as Float32Array);
+    expect(Array.from((await b.read(b.attention(odd, odd, odd))) as Float32Array)).toEqual(want);
+  });
+
+  test("slice and concat above rank 16 name their own op", () => {
+    const x = f32(new Array(17).fill(1));
+    for (const [op, fn] of [
+      ["slice", () => b.slice(x, 0, 0, 1)],
+      ["concat", () => b.concat([x, x], 0)],
+      ["copy", () => b.copy(x)],
+    ] as const) {
+      const e = thrown(fn);
+      expect([e.code, e.message]).toEqual(["E_ARG", `${op}: rank 17 is above 16`]);
+    }
+  });
+});
+
+describe("matmul and embedding take a Weight of @tp/tensor", () => {
+  test("a plain object is E_ARG naming the op and what was given, never a wrong result", () => {
+    const x = f32([2, 32]);
+    // shape [4, 32] but k: 16 — data for 4 × 16 only: a lie the Weight constructor would refuse
+    const fake = { name: "fake", format: "f32", shape: [4, 32], n: 4, k: 16, data: new Uint8Array(256) };
+    const m = thrown(() => b.matmul(x, fake as unknown as Weight));
+    expect(m.code).toBe("E_ARG");
+    expect(m.message).toContain("op matmul on backend cpu: the weight must be a Weight of @tp/tensor");
+    expect(m.message).toContain("got an object of class Object");
+    const numbers = { ...fake, k: 32, data: new Array(512).fill(0) };
+    expect(thrown(() => b.matmul(x, numbers as unknown as Weight)).code).toBe("E_ARG");
+    const ids = b.upload(new Int32Array([0]), [1], "i32");
+    const e = thrown(() => b.embedding(fake as unknown as Weight, ids));
+    expect(e.code).toBe("E_ARG");
+    expect(e.message).toContain("op embedding on backend cpu: the weight must be a Weight");
+    expect(thrown(() => b.embedding(null as unknown as Weight, ids)).message).toContain("got null");
   });
 });

@@ -66,6 +66,20 @@ describe("quantizeRows argument checks", () => {
     expect(code(() => quantizeRows(ctx, "fp8_scaled", f, [1, 64], { name }))).toBe(`E_ARG (${name})`);
   });
 
+  test("null options are the defaults; a group past int32 (2^32 looks like a power of 4 to 32-bit bit tests) is E_ARG", () => {
+    const q = quantizeRows(ctx, "int8_convrot", b, [4, 256], null);
+    expect(q.groupSize).toBe(256);
+    expect(Buffer.from(q.data).equals(Buffer.from(quantizeRows(ctx, "int8_convrot", b, [4, 256]).data))).toBe(
+      true,
+    );
+    const empty = { bytes: new Uint8Array(0), dtype: "bf16" as const };
+    for (const groupSize of [2 ** 32, 2 ** 34]) {
+      expect(code(() => quantizeRows(ctx, "int8_convrot", empty, [0, groupSize], { name, groupSize }))).toBe(
+        `E_ARG (${name})`,
+      );
+    }
+  });
+
   test("a destroyed context is E_STATE", () => {
     const c = lib.createContext(1);
     c.destroy();
@@ -139,6 +153,7 @@ describe("quantizeRows values", () => {
       quantizeRows(ctx, "fp8_scaled", input, [1, 1024]).scale[0] as number,
     );
     expect(code(() => nq.fp8Scaled(input, 1024, { dtype: "f8_e5m2", name: "x" }))).toBe("E_UNSUPPORTED (x)");
+    expect(nq.fp8Scaled(input, 1024, null as never).scale).toBe(nq.fp8Scaled(input, 1024).scale);
     nq.dispose();
     expect(code(() => nq.convRot(input, [4, 256], {}))).toBe("E_STATE");
   });

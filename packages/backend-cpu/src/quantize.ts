@@ -23,6 +23,7 @@ import { TpError, type TpErrorCode } from "@tp/tensor";
 import {
   type CpuIsa,
   type CpuLibrary,
+  isPowerOf4,
   loadCpuLibrary,
   NATIVE_WEIGHT_FORMATS,
   type NativeContext,
@@ -117,11 +118,6 @@ function fail(code: TpErrorCode, message: string, name: string | undefined): nev
   throw new TpError(code, message, name === undefined ? {} : { tensor: name });
 }
 
-/** True for 4, 16, 64, 256, … */
-function isPowerOf4(g: number): boolean {
-  return Number.isSafeInteger(g) && g >= 4 && (g & (g - 1)) === 0 && Math.log2(g) % 2 === 0;
-}
-
 /**
  * Quantize a dense weight [N, K] with the native kernels, on the threads of `ctx`, bit for bit as
  * @tp/quant's reference for the format:
@@ -134,7 +130,7 @@ function isPowerOf4(g: number): boolean {
  * @param format  target format ({@link NATIVE_QUANTIZE_FORMATS})
  * @param input   [N, K] row-major: f32 values, or f32 / f16 / bf16 bytes (read in place, any alignment)
  * @param shape   [N, K]
- * @param options groupSize (ConvRot, default 256), name (for errors)
+ * @param options groupSize (ConvRot, default 256), name (for errors); null or undefined: none
  * @returns the stored bytes and scales ({@link QuantizedRows}); new buffers owned by the caller
  * @throws TpError E_UNSUPPORTED for another format; E_ARG for a bad group, a bad dtype or view, or an
  *   fp8 scale that cannot be inverted (NaN in the tensor); E_SHAPE for a shape the format cannot take
@@ -145,9 +141,10 @@ export function quantizeRows(
   format: NativeQuantizeFormat,
   input: QuantizeSource,
   shape: readonly [number, number],
-  options: QuantizeRowsOptions = {},
+  options?: QuantizeRowsOptions | null,
 ): QuantizedRows {
-  const name = options.name;
+  const opts = options ?? {};
+  const name = opts.name;
   if (typeof format !== "string" || !Object.hasOwn(FORMAT_CODE, format)) {
     fail(
       "E_UNSUPPORTED",
@@ -165,11 +162,11 @@ export function quantizeRows(
   const convRot = format === "int8_convrot" || format === "int4_convrot";
   let group = 0;
   if (convRot) {
-    group = options.groupSize ?? 256;
+    group = opts.groupSize ?? 256;
     if (!isPowerOf4(group)) {
       fail(
         "E_ARG",
-        `ConvRot group size ${group} is not a power of 4 (expected 4, 16, 64, 256, 1024, ...)`,
+        `ConvRot group size ${group} is not a power of 4 (expected 4, 16, 64, 256, 1024, ..., 2^30)`,
         name,
       );
     }
@@ -316,14 +313,16 @@ export interface NativeQuantizerOptions {
  * option of @tp/quant `quantizeCheckpoint` / `openQuantCache` / `buildQuantCache`; dispose of it after.
  * @throws TpError E_IO when the library is not built; E_ARG for bad threads / maxIsa
  */
-export function createNativeQuantizer(options: NativeQuantizerOptions = {}): NativeWeightQuantizer {
-  const lib = options.library ?? loadCpuLibrary();
-  const ctx = lib.createContext(options.threads ?? 0, options.maxIsa ?? "avx512");
+export function createNativeQuantizer(options?: NativeQuantizerOptions | null): NativeWeightQuantizer {
+  const opts = options ?? {};
+  const lib = opts.library ?? loadCpuLibrary();
+  const ctx = lib.createContext(opts.threads ?? 0, opts.maxIsa ?? "avx512");
   return {
     name: `native cpu (${ctx.isa}, ${ctx.threads} thread${ctx.threads === 1 ? "" : "s"})`,
     rowBlockElements: 1 << 24,
     context: ctx,
-    convRot(weight, shape, opts) {
+    convRot(weight, shape, options) {
+      const opts = options ?? {};
       const format = opts.format ?? "int8_convrot";
       const q = quantizeRows(ctx, format, weight, shape, {
         ...(opts.groupSize === undefined ? {} : { groupSize: opts.groupSize }),
@@ -331,7 +330,8 @@ export function createNativeQuantizer(options: NativeQuantizerOptions = {}): Nat
       });
       return { format, shape: q.shape, groupSize: q.groupSize, data: q.data, scale: q.scale };
     },
-    fp8Scaled(weight, count, opts = {}) {
+    fp8Scaled(weight, count, options) {
+      const opts = options ?? {};
       if ((opts.dtype ?? "f8_e4m3fn") !== "f8_e4m3fn") {
         fail("E_UNSUPPORTED", `native fp8 quantization writes f8_e4m3fn only, got ${opts.dtype}`, opts.name);
       }

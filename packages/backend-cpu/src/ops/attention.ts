@@ -19,7 +19,7 @@ import {
   argError,
   type CpuOpHost,
   checkTensors,
-  finite,
+  finiteF32,
   integer,
   produce,
   scoped,
@@ -29,18 +29,21 @@ import { type AttentionView, attentionF32 } from "./native.ts";
 
 /**
  * softmax(q·kᵀ·scale + mask)·v per head (see the module comment for the mask rules) →
- * [batch, num_heads, Sq, head_dim_v] f32.
+ * [batch, num_heads, Sq, head_dim_v] f32. `options` null or undefined: the defaults.
  * @throws TpError E_SHAPE naming q, k, v when ranks, batch, head_dim, Skv or the head grouping do not
- *   fit; E_ARG for a bad option; E_STATE; E_UNSUPPORTED (not f32)
+ *   fit, or head_dim is 0 while the output is not empty; E_ARG naming the option for a bad option
+ *   (scale and softcap must be finite in f32; softcap, when given, positive in f32); E_STATE;
+ *   E_UNSUPPORTED (not f32)
  */
 export function attention(
   host: CpuOpHost,
   q: Tensor,
   k: Tensor,
   v: Tensor,
-  options: AttentionOptions = {},
+  opts?: AttentionOptions | null,
 ): Tensor {
   const op = "attention";
+  const options = opts ?? {};
   checkTensors(host, op, ["f32"], { q, k, v });
   // the shapes in messages, spelled out only when one is thrown
   const all = () => `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)}`;
@@ -57,7 +60,7 @@ export function attention(
     throw shapeError(op, `${all()}: ${heads} query heads are not a multiple of ${kvHeads} kv heads`);
   }
   const scale =
-    options.scale === undefined ? (d > 0 ? 1 / Math.sqrt(d) : 1) : finite(op, "scale", options.scale);
+    options.scale === undefined ? (d > 0 ? 1 / Math.sqrt(d) : 1) : finiteF32(op, "scale", options.scale);
   const causal = options.causal ?? false;
   if (typeof causal !== "boolean") throw argError(op, `causal must be a boolean, got ${String(causal)}`);
   const qOffset = integer(op, "qOffset", options.qOffset ?? skv - sq, -(2 ** 52), 2 ** 52);
@@ -65,11 +68,14 @@ export function attention(
   if (window > 0 && !causal)
     throw argError(op, "window needs causal: true (a sliding window limits a causal mask)");
   const fullPrefix = options.fullPrefix === undefined ? 0 : integer(op, "fullPrefix", options.fullPrefix, 0);
-  const softcap = options.softcap === undefined ? 0 : finite(op, "softcap", options.softcap);
-  if (softcap < 0 || (options.softcap !== undefined && softcap === 0)) {
-    throw argError(op, `softcap must be positive, got ${softcap}`);
+  // the kernel takes softcap as an f32 in which 0 means "none": a positive value must stay positive
+  const softcap = options.softcap === undefined ? 0 : finiteF32(op, "softcap", options.softcap);
+  if (options.softcap !== undefined && !(Math.fround(softcap) > 0)) {
+    const why = softcap > 0 ? " (it rounds to 0 in f32, which the kernel reads as no softcap)" : "";
+    throw argError(op, `softcap must be positive, got ${softcap}${why}`);
   }
   if (batch * heads * sq * dv === 0) return host.alloc([batch, heads, sq, dv], "f32", q.name);
+  if (d === 0) throw shapeError(op, `${all()}: head_dim is 0, so q·kᵀ has no terms; it must be at least 1`);
   return scoped(host, op, (s) => {
     // in place when the last dimension is unit-stride (or of size ≤ 1); else a contiguous copy
     const view = (t: Tensor): AttentionView =>

@@ -79,8 +79,12 @@ export function checkTensors(
   }
 }
 
-/** Copy any view `src` into the view `dst` of the same shape and dtype (tp_cpu_copy). */
-export function copyInto(host: CpuOpHost, src: Tensor, dst: Tensor): void {
+/**
+ * Copy any view `src` into the view `dst` of the same shape and dtype (tp_cpu_copy).
+ * @param op the op named in errors (default "copy")
+ * @throws TpError E_ARG naming `op` (rank above 16, ...); E_STATE for a freed or foreign tensor
+ */
+export function copyInto(host: CpuOpHost, src: Tensor, dst: Tensor, op = "copy"): void {
   const size = dtypeBytes(src.dtype) as 1 | 2 | 4 | 8;
   copyStrided(
     host.ctx,
@@ -90,6 +94,7 @@ export function copyInto(host: CpuOpHost, src: Tensor, dst: Tensor): void {
     dst.strides,
     src.shape,
     size,
+    op,
   );
 }
 
@@ -114,7 +119,7 @@ export class OpScope {
     if (!t.isContiguous) {
       c = host.alloc(t.shape, t.dtype, `${t.name ?? "tensor"} (contiguous copy for ${this.#op})`);
       this.#temps.push(c);
-      copyInto(host, t, c);
+      copyInto(host, t, c, this.#op);
     }
     return { ptr: host.elementPointer(c, this.#op), bytes: c.byteLength };
   }
@@ -164,6 +169,31 @@ export function scoped<T>(host: CpuOpHost, op: string, body: (s: OpScope) => T):
 /** `v` as a finite number, else E_ARG naming the option. */
 export function finite(op: string, name: string, v: unknown): number {
   return finiteOption("cpu", op, name, v);
+}
+
+/**
+ * `v` as a number that is finite also once rounded to f32 (what an f32 kernel argument receives), else
+ * E_ARG naming op and option (1e300 passes {@link finite} but is +inf in f32).
+ */
+export function finiteF32(op: string, name: string, v: unknown): number {
+  const x = finite(op, name, v);
+  if (!Number.isFinite(Math.fround(x))) {
+    throw argError(op, `${name} must be finite in f32 (|${name}| < 3.4028235e38), got ${x}`);
+  }
+  return x;
+}
+
+/** `v` as a boolean, or `fallback` when undefined; else E_ARG naming op and option. */
+export function booleanOption(op: string, name: string, v: unknown, fallback: boolean): boolean {
+  if (v === undefined) return fallback;
+  if (typeof v !== "boolean") throw argError(op, `${name} must be a boolean, got ${shownValue(v)}`);
+  return v;
+}
+
+/** A value in messages: strings quoted, other primitives as String() gives them, else the type. */
+function shownValue(v: unknown): string {
+  if (typeof v === "string") return JSON.stringify(v);
+  return v === null || (typeof v !== "object" && typeof v !== "function") ? String(v) : typeof v;
 }
 
 /** An integer in [lo, hi], else E_ARG naming the option. */

@@ -28,11 +28,11 @@ export function sigmoid(host: CpuOpHost, x: Tensor): Tensor {
 }
 
 /**
- * GELU: "none" x·Φ(x) with erf, "tanh" the tanh approximation.
+ * GELU: "none" x·Φ(x) with erf, "tanh" the tanh approximation (`options` null or undefined: "none").
  * @throws TpError E_ARG for another `approximate`; E_STATE, E_UNSUPPORTED (not f32)
  */
-export function gelu(host: CpuOpHost, x: Tensor, options: { approximate?: "none" | "tanh" } = {}): Tensor {
-  const approximate = options.approximate ?? "none";
+export function gelu(host: CpuOpHost, x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
+  const approximate = options?.approximate ?? "none";
   if (approximate !== "none" && approximate !== "tanh") {
     throw argError("gelu", `approximate must be "none" or "tanh", got ${JSON.stringify(approximate)}`);
   }

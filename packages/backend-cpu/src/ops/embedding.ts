@@ -11,7 +11,8 @@ import { f32View, nativeWeight, shownWeight } from "./matmul.ts";
 /**
  * Rows of `table` at `ids`. table: [V, D] in any supported weight format; ids: i32 [...] (any view)
  * → [..., D] f32.
- * @throws TpError E_ARG naming the first id outside [0, V) and V (checked before native code runs);
+ * @throws TpError E_ARG when table is not a Weight, or naming the first id outside [0, V) and V
+ *   (checked before native code runs);
  *   E_UNSUPPORTED naming op, backend and format (or a non-i32 ids tensor); E_STATE; E_OOM
  */
 export function embedding(host: CpuOpHost, table: Weight, ids: Tensor): Tensor {

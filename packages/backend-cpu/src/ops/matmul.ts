@@ -27,7 +27,7 @@ import {
   type OpName,
   type Tensor,
   TpError,
-  type Weight,
+  Weight,
   type WeightFormat,
 } from "@tp/tensor";
 import { CPU_FEATURES, NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
@@ -119,10 +119,23 @@ export function shownWeight(w: Weight): string {
 
 /**
  * The native view of a weight: format, shape, bytes, scales and rotation group.
- * @throws TpError E_UNSUPPORTED naming op, backend and format for a format this backend lacks, or for
- *   scales the kernels do not take (a row-scaled fp8 weight, a scaled bf16 / GGUF weight)
+ * @throws TpError E_ARG naming op and backend when `w` is not a {@link Weight} (only its constructor
+ *   checks bytes, shape, scales and group against each other); E_UNSUPPORTED naming op, backend and
+ *   format for a format this backend lacks, or for scales the kernels do not take (a row-scaled fp8
+ *   weight, a scaled bf16 / GGUF weight)
  */
 export function nativeWeight(op: OpName, w: Weight): NativeWeight {
+  const value: unknown = w;
+  if (!(value instanceof Weight)) {
+    const given =
+      value === null || typeof value !== "object"
+        ? String(value)
+        : `an object of class ${(value as { constructor?: { name?: string } }).constructor?.name ?? "(none)"}`;
+    throw new TpError(
+      "E_ARG",
+      `op ${op} on backend cpu: the weight must be a Weight of @tp/tensor (new Weight({ ... }) checks its bytes against its shape), got ${given}`,
+    );
+  }
   if (!Object.hasOwn(NATIVE_WEIGHT_FORMATS, w.format)) {
     throw new TpError(
       "E_UNSUPPORTED",
@@ -155,15 +168,15 @@ export function f32View(r: NativeRegion, count: number): Float32Array {
 }
 
 /**
- * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: [N, K];
- * bias: [N] f32 → [..., N] f32.
- * @throws TpError E_SHAPE when x's last dimension is not K or the bias is not [N] (naming the shapes);
- *   E_UNSUPPORTED naming op, backend and format for a weight format or scale this backend lacks, or a
- *   non-f32 x / bias; E_STATE for a freed or foreign tensor; E_OOM
+ * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: a {@link Weight}
+ * [N, K]; bias: [N] f32 → [..., N] f32. `options` null or undefined: no bias.
+ * @throws TpError E_ARG when w is not a Weight; E_SHAPE when x's last dimension is not K or the bias is
+ *   not [N] (naming the shapes); E_UNSUPPORTED naming op, backend and format for a weight format or
+ *   scale this backend lacks, or a non-f32 x / bias; E_STATE for a freed or foreign tensor; E_OOM
  */
-export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options: { bias?: Tensor } = {}): Tensor {
+export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
   const op = "matmul";
-  const bias = options.bias;
+  const bias = options?.bias;
   checkTensors(host, op, ["f32"], { x, bias });
   const nw = nativeWeight(op, w);
   const [n, k] = w.shape;

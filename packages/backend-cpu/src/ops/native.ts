@@ -1,7 +1,8 @@
 /**
  * Checked wrappers of the op kernels of libtp_cpu.so (symbols in `./symbols.ts`, loaded by
  * `../ffi.ts`). Each wrapper checks, before anything crosses bun:ffi, that every count is a
- * non-negative safe integer, that every region holds what the kernel will touch (for strided views:
+ * non-negative safe integer (and every `int32_t` argument an integer of its range: bun:ffi would wrap
+ * it modulo 2^32), that every region holds what the kernel will touch (for strided views:
  * the farthest element the strides reach), that f32 / i32 pointers are 4-byte aligned and that no
  * pointer is null where elements are read; then it calls the kernel and turns its status into a
  * TpError with {@link check}. The native side checks its arguments again.
@@ -11,7 +12,14 @@
 
 import { ptr } from "bun:ffi";
 import { TpError } from "@tp/tensor";
-import { check, NATIVE_WEIGHT_FORMATS, type NativeContext, type NativeWeight, type Pointer } from "../ffi.ts";
+import {
+  check,
+  checkInt32,
+  NATIVE_WEIGHT_FORMATS,
+  type NativeContext,
+  type NativeWeight,
+  type Pointer,
+} from "../ffi.ts";
 
 /** Native memory a kernel may touch: the address of the first element and the bytes available from it. */
 export interface NativeRegion {
@@ -108,7 +116,13 @@ function product(op: string, ...dims: number[]): number {
   return n;
 }
 
-/** dst[i] = src[i] over `shape`, elements of 1, 2, 4 or 8 bytes (tp_cpu_copy). */
+/**
+ * dst[i] = src[i] over `shape`, elements of 1, 2, 4 or 8 bytes (tp_cpu_copy).
+ * @param op the op named in errors (default "copy"; slice, concat, set and the scratch copies of other
+ *   ops pass their own)
+ * @throws TpError E_ARG naming `op` for a rank above {@link MAX_RANK}, another element size, bad
+ *   strides or a view that reaches past its region
+ */
 export function copyStrided(
   ctx: NativeContext,
   src: NativeRegion,
@@ -117,8 +131,11 @@ export function copyStrided(
   dstStrides: readonly number[],
   shape: readonly number[],
   elemBytes: 1 | 2 | 4 | 8,
+  op = "copy",
 ): void {
-  const op = "copy";
+  if (elemBytes !== 1 && elemBytes !== 2 && elemBytes !== 4 && elemBytes !== 8) {
+    throw new TpError("E_ARG", `${op}: elements of ${elemBytes} bytes; the copy kernel moves 1, 2, 4 or 8`);
+  }
   const dims = shapeArg(op, shape);
   const s = strided(op, "src", src, elemBytes, shape, srcStrides);
   const d = strided(op, "dst", dst, elemBytes, shape, dstStrides);
@@ -351,7 +368,11 @@ export interface RopeDims {
   readonly freqScale: number;
 }
 
-/** RoPE on [batch, seq, heads, head_dim] f32 with i32 positions [axes, seq] (tp_cpu_rope_f32). */
+/**
+ * RoPE on [batch, seq, heads, head_dim] f32 with i32 positions [axes, seq] (tp_cpu_rope_f32).
+ * @throws TpError E_ARG for short regions, bad counts, a ropeDims or section outside [0, 2^31 − 1],
+ *   more than 64 sections or a mode other than 0 / 1 (the native check names the rest)
+ */
 export function ropeF32(
   ctx: NativeContext,
   x: NativeRegion,
@@ -365,8 +386,13 @@ export function ropeF32(
   const py = region(op, "y", y, bytes, 4);
   const axes = Math.max(1, d.sections.length);
   const pp = region(op, "positions", positions, bytes === 0 ? 0 : product(op, axes, d.seq) * 4, 4);
+  if (d.mode !== 0 && d.mode !== 1) throw new TpError("E_ARG", `${op}: mode must be 0 or 1, got ${d.mode}`);
+  if (d.sections.length > 64) {
+    throw new TpError("E_ARG", `${op}: at most 64 sections, got ${d.sections.length}`);
+  }
   const sections =
-    d.sections.length === 0 ? null : Int32Array.from(d.sections, (s) => count(op, "section", s));
+    d.sections.length === 0 ? null : Int32Array.from(d.sections, (s) => checkInt32(op, "section", s));
+  const ropeDims = checkInt32(op, "ropeDims", d.ropeDims);
   check(
     ctx,
     ctx.lib.raw.tp_cpu_rope_f32(
@@ -380,7 +406,7 @@ export function ropeF32(
       pp,
       sections,
       sections === null ? 0 : sections.length,
-      count(op, "ropeDims", d.ropeDims),
+      ropeDims,
       d.mode,
       d.theta,
       d.freqScale,
@@ -416,13 +442,22 @@ export interface AttentionView {
   readonly strides: readonly number[];
 }
 
+/** Names of the dimensions of an {@link AttentionView}, for messages. */
+const ATTENTION_DIMS = ["batch", "heads", "seq", "dim"] as const;
+
+/** The largest stride tp_cpu_attention_strided_f32 takes (2^40 elements). */
+const MAX_ATTENTION_STRIDE = 2 ** 40;
+
 /**
  * Tiled online-softmax attention on strided f32 views, read and written in place
  * (tp_cpu_attention_strided_f32): q [batch, heads, sq, headDim], k [batch, kvHeads, skv, headDim],
  * v [batch, kvHeads, skv, headDimV] → out [batch, heads, sq, headDimV] (any strides whose last is 1).
- * @throws TpError E_ARG when a stride is not a non-negative integer, a last stride is not 1, a view
- *   reaches past its region or is misaligned, or a count is bad; the native checks (out overlapping
- *   an input, out strides that alias) as E_ARG from {@link check}
+ * The stride of a dimension of size 1 is never used and is passed as 0 (a view may hold any value
+ * there, e.g. 2^52).
+ * @throws TpError E_ARG when a stride is not a non-negative integer or is above 2^40 (naming the
+ *   tensor and dimension), a last stride is not 1, a view reaches past its region or is misaligned,
+ *   or a count is bad; the native checks (out overlapping an input, out strides that alias) as E_ARG
+ *   from {@link check}
  */
 export function attentionF32(
   ctx: NativeContext,
@@ -449,7 +484,19 @@ export function attentionF32(
         `${op}: ${name} strides [${view.strides.join(", ")}] must be 4 with a last stride of 1`,
       );
     }
-    const sv = strided(op, name, view.region, 4, shape, [...view.strides.slice(0, 3), 1]);
+    const st = [0, 0, 0, 1];
+    for (let a = 0; a < 3; a++) {
+      const s = view.strides[a] as number;
+      if ((shape[a] as number) <= 1) continue; // never multiplied by a non-zero index
+      if (Number.isSafeInteger(s) && s > MAX_ATTENTION_STRIDE) {
+        throw new TpError(
+          "E_ARG",
+          `${op}: ${name} stride ${s} of dimension ${a} (${ATTENTION_DIMS[a]}, size ${shape[a]}) is above 2^40`,
+        );
+      }
+      st[a] = s;
+    }
+    const sv = strided(op, name, view.region, 4, shape, st);
     ptrs.push(sv.ptr);
     lens[2 * i] = sv.len % 0x1_0000_0000;
     lens[2 * i + 1] = Math.floor(sv.len / 0x1_0000_0000);
@@ -484,7 +531,7 @@ export function attentionF32(
   );
 }
 
-/** Sizes of {@link conv2dF32}. */
+/** Sizes of {@link conv2dF32}; the output size follows from them ({@link conv2dOutputSize}). */
 export interface Conv2dDims {
   readonly batch: number;
   readonly cIn: number;
@@ -493,13 +540,43 @@ export interface Conv2dDims {
   readonly cOut: number;
   readonly kh: number;
   readonly kw: number;
-  readonly oh: number;
-  readonly ow: number;
   readonly stride: readonly [number, number];
   readonly padding: readonly [number, number];
 }
 
-/** 2-D convolution on contiguous f32 (tp_cpu_conv2d_f32). */
+/**
+ * The output size [oh, ow] of tp_cpu_conv2d_f32, by the formula of native/cpu/conv2d.c:
+ * oh = ⌊(h + 2·ph − kh) / sh⌋ + 1 (ow likewise), after checking what the kernel checks: stride an
+ * integer in [1, 2^31 − 1], padding in [0, 2^31 − 1] (int32_t arguments), h, w, kh, kw non-negative
+ * safe integers, and a kernel of at least 1×1 that fits the padded input.
+ * @throws TpError E_ARG naming "conv2d" and the argument
+ */
+export function conv2dOutputSize(d: Conv2dDims): [number, number] {
+  const op = "conv2d";
+  const [sh, sw] = [checkInt32(op, "stride[0]", d.stride[0], 1), checkInt32(op, "stride[1]", d.stride[1], 1)];
+  const [ph, pw] = [checkInt32(op, "padding[0]", d.padding[0]), checkInt32(op, "padding[1]", d.padding[1])];
+  const [h, w, kh, kw] = [
+    count(op, "h", d.h),
+    count(op, "w", d.w),
+    count(op, "kh", d.kh),
+    count(op, "kw", d.kw),
+  ];
+  if (kh < 1 || kw < 1 || kh > h + 2 * ph || kw > w + 2 * pw) {
+    throw new TpError(
+      "E_ARG",
+      `${op}: kernel ${kh}×${kw} does not fit the padded input ${h + 2 * ph}×${w + 2 * pw}`,
+    );
+  }
+  return [Math.floor((h + 2 * ph - kh) / sh) + 1, Math.floor((w + 2 * pw - kw) / sw) + 1];
+}
+
+/**
+ * 2-D convolution on contiguous f32 (tp_cpu_conv2d_f32): x [batch, cIn, h, w], weight [cOut, cIn, kh,
+ * kw], bias [cOut] or null → y [batch, cOut, oh, ow], with [oh, ow] = {@link conv2dOutputSize}(d) — the
+ * size the kernel writes, computed here, never taken from the caller.
+ * @throws TpError E_ARG for a bad stride, padding or count (see {@link conv2dOutputSize}), or a region
+ *   too short for what the kernel reads or writes; the native checks as E_ARG from {@link check}
+ */
 export function conv2dF32(
   ctx: NativeContext,
   x: NativeRegion,
@@ -509,10 +586,11 @@ export function conv2dF32(
   d: Conv2dDims,
 ): void {
   const op = "conv2d";
+  const [oh, ow] = conv2dOutputSize(d);
   const px = region(op, "x", x, product(op, d.batch, d.cIn, d.h, d.w) * 4, 4);
   const pw = region(op, "weight", weight, product(op, d.cOut, d.cIn, d.kh, d.kw) * 4, 4);
-  const pb = optRegion(op, "bias", bias, d.cOut * 4);
-  const py = region(op, "y", y, product(op, d.batch, d.cOut, d.oh, d.ow) * 4, 4);
+  const pb = optRegion(op, "bias", bias, count(op, "cOut", d.cOut) * 4);
+  const py = region(op, "y", y, product(op, d.batch, d.cOut, oh, ow) * 4, 4);
   check(
     ctx,
     ctx.lib.raw.tp_cpu_conv2d_f32(
@@ -536,7 +614,10 @@ export function conv2dF32(
   );
 }
 
-/** Nearest upsampling of planes × [h, w] f32 by `factor` (tp_cpu_upsample_nearest2d_f32). */
+/**
+ * Nearest upsampling of planes × [h, w] f32 by `factor` (tp_cpu_upsample_nearest2d_f32).
+ * @throws TpError E_ARG for a factor outside [1, 2^31 − 1] (an int32_t), bad counts or short regions
+ */
 export function upsampleNearest2dF32(
   ctx: NativeContext,
   x: NativeRegion,
@@ -547,6 +628,7 @@ export function upsampleNearest2dF32(
   factor: number,
 ): void {
   const op = "upsample_nearest2d";
+  checkInt32(op, "factor", factor, 1);
   const px = region(op, "x", x, product(op, planes, h, w) * 4, 4);
   const py = region(op, "y", y, product(op, planes, h, w, factor, factor) * 4, 4);
   check(ctx, ctx.lib.raw.tp_cpu_upsample_nearest2d_f32(ctx.handle, px, py, planes, h, w, factor));
@@ -586,14 +668,23 @@ export function topKF32(
 /** The weight formats with a repacked layout (tp.h tp_weight_repack_bytes). */
 export type RepackFormat = "q8_0" | "q4_0";
 
+/** The tp_wformat code of a {@link RepackFormat}, or E_ARG naming `op`. */
+function repackCode(op: string, format: RepackFormat): number {
+  if (format !== "q8_0" && format !== "q4_0") {
+    throw new TpError("E_ARG", `${op}: repacked weights are q8_0 or q4_0, got ${JSON.stringify(format)}`);
+  }
+  return NATIVE_WEIGHT_FORMATS[format];
+}
+
 /**
  * Bytes of the repacked layout of a weight [n, k] (tp_weight_repack_bytes), or -1 when k is not a
  * multiple of 32.
+ * @throws TpError E_ARG for another format or a bad count
  */
 export function repackBytes(ctx: NativeContext, format: RepackFormat, n: number, k: number): number {
   const op = "repack";
   return Number(
-    ctx.lib.raw.tp_weight_repack_bytes(NATIVE_WEIGHT_FORMATS[format], count(op, "n", n), count(op, "k", k)),
+    ctx.lib.raw.tp_weight_repack_bytes(repackCode(op, format), count(op, "n", n), count(op, "k", k)),
   );
 }
 
@@ -614,12 +705,13 @@ export function repackWeight(
   const bytes = repackBytes(ctx, format, n, k);
   if (bytes < 0) throw new TpError("E_ARG", `${op}: k = ${k} is not a multiple of 32`);
   const po = region(op, "out", out, bytes, 1);
+  if (!(data instanceof Uint8Array)) throw new TpError("E_ARG", `${op}: data must be a Uint8Array`);
   const pw = data.byteLength === 0 ? null : ptr(data);
   check(
     ctx,
     ctx.lib.raw.tp_cpu_repack_weight(
       ctx.handle,
-      NATIVE_WEIGHT_FORMATS[format],
+      repackCode(op, format),
       pw,
       data.byteLength,
       n,
@@ -655,18 +747,7 @@ export function matmulRepacked(
   const py = region(op, "y", y, product(op, m, n) * 4, 4);
   check(
     ctx,
-    ctx.lib.raw.tp_cpu_matmul_repacked(
-      ctx.handle,
-      px,
-      m,
-      k,
-      NATIVE_WEIGHT_FORMATS[format],
-      pp,
-      bytes,
-      n,
-      pb,
-      py,
-    ),
+    ctx.lib.raw.tp_cpu_matmul_repacked(ctx.handle, px, m, k, repackCode(op, format), pp, bytes, n, pb, py),
   );
 }
 
@@ -675,7 +756,8 @@ export function matmulRepacked(
  * regions: the same call as `NativeContext.matmul` without a Float32Array view per operand (each view
  * over native memory is a new ArrayBuffer on the JavaScript heap, three per matmul, hundreds per
  * decoded token). The native side checks the weight's bytes, scales and group against its format.
- * @throws TpError E_ARG for short or misaligned regions or bad counts (from the native check too)
+ * @throws TpError E_ARG for short or misaligned regions, bad counts, an unknown format or a group
+ *   outside [0, 2^31 − 1] (from the native check too)
  */
 export function matmulWeight(
   ctx: NativeContext,
@@ -686,6 +768,15 @@ export function matmulWeight(
   y: NativeRegion,
 ): void {
   const op = "matmul";
+  if (typeof w.format !== "string" || !Object.hasOwn(NATIVE_WEIGHT_FORMATS, w.format)) {
+    throw new TpError("E_ARG", `${op}: unknown weight format ${JSON.stringify(w.format)}`);
+  }
+  const group = checkInt32(op, "group", w.group);
+  if (!(w.data instanceof Uint8Array))
+    throw new TpError("E_ARG", `${op}: the weight data must be a Uint8Array`);
+  if (w.scale !== null && !(w.scale instanceof Float32Array)) {
+    throw new TpError("E_ARG", `${op}: the weight scale must be a Float32Array or null`);
+  }
   const px = region(op, "x", x, product(op, m, w.k) * 4, 4);
   const pb = optRegion(op, "bias", bias, count(op, "n", w.n) * 4);
   const py = region(op, "y", y, product(op, m, w.n) * 4, 4);
@@ -703,7 +794,7 @@ export function matmulWeight(
       w.n,
       scale === null ? null : ptr(scale),
       scale === null ? 0 : scale.length,
-      w.group,
+      group,
       pb,
       py,
     ),

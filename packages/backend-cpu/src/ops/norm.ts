@@ -6,6 +6,7 @@
 import { formatShape, type Tensor } from "@tp/tensor";
 import {
   argError,
+  booleanOption,
   type CpuOpHost,
   checkTensors,
   finite,
@@ -40,8 +41,10 @@ function affineDim(op: string, x: Tensor, d: number, t: Tensor | null, name: str
 }
 
 /**
- * RMSNorm over the last dimension; weight [D] or null; `unitOffset` scales by 1 + weight.
- * @throws TpError E_SHAPE naming x and weight; E_ARG for a bad eps; E_STATE, E_UNSUPPORTED (not f32)
+ * RMSNorm over the last dimension; weight [D] or null; `unitOffset` (a boolean, default false) scales
+ * by 1 + weight.
+ * @throws TpError E_SHAPE naming x and weight; E_ARG naming the option for a bad eps or a unitOffset
+ *   that is not a boolean; E_STATE, E_UNSUPPORTED (not f32)
  */
 export function rmsNorm(
   host: CpuOpHost,
@@ -53,11 +56,12 @@ export function rmsNorm(
   checkTensors(host, op, F32, { x, weight });
   const d = lastDim(op, x, weight);
   const e = eps(op, options?.eps);
+  const unitOffset = booleanOption(op, "unitOffset", options.unitOffset, false);
   return scoped(host, op, (s) => {
     const xr = s.contiguous(x);
     const wr = s.optional(weight);
     return produce(host, op, x.shape, "f32", x.name, (out) =>
-      rmsNormF32(host.ctx, xr, wr, out, d === 0 ? 0 : x.numel / d, d, e, options.unitOffset === true),
+      rmsNormF32(host.ctx, xr, wr, out, d === 0 ? 0 : x.numel / d, d, e, unitOffset),
     );
   });
 }

@@ -7,15 +7,15 @@ import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./com
 import { softmaxF32 } from "./native.ts";
 
 /**
- * Softmax along `dim` (default −1).
+ * Softmax along `dim` (default −1; `options` null or undefined: the default).
  * @throws TpError E_SHAPE for a dim outside the rank (or a scalar); E_STATE, E_UNSUPPORTED (not f32)
  */
-export function softmax(host: CpuOpHost, x: Tensor, options: { dim?: number } = {}): Tensor {
+export function softmax(host: CpuOpHost, x: Tensor, options?: { dim?: number } | null): Tensor {
   const op = "softmax";
   checkTensors(host, op, ["f32"], { x });
   let d: number;
   try {
-    d = normalizeDim(options.dim ?? -1, x.rank);
+    d = normalizeDim(options?.dim ?? -1, x.rank);
   } catch (e) {
     if (e instanceof TpError) throw shapeError(op, e.message);
     throw e;
