@@ -176,6 +176,18 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     b().free(i);
   });
 
+  test("set into a destination whose elements overlap is E_ARG (@tp/tensor checkSetArgs), as on cpu", async () => {
+    const base = b().upload(new Float32Array(16).fill(7), [16], "f32");
+    const src = b().upload(new Float32Array(16).fill(1), [4, 4], "f32");
+    const e = errorOf(() => b().set(base.view({ shape: [4, 4], strides: [1, 1], offset: 0 }), src));
+    expect(e.code).toBe("E_ARG");
+    expect(e.message).toContain("op set on backend vulkan: dst");
+    expect(e.message).toContain("share an address (strides [1, 1])");
+    expect(Array.from((await b().read(base)) as Float32Array)).toEqual(new Array(16).fill(7));
+    b().free(base);
+    b().free(src);
+  });
+
   test("memory is accounted, budgets hold, device limits name the device", () => {
     const before = b().memory.current;
     const t = b().alloc([256], "f32");

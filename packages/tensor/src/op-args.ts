@@ -45,10 +45,50 @@ export function integerOption(
   return v;
 }
 
+/** Views of at most this many elements whose strides do not prove them one-to-one are checked exactly. */
+const EXACT_OVERLAP_CHECK = 2 ** 16;
+
 /**
- * The checks of the `set` op (Backend.set): same shape and dtype, a dst that is not a broadcast view,
- * and no storage shared between dst and src.
- * @throws TpError E_SHAPE when shapes differ; E_ARG for different dtypes, a broadcast dst or shared
+ * Whether two elements of the view `t` share an address: "no", "yes", or "maybe" for a large view
+ * the test cannot decide. Sufficient test first (the dimensions of size > 1 sorted by stride, each
+ * stride beyond the span of the smaller ones, as native/cpu/attention.c checks an output); a view that
+ * fails it is enumerated when it has at most {@link EXACT_OVERLAP_CHECK} elements. Views made by
+ * reshape / permute / slice / transpose always pass the first test.
+ */
+function overlapping(t: Tensor): "no" | "yes" | "maybe" {
+  if (t.numel <= 1) return "no";
+  const dims: [number, number][] = [];
+  for (let i = 0; i < t.rank; i++) {
+    const n = t.shape[i] as number;
+    if (n > 1) dims.push([t.strides[i] as number, n]);
+  }
+  dims.sort((a, b) => a[0] - b[0]);
+  let span = 0; // the farthest offset the smaller strides reach
+  let proven = true;
+  for (const [s, n] of dims) {
+    if (s <= span) {
+      proven = false;
+      break;
+    }
+    span += (n - 1) * s;
+  }
+  if (proven) return "no";
+  if (t.numel > EXACT_OVERLAP_CHECK) return "maybe";
+  let offsets = [0];
+  for (const [s, n] of dims) {
+    const next: number[] = [];
+    for (let j = 0; j < n; j++) for (const o of offsets) next.push(o + j * s);
+    offsets = next;
+  }
+  return new Set(offsets).size !== offsets.length ? "yes" : "no";
+}
+
+/**
+ * The checks of the `set` op (Backend.set): same shape and dtype, a dst that is not a broadcast view
+ * and whose elements do not overlap (shape [4, 4], strides [1, 1]: which write would win?), and no
+ * storage shared between dst and src.
+ * @throws TpError E_SHAPE when shapes differ; E_ARG for different dtypes, a broadcast dst, a dst whose
+ *   elements overlap (or, past 2^16 elements, whose strides do not show that they do not), or shared
  *   storage — each naming backend and op
  */
 export function checkSetArgs(backend: string, dst: Tensor, src: Tensor): void {
@@ -61,6 +101,17 @@ export function checkSetArgs(backend: string, dst: Tensor, src: Tensor): void {
   }
   if (dst.shape.some((n, i) => n > 1 && dst.strides[i] === 0)) {
     throw opError("E_ARG", backend, op, `dst ${dst.describe()} is a broadcast view; it cannot be written`);
+  }
+  const overlap = overlapping(dst);
+  if (overlap !== "no") {
+    const what =
+      overlap === "yes" ? "has elements that share an address" : "may have elements that share an address";
+    throw opError(
+      "E_ARG",
+      backend,
+      op,
+      `dst ${dst.describe()} ${what} (strides [${dst.strides.join(", ")}]); it cannot be written`,
+    );
   }
   if (dst.storage === src.storage && dst.numel > 0) {
     throw opError("E_ARG", backend, op, `dst and src share storage (${dst.describe()}); copy src first`);

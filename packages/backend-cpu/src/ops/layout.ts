@@ -46,66 +46,17 @@ function copyAs(host: CpuOpHost, op: string, x: Tensor): Tensor {
   return out;
 }
 
-/** Views of at most this many elements whose strides do not prove them one-to-one are checked exactly. */
-const EXACT_OVERLAP_CHECK = 2 ** 16;
-
-/**
- * Whether two elements of the view `t` share an address: "no", "yes", or "maybe" for a large view
- * the test cannot decide. Sufficient test first (the dimensions of size > 1 sorted by stride, each
- * stride beyond the span of the smaller ones, as native/cpu/attention.c checks an output); a view that
- * fails it is enumerated when it has at most {@link EXACT_OVERLAP_CHECK} elements. Views made by
- * reshape / permute / slice / transpose always pass the first test.
- */
-function overlapping(t: Tensor): "no" | "yes" | "maybe" {
-  if (t.numel <= 1) return "no";
-  const dims: [number, number][] = [];
-  for (let i = 0; i < t.rank; i++) {
-    const n = t.shape[i] as number;
-    if (n > 1) dims.push([t.strides[i] as number, n]);
-  }
-  dims.sort((a, b) => a[0] - b[0]);
-  let span = 0; // the farthest offset the smaller strides reach
-  let proven = true;
-  for (const [s, n] of dims) {
-    if (s <= span) {
-      proven = false;
-      break;
-    }
-    span += (n - 1) * s;
-  }
-  if (proven) return "no";
-  if (t.numel > EXACT_OVERLAP_CHECK) return "maybe";
-  let offsets = [0];
-  for (const [s, n] of dims) {
-    const next: number[] = [];
-    for (let j = 0; j < n; j++) for (const o of offsets) next.push(o + j * s);
-    offsets = next;
-  }
-  return new Set(offsets).size !== offsets.length ? "yes" : "no";
-}
-
 /**
  * Backend.set: write `src` into the view `dst` in place (same shape and dtype, any dtype) with the
  * strided copy kernel.
- * @throws TpError E_SHAPE, E_ARG (see @tp/tensor checkSetArgs: dtypes, a broadcast dst, shared
- *   storage); E_ARG naming set and dst for a dst whose elements overlap (e.g. shape [4, 4], strides
- *   [1, 1]: which write would win?), or a view of more than 2^16 elements whose strides do not show
- *   that they do not; E_STATE
+ * @throws TpError E_SHAPE, E_ARG (see @tp/tensor checkSetArgs: dtypes, a broadcast dst or one whose
+ *   elements overlap, shared storage); E_STATE
  */
 export function set(host: CpuOpHost, dst: Tensor, src: Tensor): void {
   const op = "set";
   checkCopyable(host, op, dst);
   checkCopyable(host, op, src);
   checkSetArgs("cpu", dst, src);
-  const overlap = overlapping(dst);
-  if (overlap !== "no") {
-    const what =
-      overlap === "yes" ? "has elements that share an address" : "may have elements that share an address";
-    throw argError(
-      op,
-      `dst ${dst.describe()} ${what} (strides [${dst.strides.join(", ")}]); it cannot be written`,
-    );
-  }
   if (src.numel > 0) copyInto(host, src, dst, op);
 }
 
