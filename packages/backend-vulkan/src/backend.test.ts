@@ -188,6 +188,23 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     b().free(src);
   });
 
+  test("attention's scale and softcap must survive the f32 kernel argument (@tp/tensor attentionScalars)", () => {
+    const x = b().upload(new Float32Array(8), [1, 1, 2, 4], "f32");
+    for (const [options, text] of [
+      [{ softcap: 1e-50 }, "softcap must be positive, got 1e-50 (it rounds to 0 in f32"],
+      [{ softcap: 0 }, "softcap must be positive, got 0"],
+      [{ softcap: 1e300 }, "softcap must be finite in f32"],
+      [{ scale: -1e300 }, "scale must be finite in f32"],
+    ] as const) {
+      const e = errorOf(() => b().attention(x, x, x, options));
+      expect({ code: e.code, message: e.message }).toEqual({
+        code: "E_ARG",
+        message: expect.stringContaining(`op attention on backend vulkan: ${text}`),
+      });
+    }
+    b().free(x);
+  });
+
   test("memory is accounted, budgets hold, device limits name the device", () => {
     const before = b().memory.current;
     const t = b().alloc([256], "f32");

@@ -27,6 +27,41 @@ export function finiteOption(backend: string, op: string, name: string, v: unkno
 }
 
 /**
+ * The scalar options of `attention` as an f32 kernel receives them: `scale` (default 1/√headDim, 1
+ * when headDim is 0) finite once rounded to f32; `softcap` absent (0 to the kernel: none) or, when
+ * given, finite and positive once rounded to f32 — 1e-50 would reach the kernel as 0 and silently mean
+ * "none", 1e300 as +inf.
+ * @throws TpError E_ARG naming backend, op and the option
+ */
+export function attentionScalars(
+  backend: string,
+  op: string,
+  options: { readonly scale?: number; readonly softcap?: number },
+  headDim: number,
+): { scale: number; softcap: number } {
+  const f32 = (name: string, v: unknown): number => {
+    const x = finiteOption(backend, op, name, v);
+    if (!Number.isFinite(Math.fround(x))) {
+      throw opError(
+        "E_ARG",
+        backend,
+        op,
+        `${name} must be finite in f32 (|${name}| < 3.4028235e38), got ${x}`,
+      );
+    }
+    return x;
+  };
+  const scale =
+    options.scale === undefined ? (headDim > 0 ? 1 / Math.sqrt(headDim) : 1) : f32("scale", options.scale);
+  const softcap = options.softcap === undefined ? 0 : f32("softcap", options.softcap);
+  if (options.softcap !== undefined && !(Math.fround(softcap) > 0)) {
+    const why = softcap > 0 ? " (it rounds to 0 in f32, which the kernel reads as no softcap)" : "";
+    throw opError("E_ARG", backend, op, `softcap must be positive, got ${softcap}${why}`);
+  }
+  return { scale, softcap };
+}
+
+/**
  * `v` as a safe integer in [lo, hi].
  * @throws TpError E_ARG naming backend, op, option `name` and the range
  */

@@ -14,17 +14,14 @@
  * zeros. `window` needs `causal`.
  * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023; softcap: Gemma 2 (Team et al. 2024).
  */
-import { type AttentionOptions, contiguousStrides, formatShape, type Tensor } from "@tp/tensor";
 import {
-  argError,
-  type CpuOpHost,
-  checkTensors,
-  finiteF32,
-  integer,
-  produce,
-  scoped,
-  shapeError,
-} from "./common.ts";
+  type AttentionOptions,
+  attentionScalars,
+  contiguousStrides,
+  formatShape,
+  type Tensor,
+} from "@tp/tensor";
+import { argError, type CpuOpHost, checkTensors, integer, produce, scoped, shapeError } from "./common.ts";
 import { type AttentionView, attentionF32 } from "./native.ts";
 
 /**
@@ -59,8 +56,7 @@ export function attention(
   if (kvHeads === 0 ? heads !== 0 : heads % kvHeads !== 0) {
     throw shapeError(op, `${all()}: ${heads} query heads are not a multiple of ${kvHeads} kv heads`);
   }
-  const scale =
-    options.scale === undefined ? (d > 0 ? 1 / Math.sqrt(d) : 1) : finiteF32(op, "scale", options.scale);
+  const { scale, softcap } = attentionScalars("cpu", op, options, d);
   const causal = options.causal ?? false;
   if (typeof causal !== "boolean") throw argError(op, `causal must be a boolean, got ${String(causal)}`);
   const qOffset = integer(op, "qOffset", options.qOffset ?? skv - sq, -(2 ** 52), 2 ** 52);
@@ -68,12 +64,6 @@ export function attention(
   if (window > 0 && !causal)
     throw argError(op, "window needs causal: true (a sliding window limits a causal mask)");
   const fullPrefix = options.fullPrefix === undefined ? 0 : integer(op, "fullPrefix", options.fullPrefix, 0);
-  // the kernel takes softcap as an f32 in which 0 means "none": a positive value must stay positive
-  const softcap = options.softcap === undefined ? 0 : finiteF32(op, "softcap", options.softcap);
-  if (options.softcap !== undefined && !(Math.fround(softcap) > 0)) {
-    const why = softcap > 0 ? " (it rounds to 0 in f32, which the kernel reads as no softcap)" : "";
-    throw argError(op, `softcap must be positive, got ${softcap}${why}`);
-  }
   if (batch * heads * sq * dv === 0) return host.alloc([batch, heads, sq, dv], "f32", q.name);
   if (d === 0) throw shapeError(op, `${all()}: head_dim is 0, so q·kᵀ has no terms; it must be at least 1`);
   return scoped(host, op, (s) => {

@@ -171,18 +171,6 @@ export function finite(op: string, name: string, v: unknown): number {
   return finiteOption("cpu", op, name, v);
 }
 
-/**
- * `v` as a number that is finite also once rounded to f32 (what an f32 kernel argument receives), else
- * E_ARG naming op and option (1e300 passes {@link finite} but is +inf in f32).
- */
-export function finiteF32(op: string, name: string, v: unknown): number {
-  const x = finite(op, name, v);
-  if (!Number.isFinite(Math.fround(x))) {
-    throw argError(op, `${name} must be finite in f32 (|${name}| < 3.4028235e38), got ${x}`);
-  }
-  return x;
-}
-
 /** `v` as a boolean, or `fallback` when undefined; else E_ARG naming op and option. */
 export function booleanOption(op: string, name: string, v: unknown, fallback: boolean): boolean {
   if (v === undefined) return fallback;

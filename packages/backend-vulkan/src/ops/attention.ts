@@ -14,13 +14,12 @@
  * workgroup per head.
  * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023; online softmax: Milakov & Gimelshein 2018.
  */
-import { type AttentionOptions, formatShape, type Tensor, TpError } from "@tp/tensor";
+import { type AttentionOptions, attentionScalars, formatShape, type Tensor, TpError } from "@tp/tensor";
 import {
   argError,
   type BoundTensor,
   checkTensors,
   dispatchGroups,
-  finite,
   integer,
   type OpScope,
   Push,
@@ -152,9 +151,7 @@ export function attention(
     );
   }
   const o = options ?? {};
-  const scale = finite(op, "scale", o.scale ?? 1 / Math.sqrt(Math.max(d, 1)));
-  const softcap = o.softcap === undefined ? 0 : finite(op, "softcap", o.softcap);
-  if (softcap < 0) throw argError(op, `softcap must be positive, got ${softcap}`);
+  const { scale, softcap } = attentionScalars("vulkan", op, o, d);
   const qOffset = integer(op, "qOffset", o.qOffset ?? skv - sq, -(2 ** 31), 2 ** 31 - 1);
   const window = o.window === undefined ? 0 : integer(op, "window", o.window, 1, 2 ** 31 - 1);
   if (window > 0 && !o.causal) throw argError(op, "window needs causal");
