@@ -319,63 +319,54 @@ static const gemv_fn gemv_bf16s[4] = {gemv_bf16_1, gemv_bf16_2, gemv_bf16_3, gem
 static const gemv_fn gemv_f32s[4] = {gemv_f32_1, gemv_f32_2, gemv_f32_3, gemv_f32_4};
 
 /*
- * bf16 weights, one activation row (decoding): one weight row at a time, 64 k per step in two
- * accumulators — a single sequential stream per thread. On this project's AMD EPYC VM, streaming four
- * weight rows at once (gemv_bf16_rows) was 15–25% slower at M = 1 (K=1024 N=3072: 0.18–0.22 →
- * 0.13–0.15 ms, now below ggml's 0.17), as was reading two Q8_0 rows at once (2×).
+ * bf16 weights, one activation row (decoding): weight rows w and v against x (k bf16), 64 k per step in
+ * two accumulators per row, sums into out[0] / out[1] (v = w for a single row).
  */
-/* One bf16 weight row at w against x (k bf16): the sum of the m = 1 GEMV, in a fixed order. */
-static inline __attribute__((always_inline)) float dot_bf16_row(const uint16_t *x, const uint16_t *w, int64_t k) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  int64_t t = 0;
-  for (; t + 64 <= k; t += 64) {
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(x + t), (__m512bh)_mm512_loadu_si512(w + t));
-    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(x + t + 32), (__m512bh)_mm512_loadu_si512(w + t + 32));
+static inline __attribute__((always_inline)) void dot_bf16_2rows(const uint16_t *x, const uint16_t *w,
+                                                                 const uint16_t *v, int64_t k, float *out) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  int64_t q = 0;
+  for (; q + 64 <= k; q += 64) {
+    const __m512i x0 = _mm512_loadu_si512(x + q), x1 = _mm512_loadu_si512(x + q + 32);
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(w + q));
+    b0 = _mm512_dpbf16_ps(b0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(v + q));
+    a1 = _mm512_dpbf16_ps(a1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(w + q + 32));
+    b1 = _mm512_dpbf16_ps(b1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(v + q + 32));
   }
-  for (; t < k; t += 32) {
-    const int cnt = k - t < 32 ? (int)(k - t) : 32;
+  for (; q < k; q += 32) {
+    const int cnt = k - q < 32 ? (int)(k - q) : 32;
     const __mmask32 mk = cnt >= 32 ? 0xFFFFFFFFu : ((1u << cnt) - 1u);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_maskz_loadu_epi16(mk, x + t), (__m512bh)_mm512_maskz_loadu_epi16(mk, w + t));
+    const __m512i xv = _mm512_maskz_loadu_epi16(mk, x + q);
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, w + q));
+    b0 = _mm512_dpbf16_ps(b0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, v + q));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(b0, b1));
 }
 
+/*
+ * The bf16 GEMV at M = 1: rows j and j + h together (h = half the range), two sequential weight
+ * streams, as the GGUF GEMV reads them (streaming four adjacent rows, gemv_bf16_rows, was 15–25% slower
+ * here). Against one row at a time, from DRAM, 2 threads, 9 alternating runs in each of 6 processes,
+ * half on a file mapping: K=1024 N=3072 ×1.05–1.13, K=4096 N=12288 ×1.02–1.11, K=2048 N=1024
+ * ×1.05–1.06, K=1024 N=2048 ×1.02–1.09 (the same sums); decode of a bf16 model with Qwen3-0.6B's shapes
+ * +1–3% in 4 of 5 alternating pairs.
+ */
 static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1) {
-  const int64_t k = mm->k;
   const uint16_t *x = (const uint16_t *)mm->xq;
-  /*
-   * Rows j and j + h together (h = half the range): two sequential weight streams, as the GGUF GEMV
-   * reads them; each row's sums are those of dot_bf16_row, in the same order. From DRAM, 2 threads, 9
-   * alternating runs in each of 6 processes, half on a file mapping: K=1024 N=3072 ×1.05–1.13, K=4096
-   * N=12288 ×1.02–1.11, K=2048 N=1024 ×1.05–1.06, K=1024 N=2048 ×1.02–1.09; decode of a bf16 model
-   * with Qwen3-0.6B's shapes +1–3% in 4 of 5 alternating pairs.
-   */
   const int64_t h = (n1 - n0) / 2;
-  for (int64_t t = 0; t < h; t++) {
-    const int64_t j = n0 + t;
+  float out[2];
+  for (int64_t j = n0; j < n0 + h; j++) {
     const uint16_t *w = (const uint16_t *)(mm->w + (size_t)j * mm->w_row);
-    const uint16_t *v = (const uint16_t *)(mm->w + (size_t)(j + h) * mm->w_row);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
-    int64_t q = 0;
-    for (; q + 64 <= k; q += 64) {
-      const __m512i x0 = _mm512_loadu_si512(x + q), x1 = _mm512_loadu_si512(x + q + 32);
-      a0 = _mm512_dpbf16_ps(a0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(w + q));
-      b0 = _mm512_dpbf16_ps(b0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(v + q));
-      a1 = _mm512_dpbf16_ps(a1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(w + q + 32));
-      b1 = _mm512_dpbf16_ps(b1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(v + q + 32));
-    }
-    for (; q < k; q += 32) {
-      const int cnt = k - q < 32 ? (int)(k - q) : 32;
-      const __mmask32 mk = cnt >= 32 ? 0xFFFFFFFFu : ((1u << cnt) - 1u);
-      const __m512i xv = _mm512_maskz_loadu_epi16(mk, x + q);
-      a0 = _mm512_dpbf16_ps(a0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, w + q));
-      b0 = _mm512_dpbf16_ps(b0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, v + q));
-    }
-    mm->y[j] = float_out(mm, _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)), j);
-    mm->y[j + h] = float_out(mm, _mm512_reduce_add_ps(_mm512_add_ps(b0, b1)), j + h);
+    dot_bf16_2rows(x, w, (const uint16_t *)((const uint8_t *)w + (size_t)h * mm->w_row), mm->k, out);
+    mm->y[j] = float_out(mm, out[0], j);
+    mm->y[j + h] = float_out(mm, out[1], j + h);
   }
-  for (int64_t j = n0 + 2 * h; j < n1; j++) /* the odd row left over */
-    mm->y[j] = float_out(mm, dot_bf16_row(x, (const uint16_t *)(mm->w + (size_t)j * mm->w_row), k), j);
+  if ((n1 - n0) % 2) { /* the odd row left over */
+    const uint16_t *w = (const uint16_t *)(mm->w + (size_t)(n1 - 1) * mm->w_row);
+    dot_bf16_2rows(x, w, w, mm->k, out);
+    mm->y[n1 - 1] = float_out(mm, out[0], n1 - 1);
+  }
 }
 
 static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1) {
