@@ -80,6 +80,7 @@ uint32_t tp_cpu_features(void) {
       if ((ebx >> 30) & 1) features |= TP_CPU_AVX512BW;
       if ((ebx >> 31) & 1) features |= TP_CPU_AVX512VL;
       if ((ecx >> 11) & 1) features |= TP_CPU_AVX512VNNI;
+      if ((ecx >> 1) & 1) features |= TP_CPU_AVX512VBMI;
     }
     if (max_subleaf >= 1) {
       __cpuid_count(7, 1, eax, ebx, ecx, edx);
@@ -133,7 +134,7 @@ tp_ctx *tp_ctx_create(int32_t n_threads, int32_t max_isa) {
     /* the feature bits kernels may use: none below AVX2, no AVX-512 bits below the AVX-512 level */
     const uint32_t all = tp_cpu_features();
     const uint32_t avx512_bits = TP_CPU_AVX512F | TP_CPU_AVX512BW | TP_CPU_AVX512VL | TP_CPU_AVX512VNNI |
-                                 TP_CPU_AVX512BF16;
+                                 TP_CPU_AVX512BF16 | TP_CPU_AVX512VBMI;
     ctx->features = ctx->isa >= TP_ISA_AVX512 ? all : ctx->isa >= TP_ISA_AVX2 ? all & ~avx512_bits : 0;
   }
   ctx->error[0] = '\0';

@@ -51,6 +51,7 @@ typedef enum tp_isa { TP_ISA_SCALAR = 0, TP_ISA_AVX2 = 1, TP_ISA_AVX512 = 2 } tp
 #define TP_CPU_AVX512VNNI (1u << 6)
 #define TP_CPU_AVX512BF16 (1u << 7)
 #define TP_CPU_AVXVNNI (1u << 8)
+#define TP_CPU_AVX512VBMI (1u << 9)
 
 /* Flags of tp_cpu_cast. */
 #define TP_CAST_SATURATE (1u << 0) /* f32 -> fp8: clamp overflow and +-inf to +-max finite */

@@ -128,6 +128,7 @@ export const CPU_FEATURES = {
   avx512vnni: 1 << 6,
   avx512bf16: 1 << 7,
   avxvnni: 1 << 8,
+  avx512vbmi: 1 << 9,
 } as const;
 
 /** A feature name of {@link CPU_FEATURES}. */

@@ -382,6 +382,54 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
     }
   });
 
+  test("fp8 at M = 1 and M = 2: every code (NaN, ±inf, subnormals, −0) gives dequantizeFp8's value, every level, 1 and 2 threads", () => {
+    // Row j holds code j (j < 256; row 256 code 0x38) at column p = 7j mod k and zeros (+0) elsewhere; x
+    // holds powers of two (exact in bf16), so each output is exactly the code's value (times the
+    // scale, rounded as dequantizeFp8 rounds it) times x[p]. The M = 1 kernel of the AVX-512 level
+    // looks codes up in tables and lays x out in its own order: a wrong table entry, sign or
+    // position shows here. k = 200 ends in a partial step; n = 257 pairs rows 128 apart plus an odd row.
+    const [n, k] = [257, 200];
+    const x = Float32Array.from({ length: k }, (_, i) => 2 ** ((i % 13) - 6));
+    for (const format of ["f8_e4m3fn", "f8_e5m2"] as const) {
+      for (const scale of [undefined, 0.0375]) {
+        const data = new Uint8Array(n * k);
+        const codes = Uint8Array.from({ length: n }, (_, j) => (j < 256 ? j : 0x38));
+        for (let j = 0; j < n; j++) data[j * k + ((7 * j) % k)] = codes[j] as number;
+        const w: NativeWeight = {
+          format,
+          n,
+          k,
+          data,
+          scale: scale === undefined ? null : Float32Array.of(scale),
+          group: 0,
+        };
+        const values = dequantizeFp8(codes, format, scale);
+        // + 0: a sum of products that starts from 0 gives +0 for the code −0, as the reference dot would
+        const want = Float32Array.from(values, (v, j) => v * (x[(7 * j) % k] as number) + 0);
+        for (const isa of ISAS) {
+          for (const threads of [1, 2]) {
+            const y1 = new Float32Array(n);
+            ctxFor(isa, threads).matmul(x, 1, w, null, y1);
+            const y2 = new Float32Array(2 * n);
+            const x2 = new Float32Array(2 * k);
+            x2.set(x, 0);
+            x2.set(x, k);
+            ctxFor(isa, threads).matmul(x2, 2, w, null, y2);
+            const got = {
+              format,
+              scale,
+              isa,
+              threads,
+              m1: firstMismatch(y1, want),
+              m2: firstMismatch(y2.subarray(n), want),
+            };
+            expect(got).toEqual({ format, scale, isa, threads, m1: -1, m2: -1 });
+          }
+        }
+      }
+    }
+  });
+
   // The GEMM keeps partial sums between K blocks in a buffer of its own (m × 1 KiB per task) while all
   // tasks' buffers stay within 32 MiB (matmul.h TP_MM_PART_TOTAL_MAX), in y past that — m = 20000 with
   // 2 threads is past it: both give each row the same bits.
