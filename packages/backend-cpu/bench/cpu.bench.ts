@@ -2,7 +2,8 @@
  * `bun run bench cpu`: the cpu backend's matmul against this machine's limits and against its peers
  * (issue 7, "Benchmarks"), all threads of the default context (TP_THREADS, else every CPU), one session:
  *
- * 1. GEMV, M = 1, K=1024 N=3072 and K=4096 N=12288, for Q8_0, Q4_0, Q4_K, Q6_K and bf16. Unit: GB/s of
+ * 1. GEMV, M = 1, K=1024 N=3072 and K=4096 N=12288, for Q8_0, Q4_0, Q4_K, Q6_K and bf16 (and fp8 e4m3,
+ *    scaled, against the copy kernel only: ggml has no fp8 type). Unit: GB/s of
  *    weight bytes read. Each run walks a set of distinct copies of the weight (≥ 512 MiB in all), so
  *    every byte comes from DRAM, as in LLM decoding (one small weight would sit in cache and measure
  *    cache bandwidth). Peers:
@@ -301,7 +302,8 @@ interface BenchCase {
   peer?: { name: string; run: () => number | Promise<number> };
 }
 
-const GEMV_FORMATS: NativeWeightFormat[] = ["q8_0", "q4_0", "q4_k", "q6_k", "bf16"];
+/** The issue's GEMV formats, then fp8 e4m3 (scaled, as fp8 safetensors checkpoints): ggml has no fp8 type, so no llama.cpp row. */
+const GEMV_FORMATS: NativeWeightFormat[] = ["q8_0", "q4_0", "q4_k", "q6_k", "bf16", "f8_e4m3fn"];
 const GEMV_SHAPES: [number, number][] = [
   [1024, 3072],
   [4096, 12288],
@@ -402,20 +404,14 @@ export default {
             const all = new Uint8Array(bytes * copies);
             for (let c = 0; c < copies; c++) all.set(one, c * bytes);
             const ws: NativeWeight[] = [];
+            const scale = format === "f8_e4m3fn" ? Float32Array.of(0.01) : null;
             for (let c = 0; c < copies; c++) {
-              ws.push({
-                format,
-                n,
-                k,
-                data: all.subarray(c * bytes, (c + 1) * bytes),
-                scale: null,
-                group: 0,
-              });
+              ws.push({ format, n, k, data: all.subarray(c * bytes, (c + 1) * bytes), scale, group: 0 });
             }
             const x = new Float32Array(k).map(rng(7));
             const y = new Float32Array(n);
             let ggml: { s: ReturnType<Shim["shim_new"]>; buft: string } | null = null;
-            if (typeof llama !== "string") {
+            if (typeof llama !== "string" && GGML_TYPE[format] !== undefined) {
               const s = llama.shim_new(GGML_TYPE[format] as number, k, n, copies, 1, 1);
               if (s !== null) {
                 for (let c = 0; c < copies; c++) llama.shim_set_weight(s, c, ptr(all, c * bytes), bytes);
@@ -460,12 +456,15 @@ export default {
           unit: "GB/s",
           better: "higher",
           ours,
-          peer: ggmlPeer(llama, () => {
-            const st = state();
-            return st.ggml
-              ? st.total / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml?.s ?? null))
-              : Number.NaN;
-          }),
+          peer:
+            GGML_TYPE[format] === undefined
+              ? undefined
+              : ggmlPeer(llama, () => {
+                  const st = state();
+                  return st.ggml
+                    ? st.total / 1e9 / seconds(() => (llama as Shim).shim_compute(st.ggml?.s ?? null))
+                    : Number.NaN;
+                }),
         });
         cases.push({
           case: `${name} / copy bandwidth`,
