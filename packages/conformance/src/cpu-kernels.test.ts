@@ -341,11 +341,11 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
   }
 
   test("M = 1 gives the bits of the same row of an M = 2 product (the two-row GEMV kernels), 1 and 2 threads", () => {
-    // At one activation row the AVX-512 GGUF GEMV reads weight rows t and t + h together; each row
-    // must still get the float the one-row kernels give (M = 2 runs them). K multiple of 128 so the
-    // two-row kernels apply (K = 4096: Q4_x / Q5_x took one row at a time past K = 3072 before); N odd
-    // and even, ranges split over threads; with and without bias.
-    const ggufFormats = FORMATS.filter((f) => f.startsWith("q"));
+    // At one activation row the AVX-512 GGUF and ConvRot GEMVs read weight rows t and t + h together;
+    // each row must still get the float the one-row kernels give (M = 2 runs them). K multiple of 128
+    // so the two-row kernels apply (K = 4096: Q4_x / Q5_x took one row at a time past K = 3072
+    // before); N odd and even, ranges split over threads; with and without bias.
+    const ggufFormats = FORMATS.filter((f) => f.startsWith("q") || f.endsWith("_convrot"));
     for (const format of ggufFormats) {
       for (const [n, k] of [
         [1, 1024],
