@@ -1,7 +1,8 @@
 /**
  * `bun run bench llm`: prompt processing (512 tokens) and generation (128 tokens) of a random-weight
  * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts), on 2 CPU threads, against llama.cpp
- * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS.
+ * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS; and
+ * the same shapes as a scaled-fp8 safetensors folder (./fp8-model.ts), ours only.
  * Each measurement runs in a fresh child process (./ours-worker.ts, ./llama-cpp-worker.ts), so a
  * native crash cannot take the harness down and peak RSS is that process's own.
  *
@@ -16,6 +17,7 @@ import { statSync } from "node:fs";
 import { loadavg } from "node:os";
 import { resolve } from "node:path";
 import { TpError } from "@tp/tensor";
+import { fp8BenchModel } from "./fp8-model.ts";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
 
 const THREADS = Number(process.env.TP_BENCH_THREADS ?? 2);
@@ -78,7 +80,7 @@ export default {
       }
       paths.push([q, p]);
     }
-    return paths.flatMap(([q, path]) => {
+    const ggufCases = paths.flatMap(([q, path]) => {
       const name = `qwen3-0.6b-shapes ${q}`;
       const peak = { ours: 0, peer: 0 };
       const engine: number[] = [];
@@ -141,5 +143,19 @@ export default {
         },
       ];
     });
+    // the same shapes as a scaled-fp8 safetensors checkpoint (./fp8-model.ts): ours only, llama.cpp reads no fp8
+    const fp8 = fp8BenchModel();
+    const fp8Cases =
+      fp8 === null
+        ? []
+        : (["pp", "tg"] as const).map((mode) => ({
+            case: `qwen3-0.6b-shapes fp8 safetensors ${mode}${mode === "pp" ? PP : TG}`,
+            metric: `${mode === "pp" ? "prompt processing" : "generation"} (no peer: llama.cpp reads no fp8)`,
+            unit: "tok/s",
+            better: "higher" as const,
+            runs: 3,
+            ours: () => worker("ours-worker.ts", fp8, mode, mode === "pp" ? PP : TG).tokens_per_second,
+          }));
+    return [...ggufCases, ...fp8Cases];
   },
 };
