@@ -6,6 +6,9 @@
 //    it bit for bit;
 // 2. s = max(f32(amax / 127), 1e-30) (bits 8) or f32(max(amax, 1e-10) / 7) (bits 4) per row;
 // 3. codes = clamp(round_half_even(f32(x_rot / s)), −128 | −7, 127 | 7).
+// A rotated row holding NaN gets s = NaN, one holding ±inf (no NaN) s = +inf, and codes 0 either way,
+// as the reference's Math.max / division give them (and the cpu backend's tp_convrot_nonfinite_row):
+// the row's outputs are then 0 · s = NaN. GLSL's max() may drop a NaN, so NaN is tracked apart.
 // One workgroup per row; a group goes through shared memory (g ≤ specialization constant 1).
 // Bindings: 0 codes (i32 [M, K]), 1 scales (f32 [M]), 2 x (contiguous f32), 3 x_rot scratch (f32 [M, K]).
 #include "common.glsl"
@@ -37,6 +40,7 @@ void main() {
   uint g = pc.group;
   float norm = exp2(-float(pc.digits));
   float amax = 0.0;
+  float nan_seen = 0.0;  // 1.0 once this invocation saw a NaN
   for (uint g0 = 0u; g0 < pc.K; g0 += g) {
     for (uint t = lid; t < g; t += wg) grp[t] = x[pc.x_off + r * pc.K + g0 + t];
     barrier();
@@ -63,12 +67,19 @@ void main() {
       float v = grp[t] * norm;
       xr[r * pc.K + g0 + t] = v;
       amax = max(amax, abs(v));
+      if (isnan(v)) nan_seen = 1.0;
     }
     barrier();
   }
   amax = wg_max(amax);
+  bool nan_row = wg_max(nan_seen) > 0.0;
   memoryBarrierBuffer();
   barrier();
+  if (nan_row || isinf(amax)) {
+    if (lid == 0u) scales[r] = nan_row ? uintBitsToFloat(0x7fc00000u) : uintBitsToFloat(0x7f800000u);
+    for (uint k = lid; k < pc.K; k += wg) codes[r * pc.K + k] = 0;
+    return;
+  }
   float s = pc.bits == 8u ? max(amax / 127.0, 1e-30) : max(amax, 1e-10) / 7.0;
   float lo = pc.bits == 8u ? -128.0 : -7.0;
   float hi = pc.bits == 8u ? 127.0 : 7.0;

@@ -16,7 +16,7 @@ import { type ConformanceCase, defineCase } from "../case.ts";
 import { gaussian } from "../data.ts";
 import { matmulRef } from "../reference/index.ts";
 import type { Tolerance } from "../tolerances.ts";
-import { MATMUL } from "../tolerances.ts";
+import { EXACT, MATMUL } from "../tolerances.ts";
 import { makeWeight } from "./matmul.ts";
 
 /**
@@ -114,7 +114,66 @@ function longKCases(): ConformanceCase[] {
   return out;
 }
 
+/**
+ * NaN and ±inf activations: which outputs come out non-finite, exactly as the reference says (the
+ * call multiplies y by 0 on the backend: 0 where an output is finite, NaN where it is NaN or ±inf).
+ * Rows: clean, a NaN, a +inf, a −inf. The reference's semantics (@tp/quant): a plain product
+ * propagates them; ggml's Q8_0 / Q8_1 activation block holding NaN gets d = NaN and one holding ±inf
+ * d = +inf with codes 0, so the whole row is NaN (0 · inf); ConvRot rotates the non-finite value
+ * into its whole group, so the row is NaN. The k-quants' Q8_K keeps ggml's search, whose outcome on
+ * NaN is an arbitrary finite code, so they are left out.
+ */
+function nonFiniteCases(): ConformanceCase[] {
+  const formats: WeightFormat[] = [
+    "f32",
+    "f16",
+    "bf16",
+    "f8_e4m3fn",
+    "f8_e5m2",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "int8_convrot",
+    "int4_convrot",
+  ];
+  const [m, k, n] = [4, 256, 7];
+  return formats.map((format, f) => {
+    const weight = makeWeight({ format }, n, k, 3700 + f, `w_${format}`);
+    const x = gaussian(3800 + f, m * k);
+    x[k + 17] = Number.NaN;
+    x[2 * k + 100] = Number.POSITIVE_INFINITY;
+    x[3 * k + 255] = Number.NEGATIVE_INFINITY;
+    return defineCase({
+      op: "matmul",
+      name: `matmul ${format} with NaN / ±inf activations: the non-finite outputs where the reference has them`,
+      formats: [format],
+      tolerance: EXACT,
+      inputs: [
+        { name: "x", dtype: "f32", shape: [m, k], data: x },
+        { name: "zero", dtype: "f32", shape: [1], data: new Float32Array(1) },
+      ],
+      weights: [weight],
+      call: (b, [xt, zt], [w]) => {
+        const y = b.matmul(xt as Tensor, w as Weight);
+        const mask = b.mul(y, zt as Tensor);
+        b.free(y);
+        return mask;
+      },
+      reference: ([xt]) => [
+        {
+          shape: [m, n],
+          dtype: "f32",
+          data: matmulRef(xt?.data as Float32Array, weight, null).map((v) =>
+            Number.isFinite(v) ? 0 : Number.NaN,
+          ),
+        },
+      ],
+    });
+  });
+}
+
 /** The cases of this file. */
 export function exactMatmulCases(): ConformanceCase[] {
-  return [...ggmlActivationCases(), ...longKCases()];
+  return [...ggmlActivationCases(), ...longKCases(), ...nonFiniteCases()];
 }
