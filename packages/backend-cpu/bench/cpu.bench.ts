@@ -274,7 +274,7 @@ function weightBytes(format: NativeWeightFormat, n: number, k: number, seed: num
     q6_k: [208],
   };
   if (format === "bf16") {
-    for (let i = 1; i < out.length; i += 2) out[i] = ((out[i] as number) & 0x80) | 0x3c; // |w| in [2^-7, 2^-6)
+    for (let i = 1; i < out.length; i += 2) out[i] = ((out[i] as number) & 0x80) | 0x3c; // |w| in [2^-7, 2^-5)
   } else if (format === "f8_e4m3fn") {
     for (let i = 0; i < out.length; i++) if (((out[i] as number) & 0x7f) === 0x7f) out[i] = 0x38; // no NaN
   } else if (scaleAt[format]) {

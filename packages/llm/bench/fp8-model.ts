@@ -7,7 +7,7 @@
  * DIR tg N THREADS CTX`); llama.cpp reads no fp8, so there is no peer.
  *
  * The fp8 codes are random bytes without the NaN code (S.1111.111), with a scale giving std ≈ 0.02 (the
- * codes' std is ≈ 88, over magnitudes from 2^-9 to 448); writing bytes takes seconds where quantizing
+ * codes' std is ≈ 100, over magnitudes from 2^-9 to 448); writing bytes takes seconds where quantizing
  * 440 M floats would take minutes. The tokenizer.json is rebuilt from the real Qwen3 vocabulary of
  * ../shared/models/synthetic/qwen3-fullvocab-Q4_0.gguf (tokens, merges, control tokens as added
  * tokens; Qwen2's Split regex + ByteLevel, as Qwen ships it). Cached by name under
@@ -125,7 +125,7 @@ export function fp8BenchModel(): string | null {
       shape: [n],
       data: new Uint8Array(new Uint16Array(n).fill(0x3f80).buffer),
     });
-  // embedding: bf16 with |w| in [2^-7, 2^-6) (random mantissa and sign)
+  // embedding: bf16 with |w| in [2^-7, 2^-5) (high byte 0x3c / 0xbc: exponent 120 or 121 with the low byte's top bit)
   const emb = randomBytes(c.vocab_size * h * 2, seed++);
   for (let i = 1; i < emb.length; i += 2) emb[i] = ((emb[i] as number) & 0x80) | 0x3c;
   tensors.push({ name: "model.embed_tokens.weight", dtype: "BF16", shape: [c.vocab_size, h], data: emb });
