@@ -17,7 +17,7 @@ import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:f
 import { join } from "node:path";
 import { openGguf, type SafetensorsTensorInput, writeSafetensors } from "@tp/formats";
 import { HF_SPLIT_PATTERNS } from "@tp/tokenizer";
-import { BENCH_DIR, QWEN3_0_6B, TOKENIZER_SOURCE } from "./model.ts";
+import { BENCH_DIR, QWEN3_0_6B, randomBytes, TOKENIZER_SOURCE } from "./model.ts";
 
 /** std of a uniformly random e4m3fn code without NaN (computed over the 254 finite codes). */
 function codeStd(): number {
@@ -34,17 +34,10 @@ function codeStd(): number {
   return Math.sqrt(s2 / n);
 }
 
-/** xorshift32 random bytes (fast, seeded). */
-function randomBytes(n: number, seed: number): Uint8Array {
+/** n random bytes (model.ts randomBytes over a buffer rounded up to whole words). */
+function randomOf(n: number, seed: number): Uint8Array {
   const out = new Uint8Array(Math.ceil(n / 4) * 4);
-  const words = new Uint32Array(out.buffer);
-  let x = seed >>> 0 || 1;
-  for (let i = 0; i < words.length; i++) {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    words[i] = x >>> 0;
-  }
+  randomBytes(out, seed);
   return out.subarray(0, n);
 }
 
@@ -108,7 +101,7 @@ export function fp8BenchModel(): string | null {
   let seed = 1;
   const tensors: SafetensorsTensorInput[] = [];
   const fp8 = (name: string, rows: number, cols: number) => {
-    const data = randomBytes(rows * cols, seed++ * 2654435761);
+    const data = randomOf(rows * cols, seed++ * 2654435761);
     for (let i = 0; i < data.length; i++) if (((data[i] as number) & 0x7f) === 0x7f) data[i] = 0x38;
     tensors.push({ name: `${name}.weight`, dtype: "F8_E4M3", shape: [rows, cols], data });
     tensors.push({
@@ -126,7 +119,7 @@ export function fp8BenchModel(): string | null {
       data: new Uint8Array(new Uint16Array(n).fill(0x3f80).buffer),
     });
   // embedding: bf16 with |w| in [2^-7, 2^-5) (high byte 0x3c / 0xbc: exponent 120 or 121 with the low byte's top bit)
-  const emb = randomBytes(c.vocab_size * h * 2, seed++);
+  const emb = randomOf(c.vocab_size * h * 2, seed++);
   for (let i = 1; i < emb.length; i += 2) emb[i] = ((emb[i] as number) & 0x80) | 0x3c;
   tensors.push({ name: "model.embed_tokens.weight", dtype: "BF16", shape: [c.vocab_size, h], data: emb });
   ones("model.norm.weight", h);

@@ -46,8 +46,8 @@ const BLOCK = { Q8_0: { bytes: 34, std: 73.3 }, Q4_0: { bytes: 18, std: 4.61 } }
 /** ggml `general.file_type` (LLAMA_FTYPE_MOSTLY_Q8_0 = 7, _Q4_0 = 2). */
 const FILE_TYPE = { Q8_0: 7, Q4_0: 2 } as const;
 
-/** xorshift32 filling `out` with random bytes (fast, seeded; quality is irrelevant here). */
-function randomBytes(out: Uint8Array, seed: number): void {
+/** xorshift32 filling `out` (byteOffset and byteLength multiples of 4) with random bytes (fast, seeded; quality is irrelevant here). */
+export function randomBytes(out: Uint8Array, seed: number): void {
   const words = new Uint32Array(out.buffer, out.byteOffset, out.byteLength >>> 2);
   let x = seed >>> 0 || 1;
   for (let i = 0; i < words.length; i++) {
