@@ -370,16 +370,17 @@ static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1) {
 }
 
 /*
- * fp8 weights at one activation row (decoding an fp8 checkpoint): rows j and j + h together, two
- * sequential weight streams with a software prefetch FP8_M1_PF_DIST bytes ahead, as the f32 / f16 GEMV,
- * 64 codes per step and row. A code's bf16 value is looked up, not computed: its 7 bits without the sign
+ * fp8 weights at m < 16 (decoding an fp8 checkpoint; short prompts): weight rows j and j + h together,
+ * two sequential weight streams with a software prefetch FP8_PF_DIST bytes ahead, as the f32 / f16
+ * GEMV, 64 codes per step and weight row, each decoded once for up to 4 activation rows. A code's bf16 value is looked up, not computed: its 7 bits without the sign
  * index two 128-byte tables (the high and the low bytes of the bf16 of every magnitude, built per call
  * with e4m3_bf16 / e5m2_bf16, so NaN, inf and subnormals are theirs) with one vpermt2b each, the sign
  * bit is or-ed into the high byte, and vpunpck{l,h}bw interleaves the bytes into 2 × 32 bf16 — in the
  * order of the 128-bit lanes (elements 0..7, 16..23, 32..39, 48..55, then 8..15, …), so x is laid out
  * once per call in that order (xp). Then vdpbf16ps, as the other fp8 kernels: the same products (exact
  * in f32) and the same pairs of adjacent elements, summed in another order.
- * Needs AVX512_VBMI (vpermt2b; TP_CPU_AVX512VBMI), else the 4-row kernel runs.
+ * Needs AVX512_VBMI (vpermt2b; TP_CPU_AVX512VBMI), else the 4-row kernel runs. At 2 ≤ m < 16, against
+ * the 4-row kernel: K=1024 N=3072 ×1.4–2.8, K=4096 N=12288 ×1.9–3.0 (m = 2, 3, 4, 8, 12, 15).
  * Measured, 2 threads, from DRAM, alternating runs on JavaScript arrays and on a file mapping, against
  * the 4-row kernel (fp8 → bf16 by arithmetic and a subnormal table, four adjacent rows): e4m3 K=1024
  * N=3072 11.5 → 62 GB/s (×5.2–5.3), K=4096 N=12288 23 → 60–65 (×2.8); e5m2 ×5.5 / ×3.2; 1.0–1.2 of the
@@ -388,7 +389,7 @@ static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1) {
  * then vcvtph2ps and FMA: 22–28 GB/s from cache, bound by vcvtph2ps (one per ~2.4 cycles here), and
  * 25–31 with GFNI bit permutations building the binary16 bytes.
  */
-#define FP8_M1_PF_DIST 2048
+#define FP8_PF_DIST 2048
 #define TP_VBMI __attribute__((target("avx512vbmi")))
 
 /* Bytes of the bf16 of every fp8 magnitude 0..127: hi / lo [0] for 0..63, [1] for 64..127. */
@@ -413,39 +414,53 @@ static inline __attribute__((always_inline)) fp8_tables fp8_tables_for(int32_t f
   return t;
 }
 
-/* Rows w and v (v = w for a single row) against xp (x in step order, zero past k): out[0], out[1]. */
-static inline __attribute__((always_inline)) TP_VBMI void dot_fp8_2rows(const fp8_tables *tb, const uint16_t *xp,
-                                                                        const uint8_t *w, const uint8_t *v, int64_t k,
-                                                                        float *out) {
+/*
+ * Weight rows w and v (v = w for a single row) against R activation rows xp, xp + xs, … (x in step
+ * order, zero past k): out[2 r] (w), out[2 r + 1] (v). Each (activation row, weight row) is summed in
+ * the same order whatever R is, so M = 1 and the rows of M > 1 give the same floats.
+ */
+#define FP8_ACC(r) __m512 a##r##0 = _mm512_setzero_ps(), a##r##1 = a##r##0, b##r##0 = a##r##0, b##r##1 = a##r##0;
+#define FP8_ROW(r)                                                                         \
+  if (R > r) {                                                                             \
+    const __m512bh x0 = (__m512bh)_mm512_load_si512(xp + (size_t)(r)*xs + t);             \
+    const __m512bh x1 = (__m512bh)_mm512_load_si512(xp + (size_t)(r)*xs + t + 32);        \
+    a##r##0 = _mm512_dpbf16_ps(a##r##0, x0, lw0);                                          \
+    b##r##0 = _mm512_dpbf16_ps(b##r##0, x0, lv0);                                          \
+    a##r##1 = _mm512_dpbf16_ps(a##r##1, x1, lw1);                                          \
+    b##r##1 = _mm512_dpbf16_ps(b##r##1, x1, lv1);                                          \
+  }
+#define FP8_OUT(r)                                                   \
+  if (R > r) {                                                       \
+    out[2 * (r)] = _mm512_reduce_add_ps(_mm512_add_ps(a##r##0, a##r##1));     \
+    out[2 * (r) + 1] = _mm512_reduce_add_ps(_mm512_add_ps(b##r##0, b##r##1)); \
+  }
+static inline __attribute__((always_inline)) TP_VBMI void dot_fp8_2rows(int R, const fp8_tables *tb, const uint16_t *xp,
+                                                                        size_t xs, const uint8_t *w, const uint8_t *v,
+                                                                        int64_t k, float *out) {
   const __m512i sign = _mm512_set1_epi8((char)0x80);
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  FP8_ACC(0) FP8_ACC(1) FP8_ACC(2) FP8_ACC(3)
   for (int64_t t = 0; t < k; t += 64) {
     const int64_t left = k - t;
     const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
-    _mm_prefetch((const char *)(w + t + FP8_M1_PF_DIST), _MM_HINT_T0);
-    _mm_prefetch((const char *)(v + t + FP8_M1_PF_DIST), _MM_HINT_T0);
+    _mm_prefetch((const char *)(w + t + FP8_PF_DIST), _MM_HINT_T0);
+    _mm_prefetch((const char *)(v + t + FP8_PF_DIST), _MM_HINT_T0);
     const __m512i zw = _mm512_maskz_loadu_epi8(mk, w + t), zv = _mm512_maskz_loadu_epi8(mk, v + t);
     /* high bytes: the table's, with the code's sign (A | (B & C)); low bytes: the table's */
     const __m512i hw = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tb->hi0, zw, tb->hi1), zw, sign, 0xF8);
     const __m512i hv = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(tb->hi0, zv, tb->hi1), zv, sign, 0xF8);
     const __m512i lw = _mm512_permutex2var_epi8(tb->lo0, zw, tb->lo1), lv = _mm512_permutex2var_epi8(tb->lo0, zv, tb->lo1);
-    const __m512bh x0 = (__m512bh)_mm512_load_si512(xp + t), x1 = (__m512bh)_mm512_load_si512(xp + t + 32);
-    a0 = _mm512_dpbf16_ps(a0, x0, (__m512bh)_mm512_unpacklo_epi8(lw, hw));
-    b0 = _mm512_dpbf16_ps(b0, x0, (__m512bh)_mm512_unpacklo_epi8(lv, hv));
-    a1 = _mm512_dpbf16_ps(a1, x1, (__m512bh)_mm512_unpackhi_epi8(lw, hw));
-    b1 = _mm512_dpbf16_ps(b1, x1, (__m512bh)_mm512_unpackhi_epi8(lv, hv));
+    const __m512bh lw0 = (__m512bh)_mm512_unpacklo_epi8(lw, hw), lw1 = (__m512bh)_mm512_unpackhi_epi8(lw, hw);
+    const __m512bh lv0 = (__m512bh)_mm512_unpacklo_epi8(lv, hv), lv1 = (__m512bh)_mm512_unpackhi_epi8(lv, hv);
+    FP8_ROW(0) FP8_ROW(1) FP8_ROW(2) FP8_ROW(3)
   }
-  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(b0, b1));
+  FP8_OUT(0) FP8_OUT(1) FP8_OUT(2) FP8_OUT(3)
 }
+#undef FP8_ACC
+#undef FP8_ROW
+#undef FP8_OUT
 
-/* Rows [n0, n1) at m = 1; xp: the task's scratch (k rounded up to 64 bf16, 64-byte aligned). */
-static inline __attribute__((always_inline)) TP_VBMI void gemv_fp8_m1(const tp_mm *mm, int32_t fmt, int64_t n0,
-                                                                      int64_t n1, uint16_t *xp) {
-  const int64_t k = mm->k;
-  const fp8_tables tb = fp8_tables_for(fmt);
-  /* x in the order of the unpacked codes: per 64 elements, [0..7, 16..23, 32..39, 48..55] then the rest */
-  const uint16_t *xb = (const uint16_t *)mm->xq;
+/* x row q (bf16, k values) laid out in step order at xp: per 64 elements, [0..7, 16..23, 32..39, 48..55] then the rest, zero past k. */
+static inline __attribute__((always_inline)) void fp8_x_layout(const uint16_t *xb, int64_t k, uint16_t *xp) {
   const __m512i i0 = _mm512_set_epi16(55, 54, 53, 52, 51, 50, 49, 48, 39, 38, 37, 36, 35, 34, 33, 32, 23, 22, 21, 20, 19,
                                       18, 17, 16, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(8));
@@ -457,26 +472,58 @@ static inline __attribute__((always_inline)) TP_VBMI void gemv_fp8_m1(const tp_m
     _mm512_store_si512(xp + t, _mm512_permutex2var_epi16(lo, i0, hi));
     _mm512_store_si512(xp + t + 32, _mm512_permutex2var_epi16(lo, i1, hi));
   }
+}
+
+/*
+ * Rows [n0, n1) for activation rows i0 .. i0 + R − 1 (R ≤ 4; xp: their step-order layouts, xs apart):
+ * weight rows j and j + h together, as the bf16 / GGUF GEMVs at M = 1.
+ */
+static inline __attribute__((always_inline)) TP_VBMI void gemv_fp8_rows(const tp_mm *mm, const fp8_tables *tb, int R,
+                                                                        int64_t i0, int64_t n0, int64_t n1,
+                                                                        const uint16_t *xp, size_t xs) {
+  const int64_t k = mm->k, n = mm->n;
   const int64_t h = (n1 - n0) / 2;
-  float out[2];
+  float out[8];
   for (int64_t j = n0; j < n0 + h; j++) {
     const uint8_t *w = mm->w + (size_t)j * mm->w_row;
-    dot_fp8_2rows(&tb, xp, w, w + (size_t)h * mm->w_row, k, out);
-    mm->y[j] = float_out(mm, out[0], j);
-    mm->y[j + h] = float_out(mm, out[1], j + h);
+    dot_fp8_2rows(R, tb, xp, xs, w, w + (size_t)h * mm->w_row, k, out);
+    for (int r = 0; r < R; r++) {
+      mm->y[(size_t)(i0 + r) * (size_t)n + (size_t)j] = float_out(mm, out[2 * r], j);
+      mm->y[(size_t)(i0 + r) * (size_t)n + (size_t)(j + h)] = float_out(mm, out[2 * r + 1], j + h);
+    }
   }
   if ((n1 - n0) % 2) { /* the odd row left over */
     const uint8_t *w = mm->w + (size_t)(n1 - 1) * mm->w_row;
-    dot_fp8_2rows(&tb, xp, w, w, k, out);
-    mm->y[n1 - 1] = float_out(mm, out[0], n1 - 1);
+    dot_fp8_2rows(R, tb, xp, xs, w, w, k, out);
+    for (int r = 0; r < R; r++) mm->y[(size_t)(i0 + r) * (size_t)n + (size_t)(n1 - 1)] = float_out(mm, out[2 * r], n1 - 1);
   }
 }
 
-static __attribute__((noinline)) TP_VBMI void gemv_fp8_m1_e4m3(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
-  gemv_fp8_m1(mm, TP_W_F8_E4M3FN, n0, n1, (uint16_t *)scratch);
+/*
+ * fp8 at m < 16 (AVX512_VBMI): every activation row laid out once in the task's scratch (m rows of k
+ * rounded up to 64 bf16, 64-byte aligned), then groups of up to 4 rows stream the weights.
+ */
+static inline __attribute__((always_inline)) TP_VBMI void gemv_fp8(const tp_mm *mm, int32_t fmt, int64_t n0, int64_t n1,
+                                                                   uint16_t *xp) {
+  const fp8_tables tb = fp8_tables_for(fmt);
+  const size_t xs = (size_t)(mm->k + 63) / 64 * 64;
+  for (int64_t i = 0; i < mm->m; i++) fp8_x_layout((const uint16_t *)(mm->xq + (size_t)i * mm->xq_row), mm->k, xp + (size_t)i * xs);
+  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) {
+    const uint16_t *x = xp + (size_t)i0 * xs;
+    switch (mm->m - i0 < 4 ? mm->m - i0 : 4) {
+      case 1: gemv_fp8_rows(mm, &tb, 1, i0, n0, n1, x, xs); break;
+      case 2: gemv_fp8_rows(mm, &tb, 2, i0, n0, n1, x, xs); break;
+      case 3: gemv_fp8_rows(mm, &tb, 3, i0, n0, n1, x, xs); break;
+      default: gemv_fp8_rows(mm, &tb, 4, i0, n0, n1, x, xs); break;
+    }
+  }
 }
-static __attribute__((noinline)) TP_VBMI void gemv_fp8_m1_e5m2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
-  gemv_fp8_m1(mm, TP_W_F8_E5M2, n0, n1, (uint16_t *)scratch);
+
+static __attribute__((noinline)) TP_VBMI void gemv_fp8_e4m3(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  gemv_fp8(mm, TP_W_F8_E4M3FN, n0, n1, (uint16_t *)scratch);
+}
+static __attribute__((noinline)) TP_VBMI void gemv_fp8_e5m2(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
+  gemv_fp8(mm, TP_W_F8_E5M2, n0, n1, (uint16_t *)scratch);
 }
 
 static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
@@ -484,9 +531,9 @@ static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch)
     gemv_bf16_m1(mm, n0, n1);
     return;
   }
-  if (mm->m == 1 && (mm->features & TP_CPU_AVX512VBMI) && mm->fmt != TP_W_BF16) {
-    if (mm->fmt == TP_W_F8_E4M3FN) gemv_fp8_m1_e4m3(mm, n0, n1, scratch);
-    else gemv_fp8_m1_e5m2(mm, n0, n1, scratch);
+  if ((mm->features & TP_CPU_AVX512VBMI) && mm->fmt != TP_W_BF16) { /* fp8 (gemv_fp8) */
+    if (mm->fmt == TP_W_F8_E4M3FN) gemv_fp8_e4m3(mm, n0, n1, scratch);
+    else gemv_fp8_e5m2(mm, n0, n1, scratch);
     return;
   }
   for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_bf16s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
