@@ -372,8 +372,8 @@ static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1) {
 /*
  * fp8 weights at m < 16 (decoding an fp8 checkpoint; short prompts): weight rows j and j + h together,
  * two sequential weight streams with a software prefetch FP8_PF_DIST bytes ahead, as the f32 / f16
- * GEMV, 64 codes per step and weight row, each decoded once for up to 4 activation rows. A code's bf16 value is looked up, not computed: its 7 bits without the sign
- * index two 128-byte tables (the high and the low bytes of the bf16 of every magnitude, built per call
+ * GEMV, 64 codes per step and weight row, each decoded once for up to 4 activation rows. A code's bf16
+ * value is looked up, not computed: its 7 bits without the sign index two 128-byte tables (the high and the low bytes of the bf16 of every magnitude, built per call
  * with e4m3_bf16 / e5m2_bf16, so NaN, inf and subnormals are theirs) with one vpermt2b each, the sign
  * bit is or-ed into the high byte, and vpunpck{l,h}bw interleaves the bytes into 2 × 32 bf16 — in the
  * order of the 128-bit lanes (elements 0..7, 16..23, 32..39, 48..55, then 8..15, …), so x is laid out

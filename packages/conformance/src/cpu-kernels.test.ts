@@ -341,11 +341,13 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
   }
 
   test("M = 1 gives the bits of the same row of an M = 2 product (the two-row GEMV kernels), 1 and 2 threads", () => {
-    // At one activation row the AVX-512 GGUF and ConvRot GEMVs read weight rows t and t + h together;
+    // At one activation row the AVX-512 GGUF, ConvRot and fp8 GEMVs read weight rows t and t + h together;
     // each row must still get the float the one-row kernels give (M = 2 runs them). K multiple of 128
     // so the two-row kernels apply (K = 4096: Q4_x / Q5_x took one row at a time past K = 3072
     // before); N odd and even, ranges split over threads; with and without bias.
-    const ggufFormats = FORMATS.filter((f) => f.startsWith("q") || f.endsWith("_convrot"));
+    const ggufFormats = FORMATS.filter(
+      (f) => f.startsWith("q") || f.endsWith("_convrot") || f.startsWith("f8"),
+    );
     for (const format of ggufFormats) {
       for (const [n, k] of [
         [1, 1024],
@@ -380,7 +382,7 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
         }
       }
     }
-  });
+  }, 30_000); // ~1.5 s alone; the slow VM under load has taken 5 s
 
   test("fp8 at M = 1 and M = 2: every code (NaN, ±inf, subnormals, −0) gives dequantizeFp8's value, every level, 1 and 2 threads", () => {
     // Row j holds code j (j < 256; row 256 code 0x38) at column p = 7j mod k and zeros (+0) elsewhere; x
