@@ -525,8 +525,8 @@ static inline __attribute__((always_inline)) void k45_decode2(const k45_consts *
     k->s2 = _mm512_permutexvar_epi16(_mm512_add_epi16(idx[2], o), wds);
     k->s3 = _mm512_permutexvar_epi16(_mm512_add_epi16(idx[3], o), wds);
     k->mn = _mm512_extracti32x4_epi32(wds, 1 + 2 * r);
-    rs[r]->dd = _mm512_broadcastss_ps(_mm_permute_ps(dd, 2 * r == 0 ? _MM_SHUFFLE(0, 0, 0, 0) : _MM_SHUFFLE(2, 2, 2, 2)));
-    rs[r]->dm = _mm_permute_ps(dd, 2 * r == 0 ? _MM_SHUFFLE(1, 1, 1, 1) : _MM_SHUFFLE(3, 3, 3, 3));
+    rs[r]->dd = _mm512_broadcastss_ps(_mm_permute_ps(dd, r == 0 ? _MM_SHUFFLE(0, 0, 0, 0) : _MM_SHUFFLE(2, 2, 2, 2)));
+    rs[r]->dm = _mm_permute_ps(dd, r == 0 ? _MM_SHUFFLE(1, 1, 1, 1) : _MM_SHUFFLE(3, 3, 3, 3));
   }
 }
 
