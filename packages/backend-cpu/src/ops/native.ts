@@ -500,7 +500,9 @@ export function attentionF32(
     ptrs.push(sv.ptr);
     lens[2 * i] = sv.len % 0x1_0000_0000;
     lens[2 * i + 1] = Math.floor(sv.len / 0x1_0000_0000);
-    strides.set(sv.strides.subarray(0, 6), 6 * i);
+    // word by word: a subarray of a small typed array first moves its elements into an ArrayBuffer of
+    // their own (bun / JavaScriptCore), ~10 µs per attention call here
+    for (let j = 0; j < 6; j++) strides[6 * i + j] = sv.strides[j] as number;
   });
   if (!Number.isSafeInteger(d.qOffset))
     throw new TpError("E_ARG", `${op}: qOffset ${d.qOffset} is not an integer`);
