@@ -221,90 +221,6 @@ static inline __attribute__((always_inline)) void gemv_f32_rows(const tp_mm *mm,
   }
 }
 
-/*
- * ConvRot GEMV. int8: u = q_w ^ 0x80 (= q_w + 128, unsigned) · q_x (signed) per byte; the sum is
- * Σ q_w q_x + 128 Σ q_x. int4: the 64 bytes at k/2 hold 128 codes, element 2i in the low nibble: the
- * low nibbles (n ^ 8 = q + 8) pair with the even activations, the high ones with the odd, so each
- * activation row is first rearranged per 128 elements into [evens, odds] (xp, zero padded); the sum
- * is Σ q_w q_x + 8 Σ q_x.
- */
-static inline __attribute__((always_inline)) void gemv_convrot_rows(const tp_mm *mm, int R, int64_t i0, int64_t n0,
-                                                                     int64_t n1, const int8_t *xp, int64_t kp) {
-  const int64_t k = mm->k;
-  const int int8 = mm->fmt == TP_W_INT8_CONVROT;
-  const int32_t bias_w = int8 ? 128 : 8;
-  const int8_t *x0 = int8 ? (const int8_t *)(mm->xq + (size_t)i0 * mm->xq_row) : xp + (size_t)i0 * (size_t)kp;
-  const size_t xs = int8 ? mm->xq_row : (size_t)kp;
-  const int8_t *x1 = x0 + (R > 1) * xs, *x2 = x0 + (R > 2 ? 2 : 0) * xs, *x3 = x0 + (R > 3 ? 3 : 0) * xs;
-  const __m512i lo4 = _mm512_set1_epi8(0x0F);
-  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
-    const int c = n1 - j0 < 4 ? (int)(n1 - j0) : 4;
-    WROWS(mm, j0, c);
-    ACC16(__m512i, _mm512_setzero_si512())
-    if (int8) {
-      for (int64_t t = 0; t < k; t += 64) {
-        const int cnt = k - t < 64 ? (int)(k - t) : 64;
-        const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
-        const __m512i flip = _mm512_set1_epi8((char)0x80);
-        _mm_prefetch((const char *)(w0 + t + PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w1 + t + PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w2 + t + PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(w3 + t + PF_DIST), _MM_HINT_T0);
-        const __m512i v0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + t), flip),
-                      v1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + t), flip),
-                      v2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + t), flip),
-                      v3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + t), flip);
-#define ROW(r)                                                    \
-  if (R > r) {                                                    \
-    const __m512i xv = _mm512_maskz_loadu_epi8(mk, x##r + t);     \
-    c##r##0 = _mm512_dpbusd_epi32(c##r##0, v0, xv);               \
-    c##r##1 = _mm512_dpbusd_epi32(c##r##1, v1, xv);               \
-    c##r##2 = _mm512_dpbusd_epi32(c##r##2, v2, xv);               \
-    c##r##3 = _mm512_dpbusd_epi32(c##r##3, v3, xv);               \
-  }
-        ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
-      }
-    } else {
-      const int64_t kb = k / 2; /* bytes per weight row */
-      for (int64_t t = 0; t < kb; t += 64) {
-        const int cnt = kb - t < 64 ? (int)(kb - t) : 64;
-        const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
-        const __m512i flip = _mm512_set1_epi8((char)0x88);
-        const __m512i b0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w0 + t), flip),
-                      b1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w1 + t), flip),
-                      b2 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w2 + t), flip),
-                      b3 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w3 + t), flip);
-        const __m512i l0 = _mm512_and_si512(b0, lo4), l1 = _mm512_and_si512(b1, lo4), l2 = _mm512_and_si512(b2, lo4),
-                      l3 = _mm512_and_si512(b3, lo4);
-        const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), lo4),
-                      h1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), lo4),
-                      h2 = _mm512_and_si512(_mm512_srli_epi16(b2, 4), lo4),
-                      h3 = _mm512_and_si512(_mm512_srli_epi16(b3, 4), lo4);
-#define ROW(r)                                                                               \
-  if (R > r) {                                                                               \
-    const __m512i xe = _mm512_load_si512(x##r + 2 * t), xo = _mm512_load_si512(x##r + 2 * t + 64); \
-    c##r##0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##0, l0, xe), h0, xo);             \
-    c##r##1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##1, l1, xe), h1, xo);             \
-    c##r##2 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##2, l2, xe), h2, xo);             \
-    c##r##3 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c##r##3, l3, xe), h3, xo);             \
-  }
-        ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
-      }
-    }
-#define ST(r, cc, acc)                                                                             \
-  if (R > r && c > cc) {                                                                           \
-    const int64_t i = i0 + r;                                                                      \
-    const int32_t s = _mm512_reduce_add_epi32(acc) - bias_w * mm->xsum[i];                         \
-    mm->y[(size_t)i * (size_t)mm->n + (size_t)(j0 + cc)] =                                         \
-        tp_convrot_out(int8, s, mm->xs[i], mm->w_scale[j0 + cc], mm->bias, j0 + cc);               \
-  }
-    STORE16(ST);
-#undef ST
-  }
-}
-
 /* R-specialized instances (the accumulators of unused rows are dropped by the compiler). */
 static void gemv_bf16_1(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 1, i0, n0, n1); }
 static void gemv_bf16_2(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 2, i0, n0, n1); }
@@ -589,53 +505,72 @@ static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
   for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_f32s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
 }
 
-typedef void (*gemv_cr_fn)(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1, const int8_t *xp, int64_t kp);
-#define CR(R)                                                                                              \
-  static void gemv_cr_##R(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1, const int8_t *xp, int64_t kp) { \
-    gemv_convrot_rows(mm, R, i0, n0, n1, xp, kp);                                                          \
-  }
-CR(1)
-CR(2)
-CR(3)
-CR(4)
-#undef CR
-static const gemv_cr_fn gemv_crs[4] = {gemv_cr_1, gemv_cr_2, gemv_cr_3, gemv_cr_4};
 
 /*
- * ConvRot at one activation row (decoding): rows w and v (v = w for a single row) against the codes x
- * (int8: the row itself; int4: rearranged as xp, [evens, odds] per 128), exact int32 sums Σ u_w q_x
- * (u_w = q_w + 128 / + 8) into out[0] / out[1] — the same integers as gemv_convrot_rows, so the same
- * outputs bit for bit. Two weight streams half the range apart with a software prefetch
- * CR_M1_PF_DIST bytes ahead (as the GGUF / bf16 / f32 / fp8 GEMVs; four adjacent rows, as the 4-row
- * kernel streams them, is what the hardware prefetcher does not follow here), two accumulators per row.
- * Measured against the 4-row kernel, 2 threads, from DRAM, alternating runs on JavaScript arrays and on
- * a file mapping: int8 K=1024 N=3072 29 → 42–47 GB/s (×1.38–1.55), K=4096 N=12288 35 → 51–52
- * (×1.44–1.49); int4 9.8 → 44 (×4.4), 15 → 59 (×4.0); 0.86–1.14 of the copy kernel.
+ * ConvRot GEMV. int8: u = q_w ^ 0x80 (= q_w + 128, unsigned) · q_x (signed) per byte; the sum is
+ * Σ q_w q_x + 128 Σ q_x. int4: the 64 bytes at k/2 hold 128 codes, element 2i in the low nibble: the
+ * low nibbles (n ^ 8 = q + 8) pair with the even activations, the high ones with the odd, so each
+ * activation row is first rearranged per 128 elements into [evens, odds] (xp, zero padded); the sum
+ * is Σ q_w q_x + 8 Σ q_x.
+ *
+ * dot_cr_2rows (m < TP_GEMM_MIN_M): rows w and v (v = w for a single row) against R ≤ 4 activation
+ * rows x + r·xs (int8: the codes themselves; int4: xp), exact int32 sums Σ u_w q_x (u_w = q_w + 128 /
+ * + 8) into out[r][0] / out[r][1] — the same integers in any order, so the outputs are those of
+ * @tp/quant convRotLinear bit for bit (tp_convrot_out). pf: prefetch (the first pass over the rows).
+ * Two weight streams half the range apart with a software prefetch CR_PF_DIST bytes ahead (as the GGUF /
+ * bf16 / f32 / fp8 GEMVs; four adjacent rows, as the 4-row kernel streamed them, is what the hardware
+ * prefetcher does not follow here), two accumulators per row and stream; each weight vector loaded
+ * serves every activation row of the group. M = 1, against the 4-row kernel, 2 threads, from DRAM,
+ * alternating runs on JavaScript arrays and on a file mapping: int8 K=1024 N=3072 29 → 42–47 GB/s
+ * (×1.38–1.55), K=4096 N=12288 35 → 51–52 (×1.44–1.49); int4 9.8 → 44 (×4.4), 15 → 59 (×4.0); 0.86–1.14
+ * of the copy kernel. M = 2 .. 15: see gemv_convrot_mr.
  */
-#define CR_M1_PF_DIST 2048
-static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, const int8_t *x, const uint8_t *w,
-                                                               const uint8_t *v, int64_t k, int32_t *out) {
-  __m512i a0 = _mm512_setzero_si512(), a1 = a0, b0 = a0, b1 = a0;
+#define CR_PF_DIST 2048
+static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, int pf, const int8_t *x, size_t xs,
+                                                               const uint8_t *w, const uint8_t *v, int64_t k,
+                                                               int32_t out[4][2]) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
+  __m512i a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
+  const int8_t *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
   if (int8) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     int64_t t = 0;
     for (; t + 128 <= k; t += 128) {
-      _mm_prefetch((const char *)(w + t + CR_M1_PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(v + t + CR_M1_PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w + t + 64 + CR_M1_PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(v + t + 64 + CR_M1_PF_DIST), _MM_HINT_T0);
-      const __m512i x0 = _mm512_loadu_si512(x + t), x1 = _mm512_loadu_si512(x + t + 64);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_loadu_si512(w + t), flip), x0);
-      b0 = _mm512_dpbusd_epi32(b0, _mm512_xor_si512(_mm512_loadu_si512(v + t), flip), x0);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_loadu_si512(w + t + 64), flip), x1);
-      b1 = _mm512_dpbusd_epi32(b1, _mm512_xor_si512(_mm512_loadu_si512(v + t + 64), flip), x1);
+      if (pf) {
+        _mm_prefetch((const char *)(w + t + CR_PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + t + CR_PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(w + t + 64 + CR_PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + t + 64 + CR_PF_DIST), _MM_HINT_T0);
+      }
+      const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(w + t), flip),
+                    v0 = _mm512_xor_si512(_mm512_loadu_si512(v + t), flip),
+                    w1 = _mm512_xor_si512(_mm512_loadu_si512(w + t + 64), flip),
+                    v1 = _mm512_xor_si512(_mm512_loadu_si512(v + t + 64), flip);
+#define ROW(r)                                                                           \
+  if (R > r) {                                                                           \
+    const __m512i xl = _mm512_loadu_si512(x##r + t), xh = _mm512_loadu_si512(x##r + t + 64); \
+    a##r##0 = _mm512_dpbusd_epi32(a##r##0, w0, xl);                                                   \
+    b##r##0 = _mm512_dpbusd_epi32(b##r##0, v0, xl);                                                   \
+    a##r##1 = _mm512_dpbusd_epi32(a##r##1, w1, xh);                                                   \
+    b##r##1 = _mm512_dpbusd_epi32(b##r##1, v1, xh);                                                   \
+  }
+      ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
     }
     for (; t < k; t += 64) { /* masked: a weight byte past k reads 0x80 (= 0 + 128) against an x of 0 */
       const int cnt = k - t < 64 ? (int)(k - t) : 64;
       const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
-      const __m512i xv = _mm512_maskz_loadu_epi8(mk, x + t);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w + t), flip), xv);
-      b0 = _mm512_dpbusd_epi32(b0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, v + t), flip), xv);
+      const __m512i w0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w + t), flip),
+                    v0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, v + t), flip);
+#define ROW(r)                                                    \
+  if (R > r) {                                                    \
+    const __m512i xv = _mm512_maskz_loadu_epi8(mk, x##r + t);     \
+    a##r##0 = _mm512_dpbusd_epi32(a##r##0, w0, xv);               \
+    b##r##0 = _mm512_dpbusd_epi32(b##r##0, v0, xv);               \
+  }
+      ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
     }
   } else {
     const __m512i flip = _mm512_set1_epi8((char)0x88), lo4 = _mm512_set1_epi8(0x0F);
@@ -643,46 +578,109 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, const i
     for (int64_t t = 0; t < kb; t += 64) {
       const int cnt = kb - t < 64 ? (int)(kb - t) : 64;
       const __mmask64 mk = cnt >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << cnt) - 1);
-      _mm_prefetch((const char *)(w + t + CR_M1_PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(v + t + CR_M1_PF_DIST), _MM_HINT_T0);
+      if (pf) {
+        _mm_prefetch((const char *)(w + t + CR_PF_DIST), _MM_HINT_T0);
+        _mm_prefetch((const char *)(v + t + CR_PF_DIST), _MM_HINT_T0);
+      }
       const __m512i bw = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, w + t), flip);
       const __m512i bv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, v + t), flip);
-      const __m512i xe = _mm512_load_si512(x + 2 * t), xo = _mm512_load_si512(x + 2 * t + 64);
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(bw, lo4), xe);
-      b0 = _mm512_dpbusd_epi32(b0, _mm512_and_si512(bv, lo4), xe);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(bw, 4), lo4), xo);
-      b1 = _mm512_dpbusd_epi32(b1, _mm512_and_si512(_mm512_srli_epi16(bv, 4), lo4), xo);
+      const __m512i wl = _mm512_and_si512(bw, lo4), wh = _mm512_and_si512(_mm512_srli_epi16(bw, 4), lo4);
+      const __m512i vl = _mm512_and_si512(bv, lo4), vh = _mm512_and_si512(_mm512_srli_epi16(bv, 4), lo4);
+#define ROW(r)                                                                                  \
+  if (R > r) {                                                                                  \
+    const __m512i xe = _mm512_load_si512(x##r + 2 * t), xo = _mm512_load_si512(x##r + 2 * t + 64); \
+    a##r##0 = _mm512_dpbusd_epi32(a##r##0, wl, xe);                                                          \
+    b##r##0 = _mm512_dpbusd_epi32(b##r##0, vl, xe);                                                          \
+    a##r##1 = _mm512_dpbusd_epi32(a##r##1, wh, xo);                                                          \
+    b##r##1 = _mm512_dpbusd_epi32(b##r##1, vh, xo);                                                          \
+  }
+      ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
     }
   }
-  out[0] = _mm512_reduce_add_epi32(_mm512_add_epi32(a0, a1));
-  out[1] = _mm512_reduce_add_epi32(_mm512_add_epi32(b0, b1));
+#define OUT(r)                                                                   \
+  if (R > r) {                                                                   \
+    out[r][0] = _mm512_reduce_add_epi32(_mm512_add_epi32(a##r##0, a##r##1));    \
+    out[r][1] = _mm512_reduce_add_epi32(_mm512_add_epi32(b##r##0, b##r##1));    \
+  }
+  OUT(0) OUT(1) OUT(2) OUT(3)
+#undef OUT
 }
 
-static inline __attribute__((always_inline)) void gemv_convrot_m1(const tp_mm *mm, int int8, int64_t n0, int64_t n1,
-                                                                  const int8_t *x) {
+/* Row pairs per block of gemv_convrot_mr: their weights (2 × CR_BLOCK rows) stay in L1 / L2 while the
+ * activation rows pass in groups of 4. */
+#define CR_BLOCK 16
+
+/*
+ * ConvRot GEMV over columns [n0, n1) for the m < TP_GEMM_MIN_M activation rows (x: their codes, row
+ * stride xs): rows n0 + t and n0 + h + t together (h = half the range), CR_BLOCK pairs at a time, each
+ * block read from memory once (with the prefetch) by the first group of up to 4 activation rows and
+ * from cache by the others. For m = 2 .. 15 it replaces the 4-row kernel (four adjacent weight rows
+ * per step, all weights read again for every 4 activation rows, no prefetch for int4); from DRAM, 2
+ * threads, medians of 3 processes, K=1024 N=3072 / K=4096 N=12288, GB/s of weights: int8 M=2 32 → 45 /
+ * 40 → 53, M=4 29 → 43 / 39 → 49, M=8 20 → 27 / 21 → 32, M=15 15 → 15 / 12 → 22; int4 M=2 9.8 → 42 /
+ * 17 → 56, M=4 6.3 → 29 / 10 → 18, M=8 6.1 → 16 / 8.4 → 15, M=15 5.0 → 9.1 / 6.6 → 10. Past M = 2
+ * the arithmetic sets the pace (int4, one thread, from cache: ~19 GB/s at M = 4).
+ */
+static inline __attribute__((always_inline)) void gemv_convrot_mr(const tp_mm *mm, int int8, int one, int64_t n0,
+                                                                  int64_t n1, const int8_t *x, size_t xs) {
   const int32_t bias_w = int8 ? 128 : 8;
-  const int32_t xsum = bias_w * mm->xsum[0];
-  const int64_t h = (n1 - n0) / 2;
-  int32_t out[2];
-  for (int64_t j = n0; j < n0 + h; j++) {
-    const uint8_t *w = mm->w + (size_t)j * mm->w_row;
-    dot_cr_2rows(int8, x, w, w + (size_t)h * mm->w_row, mm->k, out);
-    mm->y[j] = tp_convrot_out(int8, out[0] - xsum, mm->xs[0], mm->w_scale[j], mm->bias, j);
-    mm->y[j + h] = tp_convrot_out(int8, out[1] - xsum, mm->xs[0], mm->w_scale[j + h], mm->bias, j + h);
+  const int64_t m = one ? 1 : mm->m, h = (n1 - n0) / 2, n = mm->n; /* one: m = 1, a constant */
+  int32_t out[4][2];
+  for (int64_t jb = n0; jb < n0 + h; jb += CR_BLOCK) {
+    const int64_t je = jb + CR_BLOCK < n0 + h ? jb + CR_BLOCK : n0 + h;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int R = m - i0 < 4 ? (int)(m - i0) : 4;
+      const int8_t *xi = x + (size_t)i0 * xs;
+      for (int64_t j = jb; j < je; j++) {
+        const uint8_t *w = mm->w + (size_t)j * mm->w_row;
+        const int pf = i0 == 0;
+        switch (R) {
+          case 1: dot_cr_2rows(int8, 1, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
+          case 2: dot_cr_2rows(int8, 2, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
+          case 3: dot_cr_2rows(int8, 3, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
+          default: dot_cr_2rows(int8, 4, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
+        }
+        for (int r = 0; r < R; r++) {
+          const int64_t i = i0 + r;
+          float *y = mm->y + (size_t)i * (size_t)n;
+          y[j] = tp_convrot_out(int8, out[r][0] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
+          y[j + h] = tp_convrot_out(int8, out[r][1] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j + h], mm->bias,
+                                    j + h);
+        }
+      }
+    }
   }
   if ((n1 - n0) % 2) { /* the odd row left over */
-    const uint8_t *w = mm->w + (size_t)(n1 - 1) * mm->w_row;
-    dot_cr_2rows(int8, x, w, w, mm->k, out);
-    mm->y[n1 - 1] = tp_convrot_out(int8, out[0] - xsum, mm->xs[0], mm->w_scale[n1 - 1], mm->bias, n1 - 1);
+    const int64_t j = n1 - 1;
+    const uint8_t *w = mm->w + (size_t)j * mm->w_row;
+    for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      const int R = m - i0 < 4 ? (int)(m - i0) : 4;
+      switch (R) {
+        case 1: dot_cr_2rows(int8, 1, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
+        case 2: dot_cr_2rows(int8, 2, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
+        case 3: dot_cr_2rows(int8, 3, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
+        default: dot_cr_2rows(int8, 4, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
+      }
+      for (int r = 0; r < R; r++) {
+        const int64_t i = i0 + r;
+        mm->y[(size_t)i * (size_t)n + (size_t)j] =
+            tp_convrot_out(int8, out[r][0] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
+      }
+    }
   }
 }
 
-static __attribute__((noinline)) void gemv_convrot_m1_int8(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *x) {
-  gemv_convrot_m1(mm, 1, n0, n1, x);
-}
-static __attribute__((noinline)) void gemv_convrot_m1_int4(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *x) {
-  gemv_convrot_m1(mm, 0, n0, n1, x);
-}
+/* Instances: int8 / int4, and m = 1 (decoding) with the row-group loop compiled away. */
+#define CR_FN(NAME, INT8, ONE)                                                                                 \
+  static __attribute__((noinline)) void NAME(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *x, size_t xs) { \
+    gemv_convrot_mr(mm, INT8, ONE, n0, n1, x, xs);                                                             \
+  }
+CR_FN(gemv_convrot_int8, 1, 0)
+CR_FN(gemv_convrot_int4, 0, 0)
+CR_FN(gemv_convrot_int8_m1, 1, 1)
+CR_FN(gemv_convrot_int4_m1, 0, 1)
+#undef CR_FN
 
 static void gemv_convrot(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int64_t k = mm->k;
@@ -702,12 +700,8 @@ static void gemv_convrot(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scrat
       }
     }
   }
-  if (mm->m == 1) {
-    if (int8) gemv_convrot_m1_int8(mm, n0, n1, (const int8_t *)mm->xq);
-    else gemv_convrot_m1_int4(mm, n0, n1, xp);
-    return;
-  }
-  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_crs[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1, xp, kp);
+  if (int8) (mm->m == 1 ? gemv_convrot_int8_m1 : gemv_convrot_int8)(mm, n0, n1, (const int8_t *)mm->xq, mm->xq_row);
+  else (mm->m == 1 ? gemv_convrot_int4_m1 : gemv_convrot_int4)(mm, n0, n1, xp, (size_t)kp);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -281,6 +281,10 @@ function shapes(format: NativeWeightFormat): [number, number, number][] {
     return [
       [1, 67, 768],
       [3, 33, 80],
+      // the GEMV below 16 rows: row groups of 4 + 3 and 4 × 3 + 3 over several blocks of 16 row pairs
+      // per thread, an odd last column, a K that ends inside a 128-element step
+      [7, 203, 320],
+      [15, 140, 256],
       [23, 131, 768],
       [17, 600, 512],
     ];
