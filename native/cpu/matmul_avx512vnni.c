@@ -533,6 +533,15 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
   __m512i a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
   __m512i a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
   const int8_t *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
+  /* activation row r: 128 codes at x_r + OFF against the weight vectors WA / VA (first 64) and WB / VB */
+#define CR_ROW(r, OFF, WA, VA, WB, VB)                                                               \
+  if (R > r) {                                                                                       \
+    const __m512i xa = _mm512_loadu_si512(x##r + (OFF)), xb = _mm512_loadu_si512(x##r + (OFF) + 64); \
+    a##r##0 = _mm512_dpbusd_epi32(a##r##0, WA, xa);                                                  \
+    b##r##0 = _mm512_dpbusd_epi32(b##r##0, VA, xa);                                                  \
+    a##r##1 = _mm512_dpbusd_epi32(a##r##1, WB, xb);                                                  \
+    b##r##1 = _mm512_dpbusd_epi32(b##r##1, VB, xb);                                                  \
+  }
   if (int8) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     int64_t t = 0;
@@ -547,16 +556,7 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
                     v0 = _mm512_xor_si512(_mm512_loadu_si512(v + t), flip),
                     w1 = _mm512_xor_si512(_mm512_loadu_si512(w + t + 64), flip),
                     v1 = _mm512_xor_si512(_mm512_loadu_si512(v + t + 64), flip);
-#define ROW(r)                                                                           \
-  if (R > r) {                                                                           \
-    const __m512i xl = _mm512_loadu_si512(x##r + t), xh = _mm512_loadu_si512(x##r + t + 64); \
-    a##r##0 = _mm512_dpbusd_epi32(a##r##0, w0, xl);                                                   \
-    b##r##0 = _mm512_dpbusd_epi32(b##r##0, v0, xl);                                                   \
-    a##r##1 = _mm512_dpbusd_epi32(a##r##1, w1, xh);                                                   \
-    b##r##1 = _mm512_dpbusd_epi32(b##r##1, v1, xh);                                                   \
-  }
-      ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
+      CR_ROW(0, t, w0, v0, w1, v1) CR_ROW(1, t, w0, v0, w1, v1) CR_ROW(2, t, w0, v0, w1, v1) CR_ROW(3, t, w0, v0, w1, v1)
     }
     for (; t < k; t += 64) { /* masked: a weight byte past k reads 0x80 (= 0 + 128) against an x of 0 */
       const int cnt = k - t < 64 ? (int)(k - t) : 64;
@@ -586,18 +586,12 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
       const __m512i bv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mk, v + t), flip);
       const __m512i wl = _mm512_and_si512(bw, lo4), wh = _mm512_and_si512(_mm512_srli_epi16(bw, 4), lo4);
       const __m512i vl = _mm512_and_si512(bv, lo4), vh = _mm512_and_si512(_mm512_srli_epi16(bv, 4), lo4);
-#define ROW(r)                                                                                  \
-  if (R > r) {                                                                                  \
-    const __m512i xe = _mm512_load_si512(x##r + 2 * t), xo = _mm512_load_si512(x##r + 2 * t + 64); \
-    a##r##0 = _mm512_dpbusd_epi32(a##r##0, wl, xe);                                                          \
-    b##r##0 = _mm512_dpbusd_epi32(b##r##0, vl, xe);                                                          \
-    a##r##1 = _mm512_dpbusd_epi32(a##r##1, wh, xo);                                                          \
-    b##r##1 = _mm512_dpbusd_epi32(b##r##1, vh, xo);                                                          \
-  }
-      ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
+      /* the low nibbles pair with the even activations (xp's first 64 bytes per 128), the high with the odd */
+      CR_ROW(0, 2 * t, wl, vl, wh, vh) CR_ROW(1, 2 * t, wl, vl, wh, vh) CR_ROW(2, 2 * t, wl, vl, wh, vh)
+      CR_ROW(3, 2 * t, wl, vl, wh, vh)
     }
   }
+#undef CR_ROW
 #define OUT(r)                                                                   \
   if (R > r) {                                                                   \
     out[r][0] = _mm512_reduce_add_epi32(_mm512_add_epi32(a##r##0, a##r##1));    \
