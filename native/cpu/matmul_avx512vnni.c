@@ -235,55 +235,68 @@ static const gemv_fn gemv_bf16s[4] = {gemv_bf16_1, gemv_bf16_2, gemv_bf16_3, gem
 static const gemv_fn gemv_f32s[4] = {gemv_f32_1, gemv_f32_2, gemv_f32_3, gemv_f32_4};
 
 /*
- * bf16 weights, one activation row (decoding): weight rows w and v against x (k bf16), 64 k per step in
- * two accumulators per row, sums into out[0] / out[1] (v = w for a single row).
+ * bf16 weights at m < 16: weight rows w and v against R ≤ 4 activation rows x + r·xs (k bf16 each), 64 k
+ * per step in two accumulators per (activation row, weight row), sums into out[r][0] / out[r][1] (v = w
+ * for a single row). Each row is summed the same way whatever R is, so a batch of rows gives each row
+ * the bits it gets alone. pf: prefetch BF16_PF_DIST bytes ahead in both weight rows — at M = 1 the loop
+ * is faster without (×0.88–0.99 with it), at M ≥ 2, where every weight byte costs more arithmetic, the
+ * hardware prefetcher falls behind at large K (K=4096 N=12288, M = 4: 35 → 49–52 GB/s with it).
  */
-static inline __attribute__((always_inline)) void dot_bf16_2rows(const uint16_t *x, const uint16_t *w,
-                                                                 const uint16_t *v, int64_t k, float *out) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+#define BF16_PF_DIST 2048
+static inline __attribute__((always_inline)) void dot_bf16_2rows(int R, int pf, const uint16_t *x, size_t xs,
+                                                                 const uint16_t *w, const uint16_t *v, int64_t k,
+                                                                 float out[4][2]) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
+  __m512 a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
+  const uint16_t *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
   int64_t q = 0;
   for (; q + 64 <= k; q += 64) {
-    const __m512i x0 = _mm512_loadu_si512(x + q), x1 = _mm512_loadu_si512(x + q + 32);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(w + q));
-    b0 = _mm512_dpbf16_ps(b0, (__m512bh)x0, (__m512bh)_mm512_loadu_si512(v + q));
-    a1 = _mm512_dpbf16_ps(a1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(w + q + 32));
-    b1 = _mm512_dpbf16_ps(b1, (__m512bh)x1, (__m512bh)_mm512_loadu_si512(v + q + 32));
+    if (pf) {
+      _mm_prefetch((const char *)(w + q) + BF16_PF_DIST, _MM_HINT_T0);
+      _mm_prefetch((const char *)(w + q) + BF16_PF_DIST + 64, _MM_HINT_T0);
+      _mm_prefetch((const char *)(v + q) + BF16_PF_DIST, _MM_HINT_T0);
+      _mm_prefetch((const char *)(v + q) + BF16_PF_DIST + 64, _MM_HINT_T0);
+    }
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(w + q), v0 = (__m512bh)_mm512_loadu_si512(v + q),
+                   w1 = (__m512bh)_mm512_loadu_si512(w + q + 32), v1 = (__m512bh)_mm512_loadu_si512(v + q + 32);
+#define ROW(r)                                                                                                   \
+  if (R > r) {                                                                                                   \
+    const __m512bh xa = (__m512bh)_mm512_loadu_si512(x##r + q), xb = (__m512bh)_mm512_loadu_si512(x##r + q + 32); \
+    a##r##0 = _mm512_dpbf16_ps(a##r##0, xa, w0);                                                                 \
+    b##r##0 = _mm512_dpbf16_ps(b##r##0, xa, v0);                                                                 \
+    a##r##1 = _mm512_dpbf16_ps(a##r##1, xb, w1);                                                                 \
+    b##r##1 = _mm512_dpbf16_ps(b##r##1, xb, v1);                                                                 \
+  }
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
   }
   for (; q < k; q += 32) {
     const int cnt = k - q < 32 ? (int)(k - q) : 32;
     const __mmask32 mk = cnt >= 32 ? 0xFFFFFFFFu : ((1u << cnt) - 1u);
-    const __m512i xv = _mm512_maskz_loadu_epi16(mk, x + q);
-    a0 = _mm512_dpbf16_ps(a0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, w + q));
-    b0 = _mm512_dpbf16_ps(b0, (__m512bh)xv, (__m512bh)_mm512_maskz_loadu_epi16(mk, v + q));
+    const __m512bh w0 = (__m512bh)_mm512_maskz_loadu_epi16(mk, w + q), v0 = (__m512bh)_mm512_maskz_loadu_epi16(mk, v + q);
+#define ROW(r)                                                                  \
+  if (R > r) {                                                                  \
+    const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mk, x##r + q);       \
+    a##r##0 = _mm512_dpbf16_ps(a##r##0, xv, w0);                                \
+    b##r##0 = _mm512_dpbf16_ps(b##r##0, xv, v0);                                \
   }
-  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(b0, b1));
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+#define OUT(r)                                                              \
+  if (R > r) {                                                              \
+    out[r][0] = _mm512_reduce_add_ps(_mm512_add_ps(a##r##0, a##r##1));      \
+    out[r][1] = _mm512_reduce_add_ps(_mm512_add_ps(b##r##0, b##r##1));      \
+  }
+  OUT(0) OUT(1) OUT(2) OUT(3)
+#undef OUT
 }
 
-/*
- * The bf16 GEMV at M = 1: rows j and j + h together (h = half the range), two sequential weight
- * streams, as the GGUF GEMV reads them (streaming four adjacent rows, gemv_bf16_rows, was 15–25% slower
- * here). Against one row at a time, from DRAM, 2 threads, 9 alternating runs in each of 6 processes,
- * half on a file mapping: K=1024 N=3072 ×1.05–1.13, K=4096 N=12288 ×1.02–1.11, K=2048 N=1024
- * ×1.05–1.06, K=1024 N=2048 ×1.02–1.09 (the same sums); decode of a bf16 model with Qwen3-0.6B's shapes
- * +1–3% in 4 of 5 alternating pairs.
- */
-static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1) {
-  const uint16_t *x = (const uint16_t *)mm->xq;
-  const int64_t h = (n1 - n0) / 2;
-  float out[2];
-  for (int64_t j = n0; j < n0 + h; j++) {
-    const uint16_t *w = (const uint16_t *)(mm->w + (size_t)j * mm->w_row);
-    dot_bf16_2rows(x, w, (const uint16_t *)((const uint8_t *)w + (size_t)h * mm->w_row), mm->k, out);
-    mm->y[j] = float_out(mm, out[0], j);
-    mm->y[j + h] = float_out(mm, out[1], j + h);
-  }
-  if ((n1 - n0) % 2) { /* the odd row left over */
-    const uint16_t *w = (const uint16_t *)(mm->w + (size_t)(n1 - 1) * mm->w_row);
-    dot_bf16_2rows(x, w, w, mm->k, out);
-    mm->y[n1 - 1] = float_out(mm, out[0], n1 - 1);
-  }
-}
+/* The bf16 GEMV at m < 16 (gemv_pairs, below the ConvRot kernels it shares with): m = 1, and m = 2 .. 15. */
+static void gemv_bf16_m1(const tp_mm *mm, int64_t n0, int64_t n1);
+static void gemv_bf16_many(const tp_mm *mm, int64_t n0, int64_t n1);
+
 
 /*
  * fp8 weights at m < 16 (decoding an fp8 checkpoint; short prompts): weight rows j and j + h together,
@@ -443,8 +456,8 @@ static __attribute__((noinline)) TP_VBMI void gemv_fp8_e5m2(const tp_mm *mm, int
 }
 
 static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
-  if (mm->m == 1 && mm->fmt == TP_W_BF16) {
-    gemv_bf16_m1(mm, n0, n1);
+  if (mm->fmt == TP_W_BF16) {
+    (mm->m == 1 ? gemv_bf16_m1 : gemv_bf16_many)(mm, n0, n1);
     return;
   }
   if ((mm->features & TP_CPU_AVX512VBMI) && mm->fmt != TP_W_BF16) { /* fp8 (gemv_fp8) */
@@ -523,7 +536,7 @@ static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
  * serves every activation row of the group. M = 1, against the 4-row kernel, 2 threads, from DRAM,
  * alternating runs on JavaScript arrays and on a file mapping: int8 K=1024 N=3072 29 → 42–47 GB/s
  * (×1.38–1.55), K=4096 N=12288 35 → 51–52 (×1.44–1.49); int4 9.8 → 44 (×4.4), 15 → 59 (×4.0); 0.86–1.14
- * of the copy kernel. M = 2 .. 15: see gemv_convrot_mr.
+ * of the copy kernel. M = 2 .. 15: see gemv_pairs.
  */
 #define CR_PF_DIST 2048
 static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, int pf, const int8_t *x, size_t xs,
@@ -601,13 +614,48 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
 #undef OUT
 }
 
-/* Row pairs per block of gemv_convrot_mr: their weights (2 × CR_BLOCK rows) stay in L1 / L2 while the
- * activation rows pass in groups of 4. */
-#define CR_BLOCK 16
+
+/* Row pairs per block of gemv_pairs: their weights stay in L1 / L2 while the activation rows pass in
+ * groups of 4. */
+#define GEMV_BLOCK 16
+
+/* The GEMVs of gemv_pairs. */
+enum { GP_BF16, GP_INT8, GP_INT4 };
+
+/* Rows w and v against R activation rows from x (row stride xs bytes) with the kernel of `kind`. */
+static inline __attribute__((always_inline)) void pair_dot(int kind, int R, int pf, const uint8_t *x, size_t xs,
+                                                           const uint8_t *w, const uint8_t *v, int64_t k,
+                                                           float fo[4][2], int32_t io[4][2]) {
+  if (kind == GP_BF16) {
+    dot_bf16_2rows(R, pf, (const uint16_t *)x, xs / 2, (const uint16_t *)w, (const uint16_t *)v, k, fo);
+  } else {
+    dot_cr_2rows(kind == GP_INT8, R, pf, (const int8_t *)x, xs, w, v, k, io);
+  }
+}
+
+/* Output (row i, column j) from its sum: float_out (bf16) or tp_convrot_out (ConvRot). */
+static inline __attribute__((always_inline)) float pair_out(const tp_mm *mm, int kind, int64_t i, int64_t j, float fs,
+                                                            int32_t is) {
+  if (kind == GP_BF16) return float_out(mm, fs, j);
+  const int int8 = kind == GP_INT8;
+  return tp_convrot_out(int8, is - (int8 ? 128 : 8) * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
+}
 
 /*
- * ConvRot GEMV over columns [n0, n1) for the m < TP_GEMM_MIN_M activation rows (x: their codes, row
- * stride xs): rows n0 + t and n0 + h + t together (h = half the range), CR_BLOCK pairs at a time, each
+ * gemv_pairs, bf16 at m < 16: rows j and j + h together (h = half the range), two sequential weight
+ * streams, as the GGUF GEMV reads them (streaming four adjacent rows, gemv_bf16_rows, was 15–25% slower
+ * here), GEMV_BLOCK pairs at a time, each block read from memory by the first group of up to 4
+ * activation rows and from cache by the others. M = 1 against one row at a time, from DRAM, 2 threads,
+ * 9 alternating runs in each of 6 processes, half on a file mapping: K=1024 N=3072 ×1.05–1.13, K=4096
+ * N=12288 ×1.02–1.11, K=2048 N=1024 ×1.05–1.06, K=1024 N=2048 ×1.02–1.09 (the same sums); decode of a
+ * bf16 model with Qwen3-0.6B's shapes +1–3% in 4 of 5 alternating pairs. M = 2 .. 15 against the 4-row
+ * kernel (gemv_bf16_rows, which fp8 without AVX512_VBMI still takes), medians of 3 processes, K=1024
+ * N=3072 / K=4096 N=12288 GB/s: M=2 35 → 46 / 43 → 51, M=4 28 → 42 / 37 → 45, M=8 19 → 31 / 23 → 32,
+ * M=15 14 → 23 / 12 → 24.
+ */
+/*
+ * gemv_pairs, ConvRot at m < 16 (x: the activation codes, row stride xs): rows n0 + t and n0 + h + t
+ * together (h = half the range), GEMV_BLOCK pairs at a time, each
  * block read from memory once (with the prefetch) by the first group of up to 4 activation rows and
  * from cache by the others. For m = 2 .. 15 it replaces the 4-row kernel (four adjacent weight rows
  * per step, all weights read again for every 4 activation rows, no prefetch for int4); from DRAM, 2
@@ -616,65 +664,59 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
  * 17 → 56, M=4 6.3 → 29 / 10 → 18, M=8 6.1 → 16 / 8.4 → 15, M=15 5.0 → 9.1 / 6.6 → 10. Past M = 2
  * the arithmetic sets the pace (int4, one thread, from cache: ~19 GB/s at M = 4).
  */
-static inline __attribute__((always_inline)) void gemv_convrot_mr(const tp_mm *mm, int int8, int one, int64_t n0,
-                                                                  int64_t n1, const int8_t *x, size_t xs) {
-  const int32_t bias_w = int8 ? 128 : 8;
+static inline __attribute__((always_inline)) void gemv_pairs(const tp_mm *mm, int kind, int one, int64_t n0, int64_t n1,
+                                                             const uint8_t *x, size_t xs) {
   const int64_t m = one ? 1 : mm->m, h = (n1 - n0) / 2, n = mm->n; /* one: m = 1, a constant */
-  int32_t out[4][2];
-  for (int64_t jb = n0; jb < n0 + h; jb += CR_BLOCK) {
-    const int64_t je = jb + CR_BLOCK < n0 + h ? jb + CR_BLOCK : n0 + h;
+  const int64_t pairs = h + (n1 - n0) % 2;                           /* an odd last row pairs with itself */
+  float fo[4][2];
+  int32_t io[4][2];
+  for (int64_t pb = 0; pb < pairs; pb += GEMV_BLOCK) {
+    const int64_t pe = pb + GEMV_BLOCK < pairs ? pb + GEMV_BLOCK : pairs;
     for (int64_t i0 = 0; i0 < m; i0 += 4) {
       const int R = m - i0 < 4 ? (int)(m - i0) : 4;
-      const int8_t *xi = x + (size_t)i0 * xs;
-      for (int64_t j = jb; j < je; j++) {
-        const uint8_t *w = mm->w + (size_t)j * mm->w_row;
-        const int pf = i0 == 0;
+      /* prefetch on the first pass over the block (bf16: only when there is more than one row) */
+      const int pf = i0 == 0 && (kind != GP_BF16 || m > 1);
+      const uint8_t *xi = x + (size_t)i0 * xs;
+      for (int64_t p = pb; p < pe; p++) {
+        const int64_t j = p < h ? n0 + p : n1 - 1, jv = p < h ? j + h : j;
+        const uint8_t *w = mm->w + (size_t)j * mm->w_row, *v = mm->w + (size_t)jv * mm->w_row;
+        const int pfp = pf && p < h;
         switch (R) {
-          case 1: dot_cr_2rows(int8, 1, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
-          case 2: dot_cr_2rows(int8, 2, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
-          case 3: dot_cr_2rows(int8, 3, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
-          default: dot_cr_2rows(int8, 4, pf, xi, xs, w, w + (size_t)h * mm->w_row, mm->k, out); break;
+          case 1: pair_dot(kind, 1, pfp, xi, xs, w, v, mm->k, fo, io); break;
+          case 2: pair_dot(kind, 2, pfp, xi, xs, w, v, mm->k, fo, io); break;
+          case 3: pair_dot(kind, 3, pfp, xi, xs, w, v, mm->k, fo, io); break;
+          default: pair_dot(kind, 4, pfp, xi, xs, w, v, mm->k, fo, io); break;
         }
         for (int r = 0; r < R; r++) {
           const int64_t i = i0 + r;
           float *y = mm->y + (size_t)i * (size_t)n;
-          y[j] = tp_convrot_out(int8, out[r][0] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
-          y[j + h] = tp_convrot_out(int8, out[r][1] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j + h], mm->bias,
-                                    j + h);
+          y[j] = pair_out(mm, kind, i, j, fo[r][0], io[r][0]);
+          if (jv != j) y[jv] = pair_out(mm, kind, i, jv, fo[r][1], io[r][1]);
         }
-      }
-    }
-  }
-  if ((n1 - n0) % 2) { /* the odd row left over */
-    const int64_t j = n1 - 1;
-    const uint8_t *w = mm->w + (size_t)j * mm->w_row;
-    for (int64_t i0 = 0; i0 < m; i0 += 4) {
-      const int R = m - i0 < 4 ? (int)(m - i0) : 4;
-      switch (R) {
-        case 1: dot_cr_2rows(int8, 1, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
-        case 2: dot_cr_2rows(int8, 2, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
-        case 3: dot_cr_2rows(int8, 3, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
-        default: dot_cr_2rows(int8, 4, 0, x + (size_t)i0 * xs, xs, w, w, mm->k, out); break;
-      }
-      for (int r = 0; r < R; r++) {
-        const int64_t i = i0 + r;
-        mm->y[(size_t)i * (size_t)n + (size_t)j] =
-            tp_convrot_out(int8, out[r][0] - bias_w * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
       }
     }
   }
 }
 
-/* Instances: int8 / int4, and m = 1 (decoding) with the row-group loop compiled away. */
-#define CR_FN(NAME, INT8, ONE)                                                                                 \
-  static __attribute__((noinline)) void NAME(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *x, size_t xs) { \
-    gemv_convrot_mr(mm, INT8, ONE, n0, n1, x, xs);                                                             \
+/* Instances: bf16, int8 / int4 ConvRot, each for m = 1 (decoding; the row-group loop compiled away) and m > 1. */
+#define GP_FN(NAME, KIND, ONE, X, XS)                                                 \
+  static __attribute__((noinline)) void NAME(const tp_mm *mm, int64_t n0, int64_t n1) { \
+    gemv_pairs(mm, KIND, ONE, n0, n1, X, XS);                                         \
   }
-CR_FN(gemv_convrot_int8, 1, 0)
-CR_FN(gemv_convrot_int4, 0, 0)
-CR_FN(gemv_convrot_int8_m1, 1, 1)
-CR_FN(gemv_convrot_int4_m1, 0, 1)
-#undef CR_FN
+GP_FN(gemv_bf16_m1, GP_BF16, 1, mm->xq, mm->xq_row)
+GP_FN(gemv_bf16_many, GP_BF16, 0, mm->xq, mm->xq_row)
+GP_FN(gemv_convrot_int8_m1, GP_INT8, 1, mm->xq, mm->xq_row)
+GP_FN(gemv_convrot_int8, GP_INT8, 0, mm->xq, mm->xq_row)
+#undef GP_FN
+/* int4 reads the activations rearranged (xp, rows of kp bytes) */
+static __attribute__((noinline)) void gemv_convrot_int4_m1(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *xp,
+                                                           size_t kp) {
+  gemv_pairs(mm, GP_INT4, 1, n0, n1, (const uint8_t *)xp, kp);
+}
+static __attribute__((noinline)) void gemv_convrot_int4(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *xp,
+                                                        size_t kp) {
+  gemv_pairs(mm, GP_INT4, 0, n0, n1, (const uint8_t *)xp, kp);
+}
 
 static void gemv_convrot(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch) {
   const int64_t k = mm->k;
@@ -694,7 +736,7 @@ static void gemv_convrot(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scrat
       }
     }
   }
-  if (int8) (mm->m == 1 ? gemv_convrot_int8_m1 : gemv_convrot_int8)(mm, n0, n1, (const int8_t *)mm->xq, mm->xq_row);
+  if (int8) (mm->m == 1 ? gemv_convrot_int8_m1 : gemv_convrot_int8)(mm, n0, n1);
   else (mm->m == 1 ? gemv_convrot_int4_m1 : gemv_convrot_int4)(mm, n0, n1, xp, (size_t)kp);
 }
 
