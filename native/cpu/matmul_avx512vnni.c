@@ -182,57 +182,30 @@ static inline __m512 load_f32w(int32_t fmt, const uint8_t *row, int64_t t, __mma
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * t));
 }
 
-/* f32 / f16 weights, f32 activations: FMA over 16 k at a time. */
-static inline __attribute__((always_inline)) void gemv_f32_rows(const tp_mm *mm, int R, int64_t i0, int64_t n0,
-                                                                 int64_t n1) {
-  const int64_t k = mm->k;
-  const float *x0 = mm->x + (size_t)i0 * (size_t)k, *x1 = x0 + (R > 1) * k, *x2 = x0 + (R > 2 ? 2 : 0) * k,
-              *x3 = x0 + (R > 3 ? 3 : 0) * k;
-  const int32_t fmt = mm->fmt;
-  for (int64_t j0 = n0; j0 < n1; j0 += 4) {
-    const int c = n1 - j0 < 4 ? (int)(n1 - j0) : 4;
-    WROWS(mm, j0, c);
-    ACC16(__m512, _mm512_setzero_ps())
-    for (int64_t t = 0; t < k; t += 16) {
-      const int cnt = k - t < 16 ? (int)(k - t) : 16;
-      const __mmask16 mk = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1u);
-      _mm_prefetch((const char *)(w0 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w1 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w2 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
-      _mm_prefetch((const char *)(w3 + (fmt == TP_W_F32 ? 4 : 2) * t + PF_DIST), _MM_HINT_T0);
-      const __m512 v0 = load_f32w(fmt, w0, t, mk), v1 = load_f32w(fmt, w1, t, mk), v2 = load_f32w(fmt, w2, t, mk),
-                   v3 = load_f32w(fmt, w3, t, mk);
-#define ROW(r)                                                \
-  if (R > r) {                                                \
-    const __m512 xv = _mm512_maskz_loadu_ps(mk, x##r + t);    \
-    c##r##0 = _mm512_fmadd_ps(xv, v0, c##r##0);               \
-    c##r##1 = _mm512_fmadd_ps(xv, v1, c##r##1);               \
-    c##r##2 = _mm512_fmadd_ps(xv, v2, c##r##2);               \
-    c##r##3 = _mm512_fmadd_ps(xv, v3, c##r##3);               \
-  }
-      ROW(0) ROW(1) ROW(2) ROW(3)
-#undef ROW
-    }
-#define ST(r, cc, acc)                                                                                    \
-  if (R > r && c > cc)                                                                                    \
-    mm->y[(size_t)(i0 + r) * (size_t)mm->n + (size_t)(j0 + cc)] = float_out(mm, _mm512_reduce_add_ps(acc), j0 + cc);
-    STORE16(ST);
-#undef ST
-  }
-}
-
 /* R-specialized instances (the accumulators of unused rows are dropped by the compiler). */
 static void gemv_bf16_1(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 1, i0, n0, n1); }
 static void gemv_bf16_2(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 2, i0, n0, n1); }
 static void gemv_bf16_3(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 3, i0, n0, n1); }
 static void gemv_bf16_4(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_bf16_rows(mm, 4, i0, n0, n1); }
-static void gemv_f32_1(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 1, i0, n0, n1); }
-static void gemv_f32_2(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 2, i0, n0, n1); }
-static void gemv_f32_3(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 3, i0, n0, n1); }
-static void gemv_f32_4(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1) { gemv_f32_rows(mm, 4, i0, n0, n1); }
 typedef void (*gemv_fn)(const tp_mm *mm, int64_t i0, int64_t n0, int64_t n1);
 static const gemv_fn gemv_bf16s[4] = {gemv_bf16_1, gemv_bf16_2, gemv_bf16_3, gemv_bf16_4};
-static const gemv_fn gemv_f32s[4] = {gemv_f32_1, gemv_f32_2, gemv_f32_3, gemv_f32_4};
+
+/*
+ * The two-row kernels' start (bf16, ConvRot): 16 accumulators of type T, a{r}{h} / b{r}{h} for activation row
+ * r and weight row w / v (two halves h each), and the R activation rows x0 .. x3 (element type E, stride xs;
+ * unused ones alias x0).
+ */
+#define PAIR_START(T, ZERO, E)                                                                              \
+  const T z = ZERO;                                                                                         \
+  T a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;                                 \
+  T a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;                                 \
+  const E *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
+/* The sums of activation row r of a two-row step, each row's two accumulators added first (bf16, ConvRot). */
+#define PAIR_OUT(r, REDUCE, ADD)                   \
+  if (R > r) {                                     \
+    out[r][0] = REDUCE(ADD(a##r##0, a##r##1));     \
+    out[r][1] = REDUCE(ADD(b##r##0, b##r##1));     \
+  }
 
 /*
  * bf16 weights at m < 16: weight rows w and v against R ≤ 4 activation rows x + r·xs (k bf16 each), 64 k
@@ -246,10 +219,7 @@ static const gemv_fn gemv_f32s[4] = {gemv_f32_1, gemv_f32_2, gemv_f32_3, gemv_f3
 static inline __attribute__((always_inline)) void dot_bf16_2rows(int R, int pf, const uint16_t *x, size_t xs,
                                                                  const uint16_t *w, const uint16_t *v, int64_t k,
                                                                  float out[4][2]) {
-  const __m512 z = _mm512_setzero_ps();
-  __m512 a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
-  __m512 a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
-  const uint16_t *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
+  PAIR_START(__m512, _mm512_setzero_ps(), uint16_t)
   int64_t q = 0;
   for (; q + 64 <= k; q += 64) {
     if (pf) {
@@ -284,13 +254,8 @@ static inline __attribute__((always_inline)) void dot_bf16_2rows(int R, int pf, 
     ROW(0) ROW(1) ROW(2) ROW(3)
 #undef ROW
   }
-#define OUT(r)                                                              \
-  if (R > r) {                                                              \
-    out[r][0] = _mm512_reduce_add_ps(_mm512_add_ps(a##r##0, a##r##1));      \
-    out[r][1] = _mm512_reduce_add_ps(_mm512_add_ps(b##r##0, b##r##1));      \
-  }
-  OUT(0) OUT(1) OUT(2) OUT(3)
-#undef OUT
+  PAIR_OUT(0, _mm512_reduce_add_ps, _mm512_add_ps) PAIR_OUT(1, _mm512_reduce_add_ps, _mm512_add_ps)
+  PAIR_OUT(2, _mm512_reduce_add_ps, _mm512_add_ps) PAIR_OUT(3, _mm512_reduce_add_ps, _mm512_add_ps)
 }
 
 /* The bf16 GEMV at m < 16 (gemv_pairs, below the ConvRot kernels it shares with): m = 1, and m = 2 .. 15. */
@@ -467,55 +432,59 @@ static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch)
   }
   for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_bf16s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
 }
+
 /*
- * f32 / f16 weights at one activation row: rows j and j + h together (h = half the range), two sequential
- * weight streams as in the GGUF and bf16 GEMVs, each row summed exactly as gemv_f32_rows sums it (one
- * accumulator, 16 k at a time, masked tail), so the outputs are the same floats (304 shapes, 1-3
- * threads). The software prefetch F32_M1_PF_DIST bytes ahead is what makes it fast: without it this
+ * f32 / f16 weights at m < 16 (gemv_pairs): rows w and v (j and j + h, h = half the range) against R ≤ 4
+ * activation rows x + r·xs, two sequential weight streams as in the GGUF and bf16 GEMVs, each row summed
+ * exactly as the 4-row kernel summed it (one accumulator per output, 16 k at a time, masked tail), so the
+ * outputs are the same floats (M = 1: 304 shapes, 1-3 threads; M = 1-15: 9 500). The software prefetch F32_M1_PF_DIST bytes ahead is what makes it fast: without it this
  * loop read 17-25 GB/s from DRAM (the hardware prefetcher does not keep up with it; the 4-row kernel
  * before, 20-45), with it 50-70 — f16 K=1024 N=3072 / K=4096 N=12288, 2 threads, alternating runs,
  * also on a file mapping: ×1.95-2.8 / ×1.65-1.8 against the 4-row kernel, f32 ×1.8 / ×1.47, 1.0-1.2 of
  * the copy kernel. (The bf16 loop, reading two lines per row and step, is slower with it: ×0.88-0.99.)
  */
 #define F32_M1_PF_DIST 2048
-static inline __attribute__((always_inline)) void gemv_f32_m1(const tp_mm *mm, int32_t fmt, int64_t n0, int64_t n1) {
-  const int64_t k = mm->k;
-  const float *x = mm->x;
-  const int64_t h = (n1 - n0) / 2;
-  for (int64_t j = n0; j < n0 + h; j++) {
-    const uint8_t *w = mm->w + (size_t)j * mm->w_row, *v = w + (size_t)h * mm->w_row;
-    __m512 a = _mm512_setzero_ps(), b = a;
-    for (int64_t t = 0; t < k; t += 16) {
-      const int cnt = k - t < 16 ? (int)(k - t) : 16;
-      const __mmask16 mk = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1u);
-      if (fmt == TP_W_F32 || (t & 31) == 0) { /* a cache line per row and step (f16: every other step) */
-        _mm_prefetch((const char *)(w + (fmt == TP_W_F32 ? 4 : 2) * t + F32_M1_PF_DIST), _MM_HINT_T0);
-        _mm_prefetch((const char *)(v + (fmt == TP_W_F32 ? 4 : 2) * t + F32_M1_PF_DIST), _MM_HINT_T0);
-      }
-      const __m512 xv = _mm512_maskz_loadu_ps(mk, x + t);
-      a = _mm512_fmadd_ps(xv, load_f32w(fmt, w, t, mk), a);
-      b = _mm512_fmadd_ps(xv, load_f32w(fmt, v, t, mk), b);
+static inline __attribute__((always_inline)) void dot_f32_2rows(int32_t fmt, int R, int pf, const float *x, size_t xs,
+                                                                const uint8_t *w, const uint8_t *v, int64_t k,
+                                                                float out[4][2]) {
+  const __m512 z = _mm512_setzero_ps();
+  __m512 a0 = z, b0 = z, a1 = z, b1 = z, a2 = z, b2 = z, a3 = z, b3 = z;
+  const float *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
+  for (int64_t t = 0; t < k; t += 16) {
+    const int cnt = k - t < 16 ? (int)(k - t) : 16;
+    const __mmask16 mk = cnt >= 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1u);
+    if (pf && (fmt == TP_W_F32 || (t & 31) == 0)) { /* a cache line per row and step (f16: every other step) */
+      _mm_prefetch((const char *)(w + (fmt == TP_W_F32 ? 4 : 2) * t + F32_M1_PF_DIST), _MM_HINT_T0);
+      _mm_prefetch((const char *)(v + (fmt == TP_W_F32 ? 4 : 2) * t + F32_M1_PF_DIST), _MM_HINT_T0);
     }
-    mm->y[j] = float_out(mm, _mm512_reduce_add_ps(a), j);
-    mm->y[j + h] = float_out(mm, _mm512_reduce_add_ps(b), j + h);
+    const __m512 wv = load_f32w(fmt, w, t, mk), vv = load_f32w(fmt, v, t, mk);
+#define ROW(r)                                               \
+  if (R > r) {                                               \
+    const __m512 xv = _mm512_maskz_loadu_ps(mk, x##r + t);   \
+    a##r = _mm512_fmadd_ps(xv, wv, a##r);                    \
+    b##r = _mm512_fmadd_ps(xv, vv, b##r);                    \
   }
-  if ((n1 - n0) % 2) gemv_f32_rows(mm, 1, 0, n1 - 1, n1); /* the odd row left over */
+    ROW(0) ROW(1) ROW(2) ROW(3)
+#undef ROW
+  }
+#define OUT(r)                                   \
+  if (R > r) {                                   \
+    out[r][0] = _mm512_reduce_add_ps(a##r);      \
+    out[r][1] = _mm512_reduce_add_ps(b##r);      \
+  }
+  OUT(0) OUT(1) OUT(2) OUT(3)
+#undef OUT
 }
 
-static __attribute__((noinline)) void gemv_f32_m1_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
-  gemv_f32_m1(mm, TP_W_F32, n0, n1);
-}
-static __attribute__((noinline)) void gemv_f32_m1_f16(const tp_mm *mm, int64_t n0, int64_t n1) {
-  gemv_f32_m1(mm, TP_W_F16, n0, n1);
-}
+/* The f32 / f16 GEMVs at m < 16 (gemv_pairs): m = 1, and m = 2 .. 15. */
+static void gemv_f32_m1_f32(const tp_mm *mm, int64_t n0, int64_t n1);
+static void gemv_f32_m1_f16(const tp_mm *mm, int64_t n0, int64_t n1);
+static void gemv_f32_many_f32(const tp_mm *mm, int64_t n0, int64_t n1);
+static void gemv_f32_many_f16(const tp_mm *mm, int64_t n0, int64_t n1);
 
 static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
-  if (mm->m == 1 && (mm->fmt == TP_W_F32 || mm->fmt == TP_W_F16)) {
-    if (mm->fmt == TP_W_F32) gemv_f32_m1_f32(mm, n0, n1);
-    else gemv_f32_m1_f16(mm, n0, n1);
-    return;
-  }
-  for (int64_t i0 = 0; i0 < mm->m; i0 += 4) gemv_f32s[(mm->m - i0 < 4 ? mm->m - i0 : 4) - 1](mm, i0, n0, n1);
+  if (mm->fmt == TP_W_F32) (mm->m == 1 ? gemv_f32_m1_f32 : gemv_f32_many_f32)(mm, n0, n1);
+  else (mm->m == 1 ? gemv_f32_m1_f16 : gemv_f32_many_f16)(mm, n0, n1);
 }
 
 
@@ -542,10 +511,7 @@ static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
 static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, int pf, const int8_t *x, size_t xs,
                                                                const uint8_t *w, const uint8_t *v, int64_t k,
                                                                int32_t out[4][2]) {
-  const __m512i z = _mm512_setzero_si512();
-  __m512i a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
-  __m512i a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
-  const int8_t *x0 = x, *x1 = x + (R > 1 ? xs : 0), *x2 = x + (R > 2 ? 2 * xs : 0), *x3 = x + (R > 3 ? 3 * xs : 0);
+  PAIR_START(__m512i, _mm512_setzero_si512(), int8_t)
   /* activation row r: 128 codes at x_r + OFF against the weight vectors WA / VA (first 64) and WB / VB */
 #define CR_ROW(r, OFF, WA, VA, WB, VB)                                                               \
   if (R > r) {                                                                                       \
@@ -605,13 +571,8 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
     }
   }
 #undef CR_ROW
-#define OUT(r)                                                                   \
-  if (R > r) {                                                                   \
-    out[r][0] = _mm512_reduce_add_epi32(_mm512_add_epi32(a##r##0, a##r##1));    \
-    out[r][1] = _mm512_reduce_add_epi32(_mm512_add_epi32(b##r##0, b##r##1));    \
-  }
-  OUT(0) OUT(1) OUT(2) OUT(3)
-#undef OUT
+  PAIR_OUT(0, _mm512_reduce_add_epi32, _mm512_add_epi32) PAIR_OUT(1, _mm512_reduce_add_epi32, _mm512_add_epi32)
+  PAIR_OUT(2, _mm512_reduce_add_epi32, _mm512_add_epi32) PAIR_OUT(3, _mm512_reduce_add_epi32, _mm512_add_epi32)
 }
 
 
@@ -620,7 +581,7 @@ static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, 
 #define GEMV_BLOCK 16
 
 /* The GEMVs of gemv_pairs. */
-enum { GP_BF16, GP_INT8, GP_INT4 };
+enum { GP_BF16, GP_INT8, GP_INT4, GP_F32, GP_F16 };
 
 /* Rows w and v against R activation rows from x (row stride xs bytes) with the kernel of `kind`. */
 static inline __attribute__((always_inline)) void pair_dot(int kind, int R, int pf, const uint8_t *x, size_t xs,
@@ -628,6 +589,8 @@ static inline __attribute__((always_inline)) void pair_dot(int kind, int R, int 
                                                            float fo[4][2], int32_t io[4][2]) {
   if (kind == GP_BF16) {
     dot_bf16_2rows(R, pf, (const uint16_t *)x, xs / 2, (const uint16_t *)w, (const uint16_t *)v, k, fo);
+  } else if (kind == GP_F32 || kind == GP_F16) {
+    dot_f32_2rows(kind == GP_F32 ? TP_W_F32 : TP_W_F16, R, pf, (const float *)x, xs / 4, w, v, k, fo);
   } else {
     dot_cr_2rows(kind == GP_INT8, R, pf, (const int8_t *)x, xs, w, v, k, io);
   }
@@ -636,7 +599,7 @@ static inline __attribute__((always_inline)) void pair_dot(int kind, int R, int 
 /* Output (row i, column j) from its sum: float_out (bf16) or tp_convrot_out (ConvRot). */
 static inline __attribute__((always_inline)) float pair_out(const tp_mm *mm, int kind, int64_t i, int64_t j, float fs,
                                                             int32_t is) {
-  if (kind == GP_BF16) return float_out(mm, fs, j);
+  if (kind == GP_BF16 || kind == GP_F32 || kind == GP_F16) return float_out(mm, fs, j);
   const int int8 = kind == GP_INT8;
   return tp_convrot_out(int8, is - (int8 ? 128 : 8) * mm->xsum[i], mm->xs[i], mm->w_scale[j], mm->bias, j);
 }
@@ -707,6 +670,10 @@ GP_FN(gemv_bf16_m1, GP_BF16, 1, mm->xq, mm->xq_row)
 GP_FN(gemv_bf16_many, GP_BF16, 0, mm->xq, mm->xq_row)
 GP_FN(gemv_convrot_int8_m1, GP_INT8, 1, mm->xq, mm->xq_row)
 GP_FN(gemv_convrot_int8, GP_INT8, 0, mm->xq, mm->xq_row)
+GP_FN(gemv_f32_m1_f32, GP_F32, 1, (const uint8_t *)mm->x, (size_t)mm->k * 4)
+GP_FN(gemv_f32_many_f32, GP_F32, 0, (const uint8_t *)mm->x, (size_t)mm->k * 4)
+GP_FN(gemv_f32_m1_f16, GP_F16, 1, (const uint8_t *)mm->x, (size_t)mm->k * 4)
+GP_FN(gemv_f32_many_f16, GP_F16, 0, (const uint8_t *)mm->x, (size_t)mm->k * 4)
 #undef GP_FN
 /* int4 reads the activations rearranged (xp, rows of kp bytes) */
 static __attribute__((noinline)) void gemv_convrot_int4_m1(const tp_mm *mm, int64_t n0, int64_t n1, const int8_t *xp,

@@ -347,13 +347,20 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
   }
 
   test("M = 1 gives the bits of the same row of an M = 2 product (the two-row GEMV kernels), 1 and 2 threads", () => {
-    // At one activation row the AVX-512 GGUF, ConvRot, fp8 and bf16 GEMVs read weight rows t and t + h
-    // together; each row must still get the float the one-row kernels give (M = 2 runs them; for bf16 both
-    // run the same two-row kernel, which sums each row the same way for any number of rows). K multiple of 128
+    // At one activation row the AVX-512 GGUF, ConvRot, fp8, bf16, f32 and f16 GEMVs read weight rows t and
+    // t + h together; each row must still get the float the one-row kernels give (M = 2 runs them; for
+    // bf16, f32, f16 and ConvRot both run one two-row kernel, which sums each row the same way for any
+    // number of rows). K multiple of 128
     // so the two-row kernels apply (K = 4096: Q4_x / Q5_x took one row at a time past K = 3072
     // before); N odd and even, ranges split over threads; with and without bias.
     const ggufFormats = FORMATS.filter(
-      (f) => f.startsWith("q") || f.endsWith("_convrot") || f.startsWith("f8") || f === "bf16",
+      (f) =>
+        f.startsWith("q") ||
+        f.endsWith("_convrot") ||
+        f.startsWith("f8") ||
+        f === "bf16" ||
+        f === "f32" ||
+        f === "f16",
     );
     for (const format of ggufFormats) {
       for (const [n, k] of [
