@@ -661,7 +661,8 @@ static inline __attribute__((always_inline)) void gemv_pairs(const tp_mm *mm, in
   }
 }
 
-/* Instances: bf16, int8 / int4 ConvRot, each for m = 1 (decoding; the row-group loop compiled away) and m > 1. */
+/* Instances: bf16, int8 / int4 ConvRot, f32 / f16, each for m = 1 (decoding; the row-group loop compiled away)
+ * and m > 1. */
 #define GP_FN(NAME, KIND, ONE, X, XS)                                                 \
   static __attribute__((noinline)) void NAME(const tp_mm *mm, int64_t n0, int64_t n1) { \
     gemv_pairs(mm, KIND, ONE, n0, n1, X, XS);                                         \
