@@ -624,8 +624,10 @@ static inline __attribute__((always_inline)) float pair_out(const tp_mm *mm, int
  * per step, all weights read again for every 4 activation rows, no prefetch for int4); from DRAM, 2
  * threads, medians of 3 processes, K=1024 N=3072 / K=4096 N=12288, GB/s of weights: int8 M=2 32 → 45 /
  * 40 → 53, M=4 29 → 43 / 39 → 49, M=8 20 → 27 / 21 → 32, M=15 15 → 15 / 12 → 22; int4 M=2 9.8 → 42 /
- * 17 → 56, M=4 6.3 → 29 / 10 → 18, M=8 6.1 → 16 / 8.4 → 15, M=15 5.0 → 9.1 / 6.6 → 10. Past M = 2
- * the arithmetic sets the pace (int4, one thread, from cache: ~19 GB/s at M = 4).
+ * 17 → 56, M=4 6.3 → 29 / 10 → 18, M=8 6.1 → 16 / 8.4 → 15, M=15 5.0 → 9.1 / 6.6 → 10 (the loop as its own
+ * function; inside gemv_pairs int4 at K=4096 then ran M=4 / 8 / 15 at 37 / 21 / 14, 3 processes, the
+ * other figures within the noise). Past M = 2 the arithmetic sets the pace (int4, one thread, from
+ * cache: ~19 GB/s at M = 4).
  */
 static inline __attribute__((always_inline)) void gemv_pairs(const tp_mm *mm, int kind, int one, int64_t n0, int64_t n1,
                                                              const uint8_t *x, size_t xs) {
