@@ -437,9 +437,10 @@ static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch)
  * f32 / f16 weights at m < 16 (gemv_pairs): rows w and v (j and j + h, h = half the range) against R ≤ 4
  * activation rows x + r·xs, two sequential weight streams as in the GGUF and bf16 GEMVs, each row summed
  * exactly as the 4-row kernel summed it (one accumulator per output, 16 k at a time, masked tail), so the
- * outputs are the same floats (M = 1: 304 shapes, 1-3 threads; M = 1-15: 9 500). The software prefetch F32_M1_PF_DIST bytes ahead is what makes it fast: without it this
- * loop read 17-25 GB/s from DRAM (the hardware prefetcher does not keep up with it; the 4-row kernel
- * before, 20-45), with it 50-70 — f16 K=1024 N=3072 / K=4096 N=12288, 2 threads, alternating runs,
+ * outputs are the same floats (M = 1: 304 shapes, 1-3 threads; M = 1-15: 9 500). The software prefetch
+ * F32_M1_PF_DIST bytes ahead is what makes it fast: without it this loop read 17-25 GB/s from DRAM at
+ * M = 1 (the hardware prefetcher does not keep up with it; the 4-row kernel before, 20-45), with it
+ * 50-70 — f16 K=1024 N=3072 / K=4096 N=12288, 2 threads, alternating runs,
  * also on a file mapping: ×1.95-2.8 / ×1.65-1.8 against the 4-row kernel, f32 ×1.8 / ×1.47, 1.0-1.2 of
  * the copy kernel. (The bf16 loop, reading two lines per row and step, is slower with it: ×0.88-0.99.)
  */
@@ -596,7 +597,7 @@ static inline __attribute__((always_inline)) void pair_dot(int kind, int R, int 
   }
 }
 
-/* Output (row i, column j) from its sum: float_out (bf16) or tp_convrot_out (ConvRot). */
+/* Output (row i, column j) from its sum: float_out (bf16, f32, f16) or tp_convrot_out (ConvRot). */
 static inline __attribute__((always_inline)) float pair_out(const tp_mm *mm, int kind, int64_t i, int64_t j, float fs,
                                                             int32_t is) {
   if (kind == GP_BF16 || kind == GP_F32 || kind == GP_F16) return float_out(mm, fs, j);
