@@ -126,8 +126,11 @@ tp_ctx *tp_ctx_create(int32_t n_threads, int32_t max_isa) {
   if (max_isa < TP_ISA_SCALAR) max_isa = TP_ISA_SCALAR;
   const int32_t best = best_isa(tp_cpu_features());
 
-  tp_ctx *ctx = calloc(1, sizeof *ctx);
+  /* 64-byte aligned: the pool's shared fields each have a cache line of their own (tp_pool) */
+  const size_t bytes = (sizeof(tp_ctx) + 63) / 64 * 64;
+  tp_ctx *ctx = aligned_alloc(64, bytes);
   if (ctx == NULL) return NULL;
+  memset(ctx, 0, bytes);
   ctx->n_threads = n_threads;
   ctx->isa = max_isa < best ? max_isa : best;
   {

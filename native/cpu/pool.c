@@ -20,6 +20,14 @@
  * one of the two sees the other's write. The caller and the thread finishing the last unit use
  * `caller_sleeping` and `finished` the same way. An idle pool spins for at most TP_POOL_SPIN_NS, then
  * sleeps.
+ *
+ * What the threads share sits in three cache lines by use (tp_pool, internal.h): the job with the
+ * generation idle workers poll, the `claim` counter, and `finished`. The job's fields are published with
+ * release stores, which the generation's sequentially consistent store follows (on x86 one xchg, not
+ * eight). With everything in the lines of the mutexes, each of the caller's eight xchg had to take the
+ * line back from a worker polling it. Measured with a job of two 30 µs tasks on 2 threads (medians of
+ * 10 000 jobs, 4 alternating runs): the call's overhead 0.78–0.82 → 0.46–0.62 µs, the caller's own task
+ * starting 0.35 → 0.01 µs after the call began, the worker's 0.59–0.65 → 0.30–0.46 µs.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -78,6 +86,9 @@ static inline int64_t now_ns(void) {
 
 #define LOAD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+/* Release / acquire: what orders a job's fields (plain moves on x86, where a sequentially consistent store is an xchg). */
+#define STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 
 /* Poll until *p != value or shutdown, for at most TP_POOL_SPIN_NS; returns the last value read. */
 static uint64_t spin_while_gen(tp_pool *pool, uint64_t value) {
@@ -103,10 +114,10 @@ static uint64_t spin_while_gen(tp_pool *pool, uint64_t value) {
  */
 static void run_units(tp_pool *pool, uint64_t g) {
   const uint64_t tag = (g & 0xffffffffu) << 32;
-  const tp_task_fn fn = LOAD(&pool->fn);
-  void *const arg = LOAD(&pool->arg);
-  const int64_t n_tasks = LOAD(&pool->n_tasks);
-  const int64_t n_units = LOAD(&pool->n_units);
+  const tp_task_fn fn = LOAD_ACQ(&pool->fn);
+  void *const arg = LOAD_ACQ(&pool->arg);
+  const int64_t n_tasks = LOAD_ACQ(&pool->n_tasks);
+  const int64_t n_units = LOAD_ACQ(&pool->n_units);
   uint64_t c = LOAD(&pool->claim);
   for (;;) {
     if ((c & ~(uint64_t)0xffffffffu) != tag) return;
@@ -229,13 +240,13 @@ void tp_parallel_for(tp_pool *pool, int64_t n_tasks, tp_task_fn fn, void *arg) {
   const uint64_t g = LOAD(&pool->generation) + 1;
   const uint64_t tag = (g & 0xffffffffu) << 32;
   const int64_t n_units = n_tasks < TP_POOL_MAX_UNITS ? n_tasks : TP_POOL_MAX_UNITS;
-  STORE(&pool->claim, tag | UNIT_NONE);
-  STORE(&pool->fn, fn);
-  STORE(&pool->arg, arg);
-  STORE(&pool->n_tasks, n_tasks);
-  STORE(&pool->n_units, n_units);
-  STORE(&pool->finished, 0);
-  STORE(&pool->claim, tag);
+  STORE_REL(&pool->claim, tag | UNIT_NONE);
+  STORE_REL(&pool->fn, fn);
+  STORE_REL(&pool->arg, arg);
+  STORE_REL(&pool->n_tasks, n_tasks);
+  STORE_REL(&pool->n_units, n_units);
+  STORE_REL(&pool->finished, 0);
+  STORE_REL(&pool->claim, tag);
   STORE(&pool->generation, g);
   const int woke = LOAD(&pool->sleepers) > 0;
   if (woke) {
