@@ -387,7 +387,8 @@ export default {
     // ---- memory copy bandwidth (the GEMV peer) ----
     /*
      * The memory of the GEMV section, made once, together: the copy kernel's two buffers and one arena
-     * that every GEMV case refills with its weight copies (ours and llama.cpp's read the same bytes). A
+     * that every GEMV case refills with its weight copies (which llama.cpp reads too, or copies into its
+     * repacked layout for Q4_0 / Q4_K). A
      * buffer freshly faulted in reads slowly here for a while (this VM: its first pass over 512 MB at
      * about half speed, then faster over the next seconds), so a new 512 MB per case, as before, measured
      * each format on younger memory than the copy kernel's.
