@@ -44,7 +44,10 @@ describe.skipIf(!HAVE_MODELS)(
     test.skipIf(!HAVE_MODELS)("are the files PROVENANCE.md describes (size and sha256)", () => {
       const text = readFileSync(join(MODELS, "PROVENANCE.md"), "utf8");
       const rows = [...text.matchAll(/^\| `([^`]+\.gguf)` \| (\d+) \| `([0-9a-f]{64})`/gm)];
-      expect(rows.length).toBe(21);
+      // Every file on disk is described and every described file is on disk (the folder grows as
+      // fixtures for new architectures land, so the count is taken from the folder, not written here).
+      const onDisk = ["real", "synthetic"].flatMap((d) => readdirSync(join(MODELS, d))).sort();
+      expect(rows.map(([, name]) => name as string).sort()).toEqual(onDisk);
       for (const [, name, size, sha] of rows) {
         const dir =
           (name as string).startsWith("llama-2") ||
@@ -201,7 +204,7 @@ describe.skipIf(!HAVE_MODELS)(
     });
 
     test("our writer reproduces every v3 file byte for byte", () => {
-      expect(v3Files.length).toBe(20);
+      expect(v3Files.length).toBeGreaterThanOrEqual(20);
       for (const f of v3Files) {
         const g = openGguf(model(f));
         const same = Buffer.compare(Buffer.from(rewrite(g)), readFileSync(model(f))) === 0;
