@@ -155,6 +155,15 @@ export interface Backend {
    * host array (f32 → Float32Array, f16/bf16 → Uint16Array of bits, fp8/u8/bool → Uint8Array, ...).
    */
   read(t: Tensor): Promise<HostArray>;
+  /**
+   * Run `fn` and free every tensor allocated inside it (by `alloc`, `upload` or any op) except the
+   * tensors its result holds: a Tensor, or arrays and plain objects of them (searched to any depth).
+   * What survives belongs to the enclosing scope, if any. A throw frees everything allocated inside.
+   * Scopes nest; `fn` must be synchronous (a Promise result is an E_ARG: await outside the scope).
+   * Source: ../shared/STYLE.md §8 (mlx-lm's blocks carry no lifetime code; this gives the same page).
+   * @throws TpError E_ARG when `fn` returns a Promise; whatever `fn` throws
+   */
+  scope<T>(fn: () => T): T;
   /** Wait for all queued work. */
   synchronize(): Promise<void>;
   /** Free everything this backend holds; the backend is unusable afterwards. */

@@ -130,6 +130,31 @@ function hostBuffer(bytes: number, t: Tensor, check?: number): Uint8Array {
   }
 }
 
+/**
+ * Add to `out` the storage of every live Tensor in `v`: a Tensor, or arrays, Maps, Sets and plain
+ * objects of them, to any depth (`seen` stops cycles). Other objects (class instances) are not searched.
+ */
+function collectStorages(v: unknown, out: Set<Storage>, seen: Set<object>): void {
+  if (typeof v !== "object" || v === null || seen.has(v)) return;
+  seen.add(v);
+  if (v instanceof Tensor) {
+    out.add(v.storage);
+    return;
+  }
+  if (Array.isArray(v) || v instanceof Set) {
+    for (const x of v) collectStorages(x, out, seen);
+    return;
+  }
+  if (v instanceof Map) {
+    for (const x of v.values()) collectStorages(x, out, seen);
+    return;
+  }
+  const proto = Object.getPrototypeOf(v);
+  if (proto === Object.prototype || proto === null) {
+    for (const k in v) collectStorages((v as Record<string, unknown>)[k], out, seen);
+  }
+}
+
 /** Options every backend factory accepts. */
 export interface BackendOptions {
   /** Worker threads (CPU backends); default: all cores, or TP_THREADS. */
@@ -152,6 +177,8 @@ export abstract class BackendBase implements Backend {
   readonly memory: MemoryAccount;
   #nextId = 1;
   #live = new Set<Storage>();
+  /** Open scopes, innermost last: the storages allocated while each was innermost. */
+  readonly #scopes: Set<Storage>[] = [];
   #disposed = false;
 
   /** @param owner the backend name, for the memory account. */
@@ -208,7 +235,44 @@ export abstract class BackendBase implements Backend {
     this.memory.reserve(bytes, what);
     const storage: Storage = { id: this.#nextId++, byteLength: bytes, handle, freed: false };
     this.#live.add(storage);
+    this.#scopes[this.#scopes.length - 1]?.add(storage);
     return storage;
+  }
+
+  scope<T>(fn: () => T): T {
+    this.assertUsable();
+    const mine = new Set<Storage>();
+    this.#scopes.push(mine);
+    let result: T;
+    try {
+      result = fn();
+    } catch (e) {
+      this.#closeScope(mine, null);
+      throw e;
+    }
+    if (result instanceof Promise) {
+      this.#closeScope(mine, null);
+      throw new TpError(
+        "E_ARG",
+        `backend ${this.name}: scope(fn) takes a synchronous fn (it returned a Promise); await outside the scope`,
+      );
+    }
+    this.#closeScope(mine, result);
+    return result;
+  }
+
+  /** Pop `mine`, free its storages except those `result` holds, and hand those to the parent scope. */
+  #closeScope(mine: Set<Storage>, result: unknown): void {
+    const top = this.#scopes.pop();
+    if (top !== mine) throw new TpError("E_STATE", `backend ${this.name}: scopes closed out of order`);
+    const kept = new Set<Storage>();
+    if (result !== null && result !== undefined) collectStorages(result, kept, new Set());
+    const parent = this.#scopes[this.#scopes.length - 1];
+    for (const s of mine) {
+      if (s.freed) continue;
+      if (kept.has(s)) parent?.add(s);
+      else this.#release(s);
+    }
   }
 
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor {
@@ -227,6 +291,12 @@ export abstract class BackendBase implements Backend {
     this.own(t);
     const s = t.storage;
     if (!this.#live.has(s)) throw new TpError("E_STATE", `${t.describe()}: storage ${s.id} is not live here`);
+    this.#release(s);
+  }
+
+  /** Give a live storage back (the scopes forget it when they close: it is marked freed). */
+  #release(s: Storage): void {
+    this.#scopes[this.#scopes.length - 1]?.delete(s);
     this.freeStorage(s.handle, s.byteLength);
     s.freed = true;
     this.#live.delete(s);

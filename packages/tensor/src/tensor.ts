@@ -133,6 +133,14 @@ export class Tensor {
     return this.view(S.broadcastTo(this.layout, shape));
   }
 
+  /**
+   * Free this tensor's storage (every view of it dies) unless it is already freed, so that
+   * `using t = backend.matmul(x, w)` releases `t` at the end of the block.
+   */
+  [Symbol.dispose](): void {
+    if (!this.storage.freed) this.backend.free(this);
+  }
+
   toString(): string {
     return `Tensor(${this.describe()})`;
   }
