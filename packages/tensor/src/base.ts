@@ -17,8 +17,10 @@ import type {
   OpName,
   RopeOptions,
 } from "./backend.ts";
+import type { WeightFormat } from "./dtype.ts";
 import { type DTypeName, dtypeBytes, dtypeInfo } from "./dtype.ts";
 import { TpError } from "./errors.ts";
+import { EMPTY_KERNEL_TABLE, type KernelTable, tableSupports } from "./kernels.ts";
 import { MemoryAccount } from "./memory.ts";
 import { contiguousLayout, elementOffsets, formatShape, numel, type Shape, storageSpan } from "./shape.ts";
 import { type Storage, Tensor } from "./tensor.ts";
@@ -195,17 +197,23 @@ export abstract class BackendBase implements Backend {
   /** Copy `length` bytes from storage at byte `offset` to a new host array (bounds already checked). */
   protected abstract readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array>;
 
-  /** What this backend implements; subclasses list their ops and formats. */
+  /**
+   * What this backend implements, op by op (./kernels.ts): the op methods check their arguments,
+   * allocate the output and call these entries; `supports` and `capabilities` answer from it. A
+   * backend assigns its own table (`override readonly kernelTable = ...`); the default has no entry.
+   */
+  readonly kernelTable: KernelTable = EMPTY_KERNEL_TABLE;
+
+  /**
+   * What this backend implements. A table-driven backend answers `tableCapabilities(this.kernelTable)`
+   * (abstract until every backend of the repository is table-driven, so that an override elsewhere
+   * needs no `override` keyword).
+   */
   abstract capabilities(): BackendCapabilities;
 
-  supports(op: OpName, formats: readonly string[] = []): boolean {
-    const caps = this.capabilities();
-    if (!caps.ops.includes(op)) return false;
-    return formats.every(
-      (f) =>
-        (caps.weightFormats as readonly string[]).includes(f) ||
-        (caps.dtypes as readonly string[]).includes(f),
-    );
+  /** Whether {@link kernelTable} has `op` taking every one of `formats` (ggml-backend's supports_op). */
+  supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {
+    return tableSupports(this.kernelTable, op, formats);
   }
 
   /** @throws TpError E_STATE when the backend was disposed. */

@@ -3,6 +3,7 @@ export * from "./base.ts";
 export * from "./convert.ts";
 export * from "./dtype.ts";
 export * from "./errors.ts";
+export * from "./kernels.ts";
 export * from "./memory.ts";
 export * from "./native-library.ts";
 export * from "./op-args.ts";

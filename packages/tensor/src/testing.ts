@@ -1,17 +1,49 @@
 // Test-only helpers of @tp/tensor (not exported from the package).
 import type { BackendCapabilities } from "./backend.ts";
 import { BackendBase, type BackendOptions } from "./base.ts";
-import { isTpError, type TpErrorCode } from "./errors.ts";
+import { decodeToF32, encodeFromF32 } from "./convert.ts";
+import { dtypeBytes } from "./dtype.ts";
+import { isTpError, TpError, type TpErrorCode } from "./errors.ts";
+import { type KernelTable, tableCapabilities } from "./kernels.ts";
+import type { Tensor } from "./tensor.ts";
 
-/** A minimal host-memory backend: storage is a Uint8Array; the only op it claims is cast (unimplemented). */
+/**
+ * A minimal host-memory backend: storage is a Uint8Array; its kernel table has one entry, cast between
+ * f32 and f16 (a copy for the same dtype), which the front-end tests count calls of.
+ */
 export class HostBackend extends BackendBase {
   readonly name = "host";
   readonly device = "test host memory";
+  /** Calls of the cast kernel (the front-end must check arguments before it runs). */
+  castCalls = 0;
+  override readonly kernelTable: KernelTable = {
+    cast: {
+      dtypes: ["f32", "f16"],
+      run: (out, x, saturate) => {
+        this.castCalls++;
+        const src = this.bytes(x);
+        const dst = this.bytes(out);
+        if (x.dtype === out.dtype) dst.set(src);
+        else if (x.dtype === "f32") {
+          const values = new Float32Array(src.slice().buffer);
+          dst.set(encodeFromF32(values, out.dtype, { saturate }));
+        } else dst.set(new Uint8Array(decodeToF32(src, x.dtype, x.numel).buffer));
+      },
+    },
+  };
   constructor(options: BackendOptions = {}) {
     super("host", options);
   }
   capabilities(): BackendCapabilities {
-    return { ops: ["cast"], weightFormats: ["f32"], dtypes: ["f32", "f16"] };
+    return tableCapabilities(this.kernelTable);
+  }
+  /** The bytes of a contiguous tensor (the only layout the cast kernel here takes). */
+  bytes(t: Tensor): Uint8Array {
+    if (!t.isContiguous)
+      throw new TpError("E_UNSUPPORTED", `op cast on backend host: ${t.describe()} is strided`);
+    const size = dtypeBytes(t.dtype);
+    const at = t.layout.offset * size;
+    return (t.storage.handle as Uint8Array).subarray(at, at + t.numel * size);
   }
   protected allocStorage(bytes: number): Uint8Array {
     return new Uint8Array(bytes);
