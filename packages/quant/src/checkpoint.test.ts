@@ -8,7 +8,13 @@ import { existsSync, linkSync, readdirSync, rmSync, symlinkSync, writeFileSync }
 import { join } from "node:path";
 import { loadWeight, openSafetensors, writeSafetensors } from "@tp/formats";
 import type { TpError } from "@tp/tensor";
-import { comfyQuantMarker, planQuantization, quantizeCheckpoint } from "./checkpoint.ts";
+import {
+  AUTO_CONVROT_GROUP_SIZES,
+  comfyQuantMarker,
+  describeAutoGroups,
+  planQuantization,
+  quantizeCheckpoint,
+} from "./checkpoint.ts";
 import { convRotFromWeight, quantizeConvRot } from "./convrot.ts";
 import { quantizeFp8Scaled } from "./fp8.ts";
 import type { ProgressReporter } from "./progress.ts";
@@ -121,6 +127,119 @@ describe("quantizeCheckpoint", () => {
     const got = convRotFromWeight(loadWeight(openSafetensors(out), "w.weight"));
     expect(Buffer.from(got.data).equals(Buffer.from(want.data))).toBe(true);
     expect(Array.from(got.scale)).toEqual(Array.from(want.scale));
+  });
+});
+
+describe("rotation group chosen per layer when none is given", () => {
+  // K = 768 → 256; 192 = 3·64 → 64; 80 = 5·16 and 48 = 3·16 → 16 (the largest of 256, 64, 16 dividing K)
+  const widths: [string, number, number][] = [
+    ["a", 4, 768],
+    ["b", 4, 192],
+    ["c", 2, 80],
+    ["d", 2, 48],
+    ["e", 2, 80],
+  ];
+  const path = join(tmp.dir, "widths.safetensors");
+  writeSafetensors(
+    path,
+    widths.map(([l, n, k], i) => ({
+      name: `${l}.weight`,
+      dtype: "BF16",
+      shape: [n, k],
+      data: bf16Bytes(n * k, 40 + i),
+    })),
+  );
+  const layers = widths.map(([l]) => l);
+
+  test("the groups are ComfyUI's: 256, 64, 16, each a power of 4", () => {
+    expect(AUTO_CONVROT_GROUP_SIZES).toEqual([256, 64, 16]);
+    for (const g of AUTO_CONVROT_GROUP_SIZES) expect(4 ** Math.round(Math.log(g) / Math.log(4))).toBe(g);
+  });
+
+  for (const format of ["int8_convrot", "int4_convrot"] as const) {
+    test(`${format}: the largest dividing K, marked auto, its bytes those of quantizeConvRot with that group`, () => {
+      const src = openSafetensors(path);
+      const plan = planQuantization(src, { format, layers });
+      expect(plan.tensors.map((t) => [t.name, t.groupSize, t.autoGroup])).toEqual([
+        ["a.weight", 256, true],
+        ["b.weight", 64, true],
+        ["c.weight", 16, true],
+        ["d.weight", 16, true],
+        ["e.weight", 16, true],
+      ]);
+      const out = join(tmp.dir, `widths_${format}.safetensors`);
+      const report = quantizeCheckpoint(src, out, { format, layers });
+      expect(report.groups).toEqual({ "256": 1, "64": 1, "16": 3 });
+      expect(report.autoGroups).toEqual([
+        { layer: "a", k: 768, groupSize: 256 },
+        { layer: "b", k: 192, groupSize: 64 },
+        { layer: "c", k: 80, groupSize: 16 },
+        { layer: "d", k: 48, groupSize: 16 },
+        { layer: "e", k: 80, groupSize: 16 },
+      ]);
+      expect(describeAutoGroups(report, 2)).toEqual([
+        "rotation group 64 for 1 layer whose K (192) is not a multiple of 256: b",
+        "rotation group 16 for 3 layers whose K (80, 48) is not a multiple of 256 or 64: c, d, and 1 more",
+      ]);
+      const q = openSafetensors(out);
+      for (const [l, n, k] of widths) {
+        const g = k % 256 === 0 ? 256 : k % 64 === 0 ? 64 : 16;
+        const want = quantizeConvRot({ bytes: src.data(`${l}.weight`), dtype: "bf16" }, [n, k], {
+          format,
+          groupSize: g,
+        });
+        const got = convRotFromWeight(loadWeight(q, `${l}.weight`));
+        expect(got.groupSize).toBe(g);
+        expect(new TextDecoder().decode(q.data(`${l}.comfy_quant`))).toBe(comfyQuantMarker(format, g));
+        expect(Buffer.from(got.data).equals(Buffer.from(want.data))).toBe(true);
+        expect(Array.from(got.scale)).toEqual(Array.from(want.scale));
+      }
+      q.close();
+      src.close();
+    });
+  }
+
+  test("a group that is given is kept: the option for all, a rule for its layers (not auto)", () => {
+    const src = openSafetensors(path);
+    const ruled = planQuantization(src, {
+      format: "int8_convrot",
+      layers,
+      groupSizes: [{ pattern: "[ab]", groupSize: 16 }],
+    });
+    expect(ruled.tensors.map((t) => [t.groupSize, t.autoGroup ?? false])).toEqual([
+      [16, false],
+      [16, false],
+      [16, true],
+      [16, true],
+      [16, true],
+    ]);
+    const all = planQuantization(src, { format: "int8_convrot", layers, groupSize: 16 });
+    expect(all.tensors.map((t) => [t.groupSize, t.autoGroup ?? false])).toEqual(
+      widths.map(() => [16, false]),
+    );
+    // an explicit 256 is not lowered for K = 192
+    const e = thrown(() =>
+      planQuantization(src, { format: "int8_convrot", layers, groupSize: 256 }),
+    ) as TpError;
+    expect([e.code, e.tensor]).toEqual(["E_SHAPE", "b.weight"]);
+    src.close();
+    expect(describeAutoGroups({ autoGroups: [{ layer: "a", k: 768, groupSize: 256 }] })).toEqual([]);
+  });
+
+  test("K that no group divides is E_SHAPE naming the tensor and the group 4 or --keep that fixes it", () => {
+    const odd = join(tmp.dir, "k12.safetensors");
+    writeSafetensors(odd, [{ name: "x.weight", dtype: "BF16", shape: [2, 12], data: bf16Bytes(24, 9) }]);
+    const e = thrown(() =>
+      quantizeCheckpoint(odd, join(tmp.dir, "k12_out.safetensors"), {
+        format: "int8_convrot",
+        layers: ["x"],
+        hints: "cli",
+      }),
+    ) as TpError;
+    expect(e.message).toBe(
+      `K = 12 input columns is not a multiple of any ConvRot rotation group (256, 64, 16); use --group-size 'x=4' or --keep 'x' to leave it unquantized (file ${odd}, tensor x.weight)`,
+    );
+    expect(existsSync(join(tmp.dir, "k12_out.safetensors"))).toBe(false);
   });
 });
 

@@ -14,7 +14,6 @@
  * bytes ComfyUI's files hold). Every other tensor is copied unchanged, and `__metadata__` is kept.
  */
 import {
-  DEFAULT_CONVROT_GROUP_SIZE,
   formatBytes,
   openCheckpoint,
   quantizableWeights,
@@ -41,6 +40,13 @@ export const CHECKPOINT_QUANT_FORMATS: readonly CheckpointQuantFormat[] = [
   "fp8_scaled",
 ];
 
+/**
+ * The rotation groups a layer gets when no group size is given: the largest that divides its K. 256
+ * is every production Krea 2 / Qwen-Image file's; ComfyUI's converters use 64 and 16 for narrower
+ * layers (the krea2-tiny files: K = 80 text-fusion linears at 16).
+ */
+export const AUTO_CONVROT_GROUP_SIZES: readonly number[] = [256, 64, 16];
+
 /** A per-layer rotation group: layers whose name matches `pattern` (a `Bun.Glob`) use `groupSize`. */
 export interface GroupSizeRule {
   /** Glob over the layer name (`blocks.1.*`) or the full tensor name (`blocks.1.attn.wq.weight`). */
@@ -53,7 +59,10 @@ export interface GroupSizeRule {
 export interface QuantizePlanOptions {
   /** Target format. */
   readonly format: CheckpointQuantFormat;
-  /** ConvRot rotation group of every quantized layer (default 256; ignored for fp8). */
+  /**
+   * ConvRot rotation group of every quantized layer (ignored for fp8). Absent: per layer the largest
+   * of {@link AUTO_CONVROT_GROUP_SIZES} that divides its K (the plan marks those layers `autoGroup`).
+   */
   readonly groupSize?: number;
   /** Per-layer groups; the last matching rule wins over `groupSize`. Each must match a quantized layer. */
   readonly groupSizes?: readonly GroupSizeRule[];
@@ -84,6 +93,8 @@ export interface PlannedTensor {
   readonly shape: readonly number[];
   /** ConvRot rotation group (quantized ConvRot layers only). */
   readonly groupSize?: number;
+  /** True when `groupSize` was chosen from K (no group size option or rule named this layer). */
+  readonly autoGroup?: boolean;
   /** The tensors this one becomes in the output (copy: itself; quantize: weight, scale, marker). */
   readonly outputs: readonly SafetensorsTensorSpec[];
 }
@@ -169,8 +180,8 @@ export function planQuantization(src: TensorSource, options: QuantizePlanOptions
     );
   }
   const convRot = format !== "fp8_scaled";
-  const defaultGroup = options.groupSize ?? DEFAULT_CONVROT_GROUP_SIZE;
-  if (convRot) checkGroupSize(defaultGroup, "group size");
+  const defaultGroup = options.groupSize;
+  if (convRot && defaultGroup !== undefined) checkGroupSize(defaultGroup, "group size");
   const groupRules = (options.groupSizes ?? []).map((r) => {
     checkGroupSize(r.groupSize, `group size of '${r.pattern}'`);
     return { ...r, glob: new Bun.Glob(r.pattern), used: false };
@@ -229,11 +240,12 @@ export function planQuantization(src: TensorSource, options: QuantizePlanOptions
   return { format, tensors, rule };
 }
 
+/** The layer's group from the rules (last match wins), else `fallback`; undefined: choose from K. */
 function groupOf(
   name: string,
-  fallback: number,
+  fallback: number | undefined,
   rules: { pattern: string; groupSize: number; glob: Bun.Glob; used: boolean }[],
-): number {
+): number | undefined {
   let g = fallback;
   for (const r of rules) {
     if (matches(r.glob, name)) {
@@ -244,11 +256,15 @@ function groupOf(
   return g;
 }
 
+/**
+ * One selected layer's plan; `given` is its ConvRot group from the options (0 for fp8), or undefined
+ * to take the largest of {@link AUTO_CONVROT_GROUP_SIZES} dividing K.
+ */
 function planLayer(
   src: TensorSource,
   t: TensorEntry,
   format: CheckpointQuantFormat,
-  groupSize: number,
+  given: number | undefined,
   hints: "options" | "cli",
 ): PlannedTensor {
   const where = { file: src.path, tensor: t.name };
@@ -295,6 +311,17 @@ function planLayer(
       where,
     );
   }
+  const auto = given === undefined;
+  const groupSize = given ?? AUTO_CONVROT_GROUP_SIZES.find((g) => k % g === 0);
+  if (groupSize === undefined) {
+    throw new TpError(
+      "E_SHAPE",
+      hint(
+        `K = ${k} input columns is not a multiple of any ConvRot rotation group (${AUTO_CONVROT_GROUP_SIZES.join(", ")})`,
+      ),
+      where,
+    );
+  }
   if (format !== "fp8_scaled" && k % groupSize !== 0) {
     throw new TpError(
       "E_SHAPE",
@@ -324,7 +351,7 @@ function planLayer(
     action: "quantize",
     dtype: t.dtype,
     shape: t.shape,
-    ...(format === "fp8_scaled" ? {} : { groupSize }),
+    ...(format === "fp8_scaled" ? {} : { groupSize, ...(auto ? { autoGroup: true } : {}) }),
     outputs,
   };
 }
@@ -452,6 +479,8 @@ export interface QuantizeReport {
   readonly groups: Readonly<Record<string, number>>;
   /** Number of layers quantized. */
   readonly quantized: number;
+  /** The ConvRot layers whose group was chosen from K (no group size given for them), in file order. */
+  readonly autoGroups: readonly { readonly layer: string; readonly k: number; readonly groupSize: number }[];
   /** Number of tensors copied unchanged. */
   readonly copied: number;
   /** Bytes of the source read (every tensor once). */
@@ -526,12 +555,20 @@ export function quantizeCheckpoint(
       progress.stop();
     }
     const quantized = plan.tensors.filter((t) => t.action === "quantize").length;
+    const autoGroups = plan.tensors
+      .filter((t) => t.autoGroup === true)
+      .map((t) => ({
+        layer: t.name.slice(0, -".weight".length),
+        k: t.shape[1] as number,
+        groupSize: t.groupSize as number,
+      }));
     return {
       output,
       format: plan.format,
       rule: plan.rule,
       groups,
       quantized,
+      autoGroups,
       copied: plan.tensors.length - quantized,
       bytesIn,
       bytesOut: writer.layout.fileSize,
@@ -540,6 +577,31 @@ export function quantizeCheckpoint(
   } finally {
     if (typeof input === "string") src.close();
   }
+}
+
+/**
+ * What the automatic group choice did, for people: one line per group smaller than the largest of
+ * {@link AUTO_CONVROT_GROUP_SIZES}, e.g. `rotation group 16 for 36 layers whose K (80) is not a
+ * multiple of 256 or 64: txtfusion.layerwise_blocks.0.attn.gate, …, and 33 more`. Empty when every
+ * chosen group is the largest (or none was chosen).
+ * @param r a report of {@link quantizeCheckpoint}
+ * @param names layers named per line before "and N more" (default 3)
+ */
+export function describeAutoGroups(r: Pick<QuantizeReport, "autoGroups">, names = 3): string[] {
+  const lines: string[] = [];
+  for (const [i, g] of AUTO_CONVROT_GROUP_SIZES.entries()) {
+    if (i === 0) continue;
+    const layers = r.autoGroups.filter((a) => a.groupSize === g);
+    if (layers.length === 0) continue;
+    const ks = [...new Set(layers.map((a) => a.k))].join(", ");
+    const larger = AUTO_CONVROT_GROUP_SIZES.slice(0, i).join(" or ");
+    const shown = layers.slice(0, names).map((a) => a.layer);
+    const more = layers.length > names ? `, and ${layers.length - names} more` : "";
+    lines.push(
+      `rotation group ${g} for ${layers.length} layer${layers.length === 1 ? "" : "s"} whose K (${ks}) is not a multiple of ${larger}: ${shown.join(", ")}${more}`,
+    );
+  }
+  return lines;
 }
 
 /** One line for people: `wrote out.safetensors: 48 layers int8_convrot (groups 256×32, 16×16), …`. */
