@@ -1,7 +1,10 @@
 /**
- * The one bun:ffi file of @tp/backend-cpu: the symbol table of libtp_cpu.so (native/include/tp.h),
- * grouped by subsystem, and thin typed wrappers that check arguments before any pointer crosses
- * into C and turn native status codes into {@link TpError}s. No other logic lives here.
+ * The one bun:ffi file of @tp/backend-cpu: it opens libtp_cpu.so with the symbol table of
+ * `./symbols.ts` (native/include/tp.h, checked against the header by `symbols.test.ts`), turns a
+ * native status into a {@link TpError} with {@link check}, and holds the checks every wrapper makes
+ * before a pointer crosses bun:ffi (counts, int32 ranges, typed views). The wrappers are thin: the
+ * methods of {@link CpuLibrary} and {@link NativeContext} here, the op kernels in `./ops/native.ts`,
+ * the weight quantizer in `./quantize.ts`; the C side checks pointers and sizes again.
  *
  * The library is loaded lazily by {@link loadCpuLibrary}, so importing this package never fails,
  * even where the library is not built.
@@ -9,35 +12,37 @@
  * Ownership (tp.h): JavaScript owns every buffer it passes; native code keeps no pointer after a
  * call returns. Memory from {@link CpuLibrary.alloc} is owned by the caller until {@link CpuLibrary.free}.
  *
- * Source: native/include/tp.h; ../shared/STYLE.md §4.
+ * Source: native/include/tp.h; ../shared/STYLE.md §4; tinygrad `tinygrad/runtime/ops_cuda.py` (`check`).
  */
 import { dlopen, type FFIFunction, type Library, type Pointer, ptr } from "bun:ffi";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
-import { checkLibraryFile, TpError, type TpErrorCode } from "@tp/tensor";
-
-export { checkLibraryFile };
-
-import { OP_SYMBOLS } from "./ops/symbols.ts";
+import { checkLibraryFile, TpError, type TpErrorCode, type TpErrorContext } from "@tp/tensor";
+import {
+  ACT_BLOCKS,
+  CAST_DTYPES,
+  CPU_FEATURES,
+  CPU_ISA,
+  NATIVE_WEIGHT_FORMATS,
+  TP_ABI_VERSION,
+  TP_STATUS,
+  TP_SYMBOLS,
+} from "./symbols.ts";
 
 export type { Pointer } from "bun:ffi";
-
-/** The ABI version this file was written for (tp.h `TP_ABI_VERSION`); other libraries are refused. */
-export const TP_ABI_VERSION = 1;
-
-/** Status codes of tp.h (`tp_status`). */
-export const TP_STATUS = { OK: 0, ERR_ARG: 1, ERR_OOM: 2, ERR_UNSUPPORTED: 3, ERR_INTERNAL: 4 } as const;
-
-/** The {@link TpError} code of each non-OK native status; an unknown status maps to E_INTERNAL. */
-const STATUS_ERROR: Record<number, TpErrorCode> = {
-  [TP_STATUS.ERR_ARG]: "E_ARG",
-  [TP_STATUS.ERR_OOM]: "E_OOM",
-  [TP_STATUS.ERR_UNSUPPORTED]: "E_UNSUPPORTED",
-  [TP_STATUS.ERR_INTERNAL]: "E_INTERNAL",
-};
-
-/** Element types of {@link NativeContext.cast} and their tp.h `tp_dtype` codes (part of the ABI). */
-export const CAST_DTYPES = { f32: 0, f16: 1, bf16: 2, f8_e4m3fn: 3, f8_e5m2: 4 } as const;
+export {
+  ACT_BLOCKS,
+  CAST_DTYPES,
+  CAST_SATURATE,
+  CPU_FEATURES,
+  CPU_ISA,
+  NATIVE_WEIGHT_FORMATS,
+  NORM_UNIT_OFFSET,
+  ROPE_MODES,
+  TP_ABI_VERSION,
+  TP_STATUS,
+} from "./symbols.ts";
+export { checkLibraryFile };
 
 /** A dtype name of {@link CAST_DTYPES}. */
 export type CastDtype = keyof typeof CAST_DTYPES;
@@ -51,42 +56,8 @@ export const CAST_DTYPE_BYTES: Readonly<Record<CastDtype, number>> = {
   f8_e5m2: 1,
 };
 
-/** Flag of {@link NativeContext.cast}: f32 -> fp8 clamps overflow and ±inf to ±max finite (tp.h `TP_CAST_SATURATE`). */
-export const CAST_SATURATE = 1;
-
-/**
- * Weight formats of the native matmul / get_rows kernels and their tp.h `tp_wformat` codes (part of the
- * ABI). Names are @tp/tensor `WeightFormat`s.
- */
-export const NATIVE_WEIGHT_FORMATS = {
-  f32: 0,
-  f16: 1,
-  bf16: 2,
-  f8_e4m3fn: 3,
-  f8_e5m2: 4,
-  int8_convrot: 5,
-  int4_convrot: 6,
-  q4_0: 7,
-  q4_1: 8,
-  q5_0: 9,
-  q5_1: 10,
-  q8_0: 11,
-  q2_k: 12,
-  q3_k: 13,
-  q4_k: 14,
-  q5_k: 15,
-  q6_k: 16,
-} as const;
-
 /** A weight format name of {@link NATIVE_WEIGHT_FORMATS}. */
 export type NativeWeightFormat = keyof typeof NATIVE_WEIGHT_FORMATS;
-
-/** Activation block types of {@link NativeContext.quantizeActivations} (tp.h `TP_ACT_BLOCK_*`) and their bytes per block. */
-export const ACT_BLOCKS = {
-  q8_0: { code: 0, elems: 32, bytes: 34 },
-  q8_1: { code: 1, elems: 32, bytes: 36 },
-  q8_k: { code: 2, elems: 256, bytes: 292 },
-} as const;
 
 /** An activation block type of {@link ACT_BLOCKS}. */
 export type ActBlockType = keyof typeof ACT_BLOCKS;
@@ -111,25 +82,8 @@ export interface NativeWeight {
   readonly group: number;
 }
 
-/** Instruction-set levels of the kernels and their tp.h `tp_isa` codes, lowest first. */
-export const CPU_ISA = { scalar: 0, avx2: 1, avx512: 2 } as const;
-
 /** An ISA level name of {@link CPU_ISA}. */
 export type CpuIsa = keyof typeof CPU_ISA;
-
-/** CPU feature bits of `tp_cpu_features()` (tp.h `TP_CPU_*`), by name. */
-export const CPU_FEATURES = {
-  avx2: 1 << 0,
-  fma: 1 << 1,
-  f16c: 1 << 2,
-  avx512f: 1 << 3,
-  avx512bw: 1 << 4,
-  avx512vl: 1 << 5,
-  avx512vnni: 1 << 6,
-  avx512bf16: 1 << 7,
-  avxvnni: 1 << 8,
-  avx512vbmi: 1 << 9,
-} as const;
 
 /** A feature name of {@link CPU_FEATURES}. */
 export type CpuFeature = keyof typeof CPU_FEATURES;
@@ -143,46 +97,8 @@ export function cpuFeatureNames(bits: number): CpuFeature[] {
   return (Object.keys(CPU_FEATURES) as CpuFeature[]).filter((name) => (bits & CPU_FEATURES[name]) !== 0);
 }
 
-/** The symbol table of libtp_cpu.so, one group per area of tp.h. */
-const SYMBOLS = {
-  // version and CPU
-  tp_abi_version: { args: [], returns: "i32" },
-  tp_cpu_features: { args: [], returns: "u32" },
-  tp_cpu_count: { args: [], returns: "i32" },
-  // contexts
-  tp_ctx_create: { args: ["i32", "i32"], returns: "ptr" },
-  tp_ctx_destroy: { args: ["ptr"], returns: "void" },
-  tp_ctx_threads: { args: ["ptr"], returns: "i32" },
-  tp_ctx_isa: { args: ["ptr"], returns: "i32" },
-  tp_ctx_error: { args: ["ptr"], returns: "cstring" },
-  // host memory
-  tp_alloc: { args: ["u64"], returns: "ptr" },
-  tp_free: { args: ["ptr"], returns: "void" },
-  // kernels
-  tp_cpu_cast: { args: ["ptr", "ptr", "i32", "ptr", "i32", "u64", "u32"], returns: "i32" },
-  // ops on f32 activations (tp.h "ops"; table in ops/symbols.ts, wrappers in ops/native.ts)
-  ...OP_SYMBOLS,
-  // weights: matmul, get_rows, activation quantizers (tp.h "weights")
-  tp_weight_row_bytes: { args: ["i32", "i64"], returns: "i64" },
-  tp_cpu_matmul: {
-    args: ["ptr", "ptr", "i64", "i64", "i32", "ptr", "u64", "i64", "ptr", "i64", "i32", "ptr", "ptr"],
-    returns: "i32",
-  },
-  tp_cpu_get_rows: {
-    args: ["ptr", "i32", "ptr", "u64", "i64", "i64", "ptr", "i64", "i32", "ptr", "i64", "ptr"],
-    returns: "i32",
-  },
-  tp_cpu_quantize_act: { args: ["ptr", "i32", "ptr", "i64", "i64", "ptr", "u64"], returns: "i32" },
-  tp_cpu_convrot_quantize: { args: ["ptr", "ptr", "i64", "i64", "i32", "i32", "ptr", "ptr"], returns: "i32" },
-  // weight quantizers (tp.h tp_cpu_quantize_weight; checked wrapper in quantize.ts)
-  tp_cpu_quantize_weight: {
-    args: ["ptr", "i32", "ptr", "i32", "u64", "i64", "i64", "i32", "ptr", "u64", "ptr", "i64"],
-    returns: "i32",
-  },
-} as const;
-
 /** The raw, unchecked bun:ffi functions of libtp_cpu.so (tp.h signatures). */
-export type CpuSymbols = Library<typeof SYMBOLS>["symbols"];
+export type CpuSymbols = Library<typeof TP_SYMBOLS>["symbols"];
 
 /**
  * Where the library is looked for: `$TP_CPU_LIB` when set, else `../build/libtp_cpu.so` relative
@@ -235,7 +151,7 @@ export function loadCpuLibrary(path: string = defaultCpuLibraryPath()): CpuLibra
   checkLibraryFile(path);
   // First the version alone, so that a library of another ABI (whose symbols may differ) is
   // reported as such rather than as a missing symbol.
-  const probe = openLibrary(path, { tp_abi_version: SYMBOLS.tp_abi_version });
+  const probe = openLibrary(path, { tp_abi_version: TP_SYMBOLS.tp_abi_version });
   const version = probe.symbols.tp_abi_version();
   probe.close();
   if (version !== TP_ABI_VERSION) {
@@ -245,17 +161,51 @@ export function loadCpuLibrary(path: string = defaultCpuLibraryPath()): CpuLibra
       { file: path },
     );
   }
-  const library = openLibrary(path, SYMBOLS);
+  const library = openLibrary(path, TP_SYMBOLS);
   const lib = new CpuLibrary(path, library.symbols);
   loaded.set(path, lib);
   return lib;
 }
 
-/** A non-negative safe integer, or an E_ARG TpError naming `name`. */
-function checkCount(what: string, name: string, value: number): void {
+// ---- status and argument checks: the only logic of the wrappers --------------------------------
+
+/** The {@link TpError} code of each non-OK native status; an unknown status maps to E_INTERNAL. */
+const STATUS_ERROR: Readonly<Record<number, TpErrorCode>> = {
+  [TP_STATUS.ERR_ARG]: "E_ARG",
+  [TP_STATUS.ERR_OOM]: "E_OOM",
+  [TP_STATUS.ERR_UNSUPPORTED]: "E_UNSUPPORTED",
+  [TP_STATUS.ERR_INTERNAL]: "E_INTERNAL",
+};
+
+/**
+ * Turn a native status into an error, as tinygrad's `check(status)`: returns for TP_OK (reading
+ * nothing else), else throws a TpError with the native message of `ctx` (tp_ctx_error).
+ * @param ctx     the context the call ran on
+ * @param status  a tp_status returned by a call on ctx
+ * @param context file or tensor the call concerned, appended to the message (e.g. `{ tensor: name }`)
+ * @throws TpError E_ARG (TP_ERR_ARG), E_OOM (TP_ERR_OOM), E_UNSUPPORTED (TP_ERR_UNSUPPORTED),
+ *   E_INTERNAL (TP_ERR_INTERNAL or an unknown status); the message is the native one, or
+ *   "native CPU call failed with status N" when the library left none
+ */
+export function check(ctx: NativeContext, status: number, context?: TpErrorContext): void {
+  if (status === TP_STATUS.OK) return;
+  const code = STATUS_ERROR[status] ?? "E_INTERNAL";
+  const message = ctx.lastError() || `native CPU call failed with status ${status}`;
+  throw new TpError(code, message, context);
+}
+
+/**
+ * Check a count that crosses bun:ffi (an element or byte count, a dimension): returns `value` when it
+ * is a non-negative safe integer.
+ * @param what the function, for the message
+ * @param name the argument, for the message
+ * @throws TpError E_ARG naming `what`, `name` and the value
+ */
+export function checkCount(what: string, name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 0) {
     throw new TpError("E_ARG", `${what}: ${name} must be a non-negative safe integer, got ${value}`);
   }
+  return value;
 }
 
 /** The largest value of a native `int32_t` argument. */
@@ -639,8 +589,12 @@ export class NativeContext {
   }
 }
 
-/** The tp_wformat code of a weight format name, or an E_ARG TpError naming `fn`. */
-function weightFormatCode(fn: string, format: NativeWeightFormat): number {
+/**
+ * The tp.h `tp_wformat` code of a weight format name.
+ * @param fn the function, for the message
+ * @throws TpError E_ARG naming `fn`, the format and the known ones
+ */
+export function weightFormatCode(fn: string, format: NativeWeightFormat): number {
   if (typeof format !== "string" || !Object.hasOwn(NATIVE_WEIGHT_FORMATS, format)) {
     throw new TpError(
       "E_ARG",
@@ -763,19 +717,4 @@ function describe(value: unknown): string {
     return `${value.constructor.name}(${length})`;
   }
   return value === null ? "null" : typeof value;
-}
-
-/**
- * Turn a native status into an error: returns for TP_OK, else throws a TpError with the native
- * message of `ctx` (tp_ctx_error).
- * @param ctx the context the call ran on
- * @param status a tp_status returned by a call on ctx
- * @throws TpError E_ARG (TP_ERR_ARG), E_OOM (TP_ERR_OOM), E_UNSUPPORTED (TP_ERR_UNSUPPORTED),
- *   E_INTERNAL (TP_ERR_INTERNAL or an unknown status)
- */
-export function check(ctx: NativeContext, status: number): void {
-  if (status === TP_STATUS.OK) return;
-  const code = STATUS_ERROR[status] ?? "E_INTERNAL";
-  const message = ctx.lastError() || `native CPU call failed with status ${status}`;
-  throw new TpError(code, message);
 }

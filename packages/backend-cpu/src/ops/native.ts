@@ -15,10 +15,14 @@ import { TpError } from "@tp/tensor";
 import {
   check,
   checkInt32,
+  checkCount as count,
   NATIVE_WEIGHT_FORMATS,
   type NativeContext,
   type NativeWeight,
+  NORM_UNIT_OFFSET,
   type Pointer,
+  ROPE_MODES,
+  weightFormatCode,
 } from "../ffi.ts";
 
 /** Native memory a kernel may touch: the address of the first element and the bytes available from it. */
@@ -31,13 +35,6 @@ export interface NativeRegion {
 
 /** Highest rank of the strided kernels (tp.h: rank <= 16). */
 export const MAX_RANK = 16;
-
-function count(op: string, name: string, v: number): number {
-  if (!Number.isSafeInteger(v) || v < 0) {
-    throw new TpError("E_ARG", `${op}: ${name} must be a non-negative safe integer, got ${v}`);
-  }
-  return v;
-}
 
 /** Check that `r` holds `bytes` bytes aligned to `align`; returns the pointer (null when bytes is 0). */
 function region(op: string, name: string, r: NativeRegion, bytes: number, align: number): Pointer | null {
@@ -296,7 +293,8 @@ export function rmsNormF32(
   const px = region(op, "x", x, bytes, 4);
   const pw = optRegion(op, "weight", weight, dim * 4);
   const py = region(op, "y", y, bytes, 4);
-  check(ctx, ctx.lib.raw.tp_cpu_rms_norm_f32(ctx.handle, px, pw, py, rows, dim, eps, unitOffset ? 1 : 0));
+  const flags = unitOffset ? NORM_UNIT_OFFSET : 0;
+  check(ctx, ctx.lib.raw.tp_cpu_rms_norm_f32(ctx.handle, px, pw, py, rows, dim, eps, flags));
 }
 
 /** LayerNorm of rows × dim f32 (tp_cpu_layer_norm_f32); weight, bias [dim] or null. */
@@ -386,7 +384,9 @@ export function ropeF32(
   const py = region(op, "y", y, bytes, 4);
   const axes = Math.max(1, d.sections.length);
   const pp = region(op, "positions", positions, bytes === 0 ? 0 : product(op, axes, d.seq) * 4, 4);
-  if (d.mode !== 0 && d.mode !== 1) throw new TpError("E_ARG", `${op}: mode must be 0 or 1, got ${d.mode}`);
+  if (d.mode !== ROPE_MODES.neox && d.mode !== ROPE_MODES.interleaved) {
+    throw new TpError("E_ARG", `${op}: mode must be 0 (neox) or 1 (interleaved), got ${d.mode}`);
+  }
   if (d.sections.length > 64) {
     throw new TpError("E_ARG", `${op}: at most 64 sections, got ${d.sections.length}`);
   }
@@ -770,9 +770,7 @@ export function matmulWeight(
   y: NativeRegion,
 ): void {
   const op = "matmul";
-  if (typeof w.format !== "string" || !Object.hasOwn(NATIVE_WEIGHT_FORMATS, w.format)) {
-    throw new TpError("E_ARG", `${op}: unknown weight format ${JSON.stringify(w.format)}`);
-  }
+  const format = weightFormatCode(op, w.format);
   const group = checkInt32(op, "group", w.group);
   if (!(w.data instanceof Uint8Array))
     throw new TpError("E_ARG", `${op}: the weight data must be a Uint8Array`);
@@ -790,7 +788,7 @@ export function matmulWeight(
       px,
       m,
       w.k,
-      NATIVE_WEIGHT_FORMATS[w.format],
+      format,
       w.data.byteLength === 0 ? null : ptr(w.data),
       w.data.byteLength,
       w.n,
