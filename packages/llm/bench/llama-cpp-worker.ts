@@ -1,7 +1,8 @@
 /**
  * The llama.cpp side of `bun run bench llm`, run in a child process (a native crash cannot take the
- * harness down, and peak RSS is this process's own): load FILE with node-llama-cpp 3.21.1 (prebuilt
- * CPU binaries, `build: "never"`, no download), then either
+ * harness down, and the harness measures this process's own peak RSS as it exits:
+ * scripts/bench-child.ts): load FILE with node-llama-cpp 3.21.1 (prebuilt CPU binaries, `build:
+ * "never"`, no download), then either
  *
  *   pp N: evaluate N prompt tokens in one batch (no token generated) and time it;
  *   tg N: evaluate one token, then time N single-token decode forwards (what llama-bench's tg does:
@@ -11,7 +12,7 @@
  * llama-bench does (its `--warmup`, on by default): first-touch costs of fresh memory — the KV cache,
  * the compute buffers — fall outside the timed run for both engines (ours-worker.ts does the same);
  *
- * and print one JSON line `{ok, tokens_per_second, seconds, peak_rss_bytes}`.
+ * and print one JSON line `{ok, tokens_per_second, seconds}`.
  *
  * usage: bun packages/llm/bench/llama-cpp-worker.ts FILE pp|tg N THREADS CTX
  */
@@ -61,7 +62,6 @@ try {
       ok: true,
       tokens_per_second: n / seconds,
       seconds,
-      peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
     }),
   );
   await context.dispose();

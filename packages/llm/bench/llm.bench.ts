@@ -3,19 +3,22 @@
  * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts), on 2 CPU threads, against llama.cpp
  * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS; and
  * the same shapes as a scaled-fp8 safetensors folder (./fp8-model.ts), ours only.
- * Each measurement runs in a fresh child process (./ours-worker.ts, ./llama-cpp-worker.ts), so a
- * native crash cannot take the harness down and peak RSS is that process's own.
+ * Each measurement runs in a fresh child process (./ours-worker.ts, ./llama-cpp-worker.ts) started
+ * through the harness's `runChild`, so a native crash cannot take the harness down and peak RSS is
+ * that process's own (its VmHWM as it exits, measured the same way for every engine).
  *
  * Targets (issue #5): generation ≥ 1.0× llama.cpp, prompt processing ≥ 0.8×, our peak RSS ≤ file +
  * KV cache + 200 MB (the "rss over file+kv" row; the KV cache is ours: f32, CTX rows).
+ *
+ * `--baseline DIR`: every case of ours also runs DIR's packages/llm/bench/ours-worker.ts (another
+ * commit's checkout, installed and built) on the same files, interleaved with this tree's.
  *
  * Environment: TP_BENCH_DIR (where the models are cached; default the OS temp dir), TP_BENCH_THREADS
  * (default 2). Skips (no cases, with the reason on stderr) when the tokenizer source file
  * ../shared/models/synthetic/qwen3-fullvocab-Q4_0.gguf is absent.
  */
-import { statSync } from "node:fs";
-import { loadavg } from "node:os";
-import { resolve } from "node:path";
+import { existsSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { fp8BenchModel } from "./fp8-model.ts";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
@@ -26,49 +29,84 @@ const CTX = 1024;
 const PP = 512;
 const TG = 128;
 const MB = 1e6;
+/** Where a checkout keeps our worker (this tree's and a --baseline DIR's). */
+const OURS_WORKER = "packages/llm/bench/ours-worker.ts";
+
+/** The fields of scripts/bench-harness.ts's BenchContext this suite uses (packages import no file outside them). */
+interface Context {
+  baseline: { dir: string; rev: string; name: string } | null;
+  runChild(
+    script: string,
+    args: string[],
+    options?: { cwd?: string },
+  ): {
+    result: Record<string, unknown> | null;
+    peakRssBytes: number | null;
+    exitCode: number | null;
+    stderr: string;
+  };
+}
 
 interface WorkerResult {
-  ok: boolean;
   tokens_per_second: number;
   peak_rss_bytes: number;
   ms_per_token_engine?: number;
-  error?: string;
 }
 
-function worker(script: string, file: string, mode: "pp" | "tg", n: number): WorkerResult {
-  const load = loadavg()[0] ?? 0; // this machine is shared: a figure means little without the load
-  const p = Bun.spawnSync(
-    ["bun", resolve(import.meta.dir, script), file, mode, String(n), String(THREADS), String(CTX)],
-    { stdout: "pipe", stderr: "pipe" },
-  );
-  const line = p.stdout.toString().trim().split("\n").pop() ?? "";
-  let r: WorkerResult;
-  try {
-    r = JSON.parse(line);
-  } catch {
-    throw new TpError(
-      "E_INTERNAL",
-      `${script} ${mode} on ${file} printed no result (exit ${p.exitCode}): ${p.stderr.toString().trim().slice(-400)}`,
-    );
+/** One engine: a worker script, the directory it runs in, and its label in progress lines. */
+interface Engine {
+  label: string;
+  script: string;
+  cwd?: string;
+}
+
+function worker(context: Context, engine: Engine, file: string, mode: "pp" | "tg", n: number): WorkerResult {
+  const args = [file, mode, String(n), String(THREADS), String(CTX)];
+  const p = context.runChild(engine.script, args, engine.cwd === undefined ? {} : { cwd: engine.cwd });
+  const r = p.result;
+  const where = `${engine.label} ${mode} on ${file}`;
+  if (r === null) {
+    throw new TpError("E_INTERNAL", `${where} printed no result (exit ${p.exitCode}): ${p.stderr}`);
   }
-  if (!r.ok) throw new TpError("E_INTERNAL", `${script} ${mode} on ${file}: ${r.error}`);
-  // progress on stderr: one run takes seconds to minutes
-  console.error(
-    `  ${script.replace("-worker.ts", "")} ${mode}${n} ${file.split("-").pop()}: ${r.tokens_per_second.toFixed(2)} tok/s, ` +
-      `peak RSS ${(r.peak_rss_bytes / MB).toFixed(0)} MB` +
-      (r.ms_per_token_engine !== undefined && mode === "tg"
-        ? `, engine ${r.ms_per_token_engine.toFixed(2)} ms/token`
+  if (r.ok !== true) throw new TpError("E_INTERNAL", `${where}: ${String(r.error)}`);
+  if (typeof r.tokens_per_second !== "number" || p.peakRssBytes === null) {
+    throw new TpError("E_INTERNAL", `${where}: no tokens_per_second or peak RSS (exit ${p.exitCode})`);
+  }
+  const out: WorkerResult = { tokens_per_second: r.tokens_per_second, peak_rss_bytes: p.peakRssBytes };
+  if (typeof r.ms_per_token_engine === "number") out.ms_per_token_engine = r.ms_per_token_engine;
+  // progress on stderr: one run takes seconds to minutes (the harness records the load average)
+  process.stderr.write(
+    `  ${engine.label} ${mode}${n} ${file.split("-").pop()}: ${out.tokens_per_second.toFixed(2)} tok/s, ` +
+      `peak RSS ${(out.peak_rss_bytes / MB).toFixed(0)} MB` +
+      (out.ms_per_token_engine !== undefined && mode === "tg"
+        ? `, engine ${out.ms_per_token_engine.toFixed(2)} ms/token`
         : "") +
-      `, load average ${load.toFixed(1)} → ${(loadavg()[0] ?? 0).toFixed(1)}`,
+      "\n",
   );
-  return r;
+  return out;
 }
 
 export default {
   description:
     `random Qwen3-0.6B-shaped model, pp${PP} / tg${TG} tok/s at ${THREADS} threads and peak RSS, ` +
     "vs llama.cpp (node-llama-cpp 3.21.1, CPU) on the same GGUF; ratio > 1 = we are better",
-  cases() {
+  usage: [
+    "  --baseline DIR    supported: DIR's packages/llm/bench/ours-worker.ts runs beside ours on every",
+    "                    case of ours (tok/s, peak RSS, engine overhead), each in a fresh process",
+    "  TP_BENCH_THREADS  threads of both engines (default 2)",
+    "  TP_BENCH_DIR      where the random models are cached (default the OS temp dir)",
+  ].join("\n"),
+  cases(context: Context) {
+    const ours: Engine = { label: "ours", script: resolve(import.meta.dir, "ours-worker.ts") };
+    const llamaCpp: Engine = { label: "llama.cpp", script: resolve(import.meta.dir, "llama-cpp-worker.ts") };
+    let baseline: Engine | null = null;
+    if (context.baseline !== null) {
+      const script = join(context.baseline.dir, OURS_WORKER);
+      if (!existsSync(script)) {
+        throw new TpError("E_ARG", `--baseline ${context.baseline.dir} has no ${OURS_WORKER}`);
+      }
+      baseline = { label: context.baseline.name, script, cwd: context.baseline.dir };
+    }
     const paths: [BenchQuant, string][] = [];
     for (const q of ["Q8_0", "Q4_0"] as const) {
       const p = benchModel(q);
@@ -82,21 +120,31 @@ export default {
     }
     const ggufCases = paths.flatMap(([q, path]) => {
       const name = `qwen3-0.6b-shapes ${q}`;
-      const peak = { ours: 0, peer: 0 };
-      const engine: number[] = [];
-      const ours = (mode: "pp" | "tg", n: number) => () => {
-        const r = worker("ours-worker.ts", path, mode, n);
-        peak.ours = Math.max(peak.ours, r.peak_rss_bytes);
-        if (r.ms_per_token_engine !== undefined && mode === "tg") engine.push(r.ms_per_token_engine);
+      /** Peak RSS and engine ms/token over every run of each side. */
+      const seen = {
+        ours: { peak: 0, engine: [] as number[] },
+        baseline: { peak: 0, engine: [] as number[] },
+        peer: { peak: 0, engine: [] as number[] },
+      };
+      const run = (e: Engine, side: keyof typeof seen, mode: "pp" | "tg", n: number) => () => {
+        const r = worker(context, e, path, mode, n);
+        seen[side].peak = Math.max(seen[side].peak, r.peak_rss_bytes);
+        if (r.ms_per_token_engine !== undefined && mode === "tg")
+          seen[side].engine.push(r.ms_per_token_engine);
         return r.tokens_per_second;
       };
-      const peer = (mode: "pp" | "tg", n: number) => () => {
-        const r = worker("llama-cpp-worker.ts", path, mode, n);
-        peak.peer = Math.max(peak.peer, r.peak_rss_bytes);
-        return r.tokens_per_second;
-      };
+      const throughput = (mode: "pp" | "tg", n: number) => ({
+        ours: run(ours, "ours", mode, n),
+        peer: { name: "llama.cpp", run: run(llamaCpp, "peer", mode, n) },
+        ...(baseline === null ? {} : { baseline: run(baseline, "baseline", mode, n) }),
+      });
       const fileBytes = statSync(path).size;
       const kvBytes = benchKvBytes(CTX, 4);
+      const overRss = (side: "ours" | "baseline") => () => (seen[side].peak - fileBytes - kvBytes) / MB;
+      const engineMs = (side: "ours" | "baseline") => () => {
+        const e = seen[side].engine;
+        return e.length === 0 ? 0 : e.reduce((a, b) => a + b, 0) / e.length;
+      };
       return [
         {
           case: `${name} pp${PP}`,
@@ -104,8 +152,7 @@ export default {
           unit: "tok/s",
           better: "higher" as const,
           runs: 3,
-          ours: ours("pp", PP),
-          peer: { name: "llama.cpp", run: peer("pp", PP) },
+          ...throughput("pp", PP),
         },
         {
           case: `${name} tg${TG}`,
@@ -113,33 +160,35 @@ export default {
           unit: "tok/s",
           better: "higher" as const,
           runs: 3,
-          ours: ours("tg", TG),
-          peer: { name: "llama.cpp", run: peer("tg", TG) },
+          ...throughput("tg", TG),
         },
         {
           case: `${name} peak rss`,
-          metric: "peak RSS over the runs above",
+          metric: "peak RSS over the runs above (each process's own VmHWM)",
           unit: "MB",
           better: "lower" as const,
-          runs: 1,
-          ours: () => peak.ours / MB,
-          peer: { name: "llama.cpp", run: () => peak.peer / MB },
+          timed: false,
+          ours: () => seen.ours.peak / MB,
+          peer: { name: "llama.cpp", run: () => seen.peer.peak / MB },
+          ...(baseline === null ? {} : { baseline: () => seen.baseline.peak / MB }),
         },
         {
           case: `${name} rss over file+kv`,
           metric: `peak RSS − file (${(fileBytes / MB).toFixed(0)} MB) − f32 KV (${(kvBytes / MB).toFixed(0)} MB); target ≤ 200`,
           unit: "MB",
           better: "lower" as const,
-          runs: 1,
-          ours: () => (peak.ours - fileBytes - kvBytes) / MB,
+          timed: false,
+          ours: overRss("ours"),
+          ...(baseline === null ? {} : { baseline: overRss("baseline") }),
         },
         {
           case: `${name} engine overhead`,
           metric: "ms per generated token outside model.step (logits read, argmax, detokenize)",
           unit: "ms",
           better: "lower" as const,
-          runs: 1,
-          ours: () => (engine.length === 0 ? 0 : engine.reduce((a, b) => a + b, 0) / engine.length),
+          timed: false,
+          ours: engineMs("ours"),
+          ...(baseline === null ? {} : { baseline: engineMs("baseline") }),
         },
       ];
     });
@@ -148,14 +197,19 @@ export default {
     const fp8Cases =
       fp8 === null
         ? []
-        : (["pp", "tg"] as const).map((mode) => ({
-            case: `qwen3-0.6b-shapes fp8 safetensors ${mode}${mode === "pp" ? PP : TG}`,
-            metric: `${mode === "pp" ? "prompt processing" : "generation"} (no peer: llama.cpp reads no fp8)`,
-            unit: "tok/s",
-            better: "higher" as const,
-            runs: 3,
-            ours: () => worker("ours-worker.ts", fp8, mode, mode === "pp" ? PP : TG).tokens_per_second,
-          }));
+        : (["pp", "tg"] as const).map((mode) => {
+            const n = mode === "pp" ? PP : TG;
+            const tps = (e: Engine) => () => worker(context, e, fp8, mode, n).tokens_per_second;
+            return {
+              case: `qwen3-0.6b-shapes fp8 safetensors ${mode}${n}`,
+              metric: `${mode === "pp" ? "prompt processing" : "generation"} (no peer: llama.cpp reads no fp8)`,
+              unit: "tok/s",
+              better: "higher" as const,
+              runs: 3,
+              ours: tps(ours),
+              ...(baseline === null ? {} : { baseline: tps(baseline) }),
+            };
+          });
     return [...ggufCases, ...fp8Cases];
   },
 };

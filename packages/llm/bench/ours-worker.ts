@@ -1,6 +1,6 @@
 /**
- * Our side of `bun run bench llm`, run in a child process (peak RSS is this process's own): load FILE
- * with @tp/llm on the CPU backend, then either
+ * Our side of `bun run bench llm`, run in a child process (the harness measures its peak RSS as it
+ * exits: scripts/bench-child.ts): load FILE with @tp/llm on the CPU backend, then either
  *
  *   pp N: prefill N prompt tokens in one forward (GenerationSession.generate, one token out) and time
  *         the prefill (logits read included);
@@ -10,7 +10,7 @@
  * each timed run preceded by one untimed warm-up run of the same test and a reset session, as
  * llama-bench does (llama-cpp-worker.ts does the same);
  *
- * and print one JSON line `{ok, tokens_per_second, seconds, peak_rss_bytes, kv_bytes, ms_per_token_engine}`.
+ * and print one JSON line `{ok, tokens_per_second, seconds, backend_peak_bytes, ms_per_token_engine}`.
  *
  * usage: bun packages/llm/bench/ours-worker.ts FILE pp|tg N THREADS CTX
  */
@@ -61,7 +61,6 @@ try {
       ok: true,
       tokens_per_second: n / seconds,
       seconds,
-      peak_rss_bytes: process.resourceUsage().maxRSS * 1024,
       backend_peak_bytes: backend.memory.peak,
       ms_per_token_engine: engineMs,
     }),
