@@ -22,6 +22,11 @@ import { type DTypeName, dtypeBytes, dtypeInfo } from "./dtype.ts";
 import { TpError } from "./errors.ts";
 import { EMPTY_KERNEL_TABLE, type KernelTable, tableSupports } from "./kernels.ts";
 import { MemoryAccount } from "./memory.ts";
+import * as elementwise from "./ops/elementwise.ts";
+import * as layout from "./ops/layout.ts";
+import * as linear from "./ops/linear.ts";
+import * as norm from "./ops/norm.ts";
+import * as sample from "./ops/sample.ts";
 import { contiguousLayout, elementOffsets, formatShape, numel, type Shape, storageSpan } from "./shape.ts";
 import { type Storage, Tensor } from "./tensor.ts";
 import type { Weight } from "./weight.ts";
@@ -362,87 +367,98 @@ export abstract class BackendBase implements Backend {
     this.#disposed = true;
   }
 
-  /** The error for an op this backend does not implement. */
-  protected unsupported(op: OpName): never {
-    throw new TpError("E_UNSUPPORTED", `op ${op} is not implemented on backend ${this.name}`);
+  /**
+   * @throws TpError E_STATE when `t` is not a Tensor, is freed or belongs to another backend (the
+   *   front-end's ownership check, ./ops/common.ts).
+   */
+  assertOwned(t: Tensor): void {
+    this.own(t);
   }
 
-  matmul(_x: Tensor, _w: Weight, _o?: { bias?: Tensor }): Tensor {
-    return this.unsupported("matmul");
+  // ---- ops: the front-end (./ops/*.ts) checks, allocates and calls this.kernelTable ----------------
+
+  matmul(x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
+    return linear.matmul(this, x, w, options);
   }
-  attention(_q: Tensor, _k: Tensor, _v: Tensor, _o?: AttentionOptions): Tensor {
-    return this.unsupported("attention");
+  attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions | null): Tensor {
+    return linear.attention(this, q, k, v, options);
   }
-  rmsNorm(_x: Tensor, _w: Tensor | null, _o: { eps: number; unitOffset?: boolean }): Tensor {
-    return this.unsupported("rms_norm");
+  rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
+    return norm.rmsNorm(this, x, weight, options);
   }
-  layerNorm(_x: Tensor, _w: Tensor | null, _b: Tensor | null, _o: { eps: number }): Tensor {
-    return this.unsupported("layer_norm");
+  layerNorm(x: Tensor, weight: Tensor | null, bias: Tensor | null, options: { eps: number }): Tensor {
+    return norm.layerNorm(this, x, weight, bias, options);
   }
-  groupNorm(_x: Tensor, _g: number, _w: Tensor | null, _b: Tensor | null, _o: { eps: number }): Tensor {
-    return this.unsupported("group_norm");
+  groupNorm(
+    x: Tensor,
+    groups: number,
+    weight: Tensor | null,
+    bias: Tensor | null,
+    options: { eps: number },
+  ): Tensor {
+    return norm.groupNorm(this, x, groups, weight, bias, options);
   }
-  rope(_x: Tensor, _p: Tensor, _o: RopeOptions): Tensor {
-    return this.unsupported("rope");
+  rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
+    return linear.rope(this, x, positions, options);
   }
-  silu(_x: Tensor): Tensor {
-    return this.unsupported("silu");
+  silu(x: Tensor): Tensor {
+    return elementwise.unary(this, "silu", x);
   }
-  gelu(_x: Tensor, _o?: { approximate?: "none" | "tanh" }): Tensor {
-    return this.unsupported("gelu");
+  gelu(x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
+    return elementwise.gelu(this, x, options);
   }
-  sigmoid(_x: Tensor): Tensor {
-    return this.unsupported("sigmoid");
+  sigmoid(x: Tensor): Tensor {
+    return elementwise.unary(this, "sigmoid", x);
   }
-  swiglu(_g: Tensor, _u: Tensor): Tensor {
-    return this.unsupported("swiglu");
+  swiglu(gate: Tensor, up: Tensor): Tensor {
+    return elementwise.swiglu(this, gate, up);
   }
-  softmax(_x: Tensor, _o?: { dim?: number }): Tensor {
-    return this.unsupported("softmax");
+  softmax(x: Tensor, options?: { dim?: number } | null): Tensor {
+    return elementwise.softmax(this, x, options);
   }
-  add(_a: Tensor, _b: Tensor): Tensor {
-    return this.unsupported("add");
+  add(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "add", a, b);
   }
-  sub(_a: Tensor, _b: Tensor): Tensor {
-    return this.unsupported("sub");
+  sub(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "sub", a, b);
   }
-  mul(_a: Tensor, _b: Tensor): Tensor {
-    return this.unsupported("mul");
+  mul(a: Tensor, b: Tensor): Tensor {
+    return elementwise.binary(this, "mul", a, b);
   }
-  scale(_x: Tensor, _s: number): Tensor {
-    return this.unsupported("scale");
+  scale(x: Tensor, s: number): Tensor {
+    return elementwise.scale(this, x, s);
   }
-  modulate(_x: Tensor, _s: Tensor, _sh: Tensor): Tensor {
-    return this.unsupported("modulate");
+  modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
+    return elementwise.modulate(this, x, scale, shift);
   }
-  embedding(_t: Weight, _ids: Tensor): Tensor {
-    return this.unsupported("embedding");
+  embedding(table: Weight, ids: Tensor): Tensor {
+    return linear.embedding(this, table, ids);
   }
-  conv2d(_x: Tensor, _w: Tensor, _b: Tensor | null, _o?: Conv2dOptions): Tensor {
-    return this.unsupported("conv2d");
+  conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions | null): Tensor {
+    return linear.conv2d(this, x, weight, bias, options);
   }
-  upsampleNearest2d(_x: Tensor, _f: number): Tensor {
-    return this.unsupported("upsample_nearest2d");
+  upsampleNearest2d(x: Tensor, factor: number): Tensor {
+    return layout.upsampleNearest2d(this, x, factor);
   }
-  concat(_ts: readonly Tensor[], _d: number): Tensor {
-    return this.unsupported("concat");
+  concat(tensors: readonly Tensor[], dim: number): Tensor {
+    return layout.concat(this, tensors, dim);
   }
-  slice(_x: Tensor, _d: number, _s: number, _e: number): Tensor {
-    return this.unsupported("slice");
+  slice(x: Tensor, dim: number, start: number, end: number): Tensor {
+    return layout.slice(this, x, dim, start, end);
   }
-  copy(_x: Tensor): Tensor {
-    return this.unsupported("copy");
+  copy(x: Tensor): Tensor {
+    return layout.copy(this, x);
   }
-  set(_dst: Tensor, _src: Tensor): void {
-    this.unsupported("set");
+  set(dst: Tensor, src: Tensor): void {
+    layout.set(this, dst, src);
   }
-  cast(_x: Tensor, _d: DTypeName, _o?: { saturate?: boolean }): Tensor {
-    return this.unsupported("cast");
+  cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean } | null): Tensor {
+    return layout.cast(this, x, dtype, options);
   }
-  argmax(_x: Tensor): Tensor {
-    return this.unsupported("argmax");
+  argmax(x: Tensor): Tensor {
+    return sample.argmax(this, x);
   }
-  topK(_x: Tensor, _k: number): { values: Tensor; indices: Tensor } {
-    return this.unsupported("top_k");
+  topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
+    return sample.topK(this, x, k);
   }
 }

@@ -102,7 +102,7 @@ export interface KernelSignatures {
   add: (out: Tensor, a: Tensor, b: Tensor) => void;
   sub: (out: Tensor, a: Tensor, b: Tensor) => void;
   mul: (out: Tensor, a: Tensor, b: Tensor) => void;
-  /** s: a finite host number (the kernel rounds it to the dtype). */
+  /** s: a host number (the kernel rounds it to the dtype; ±inf and NaN are not refused). */
   scale: (out: Tensor, x: Tensor, s: number) => void;
   /** scale and shift broadcast to x's shape. */
   modulate: (out: Tensor, x: Tensor, scale: Tensor, shift: Tensor) => void;

@@ -27,6 +27,36 @@ export function finiteOption(backend: string, op: string, name: string, v: unkno
 }
 
 /**
+ * `v` as a boolean, or `fallback` when undefined.
+ * @throws TpError E_ARG naming backend, op and option `name`
+ */
+export function booleanOption(
+  backend: string,
+  op: string,
+  name: string,
+  v: unknown,
+  fallback: boolean,
+): boolean {
+  if (v === undefined) return fallback;
+  if (typeof v !== "boolean") {
+    const shownV =
+      typeof v === "string" ? JSON.stringify(v) : v === null || typeof v !== "object" ? String(v) : typeof v;
+    throw opError("E_ARG", backend, op, `${name} must be a boolean, got ${shownV}`);
+  }
+  return v;
+}
+
+/**
+ * `v` as a normalisation epsilon: a finite number ≥ 0.
+ * @throws TpError E_ARG naming backend, op and `eps`
+ */
+export function epsOption(backend: string, op: string, v: unknown): number {
+  const e = finiteOption(backend, op, "eps", v);
+  if (e < 0) throw opError("E_ARG", backend, op, `eps must be >= 0, got ${e}`);
+  return e;
+}
+
+/**
  * The scalar options of `attention` as an f32 kernel receives them: `scale` (default 1/√headDim, 1
  * when headDim is 0) finite once rounded to f32; `softcap` absent (0 to the kernel: none) or, when
  * given, finite and positive once rounded to f32 — 1e-50 would reach the kernel as 0 and silently mean
