@@ -281,6 +281,51 @@ describe("draws", () => {
   });
 });
 
+describe("top_p = 0 (llama.cpp and transformers: the most likely token only)", () => {
+  // 1000 logits in [-4, 4) from a fixed LCG; the largest computed here with a plain loop.
+  let x = 12345;
+  const row = Float32Array.from({ length: 1000 }, () => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    return (x / 2 ** 32) * 8 - 4;
+  });
+  let top = 0;
+  for (let i = 1; i < row.length; i++) if ((row[i] as number) > (row[top] as number)) top = i;
+
+  test("the distribution is the top token with probability 1, whatever the other filters", () => {
+    for (const temperature of [1e-6, 0.7, 1, 5])
+      for (const topK of [0, 1, 40])
+        for (const minP of [0, 0.05]) {
+          const [ids, p] = dist(row, { temperature, topK, topP: 0, minP });
+          expect([ids, p]).toEqual([[top], [1]]);
+        }
+    expect(samplingParams({ topP: 0 }).topP).toBe(0);
+  });
+
+  test("every draw is the top token, from the full row and from a backend's candidates", () => {
+    const s = new Sampler({ seed: 3, temperature: 1.5, topK: 40, topP: 0, minP: 0 });
+    const order = Array.from(row.keys()).sort((a, b) => (row[b] as number) - (row[a] as number));
+    const cand = order.slice(0, s.candidateCount(row.length));
+    for (let i = 0; i < 50; i++) {
+      expect(s.sample(row)).toBe(top);
+      expect(
+        s.sampleFromCandidates(
+          Float32Array.from(cand, (j) => row[j] as number),
+          cand,
+        ),
+      ).toBe(top);
+    }
+    const wide = new Sampler({ seed: 4, temperature: 1, topK: 0, topP: 0, minP: 0 });
+    for (let i = 0; i < 50; i++) expect(wide.sample(row)).toBe(top);
+  });
+
+  test("equal largest logits: the lowest id", () => {
+    const tie = Float32Array.from([0, 2, 1, 2, 2, -1]);
+    expect(dist(tie, { topP: 0 })).toEqual([[1], [1]]);
+    const s = new Sampler({ seed: 5, temperature: 1, topK: 0, topP: 0, minP: 0 });
+    for (let i = 0; i < 20; i++) expect(s.sample(tie)).toBe(1);
+  });
+});
+
 /**
  * The naive twin: transformers' warpers applied literally on the full vocabulary — mask with −∞,
  * full sorts, softmax over everything — in f64.

@@ -24,7 +24,10 @@ export interface SamplingParams {
   temperature: number;
   /** Keep the k most likely tokens (ties with the k-th are kept, as transformers does); 0 = no limit. */
   topK: number;
-  /** Keep the most likely tokens until their probability mass reaches top_p; 1 = off. */
+  /**
+   * Keep the most likely tokens until their probability mass reaches top_p; 1 = off; 0 keeps only
+   * the most likely token (the lowest id among equal ones), as llama.cpp's and transformers' top-p 0.
+   */
   topP: number;
   /** Keep tokens whose probability is at least min_p × the top token's; 0 = off. */
   minP: number;
@@ -73,7 +76,7 @@ export function samplingParams(options: Partial<SamplingParams> = {}): SamplingP
   if (!Number.isFinite(p.temperature))
     throw bad("temperature", p.temperature, "a finite number (≤ 0 = greedy)");
   if (!Number.isInteger(p.topK) || p.topK < 0) throw bad("top_k", p.topK, "an integer ≥ 0 (0 = no limit)");
-  if (!(p.topP >= 0 && p.topP <= 1)) throw bad("top_p", p.topP, "0 … 1 (1 = off)");
+  if (!(p.topP >= 0 && p.topP <= 1)) throw bad("top_p", p.topP, "0 … 1 (1 = off, 0 = the most likely token)");
   if (!(p.minP >= 0 && p.minP <= 1)) throw bad("min_p", p.minP, "0 … 1 (0 = off)");
   if (!(p.repeatPenalty > 0 && Number.isFinite(p.repeatPenalty)))
     throw bad("repeat_penalty", p.repeatPenalty, "a number > 0 (1 = off)");
