@@ -769,6 +769,69 @@ describe("argument checks (TpError, never a crash)", () => {
   });
 });
 
+describe("check(status): a native status becomes a TpError with the native message", () => {
+  const f32 = new Float32Array(8);
+  const u16 = new Uint16Array(8);
+
+  test("TP_OK returns before reading anything from the context (a destroyed one included)", () => {
+    const gone = lib.createContext(1, "scalar");
+    gone.destroy();
+    expect(check(gone, 0)).toBeUndefined();
+    expectTpError(() => check(gone, 1), "E_STATE", /destroy/); // a failure does read the message
+  });
+
+  test("the message is the context's tp_ctx_error text, the code follows the status", () => {
+    const ctx = lib.createContext(1, "scalar");
+    try {
+      const arg = lib.raw.tp_cpu_cast(ctx.handle, f32, 7, u16, 1, 1, 0); // unknown src_dtype
+      expect(arg).toBe(1);
+      const argMessage = ctx.lastError();
+      expect(argMessage).toMatch(/unknown src_dtype 7/);
+      const e = thrown(() => check(ctx, arg));
+      expect([e.code, e.message, e.tensor]).toEqual(["E_ARG", argMessage, undefined]);
+
+      const unsupported = lib.raw.tp_cpu_cast(ctx.handle, u16, 1, new Uint16Array(8), 2, 8, 0); // f16 -> bf16
+      expect(unsupported).toBe(3);
+      const u = thrown(() => check(ctx, unsupported));
+      expect([u.code, u.message]).toEqual(["E_UNSUPPORTED", ctx.lastError()]);
+      expect(u.message).toMatch(/f16 -> bf16/);
+    } finally {
+      ctx.destroy();
+    }
+  });
+
+  test("a context without a message gets one naming the status; a tensor context is appended", () => {
+    const fresh = lib.createContext(1, "scalar");
+    try {
+      expect(fresh.lastError()).toBe("");
+      const cases: [number, TpErrorCode][] = [
+        [1, "E_ARG"],
+        [2, "E_OOM"],
+        [3, "E_UNSUPPORTED"],
+        [4, "E_INTERNAL"],
+        [-1, "E_INTERNAL"],
+        [99, "E_INTERNAL"],
+      ];
+      for (const [status, code] of cases) {
+        const e = thrown(() => check(fresh, status));
+        expect([status, e.code, e.message]).toEqual([
+          status,
+          code,
+          `native CPU call failed with status ${status}`,
+        ]);
+      }
+      const named = thrown(() => check(fresh, 2, { tensor: "blocks.0.attn.wq.weight" }));
+      expect([named.code, named.tensor, named.message]).toEqual([
+        "E_OOM",
+        "blocks.0.attn.wq.weight",
+        "native CPU call failed with status 2 (tensor blocks.0.attn.wq.weight)",
+      ]);
+    } finally {
+      fresh.destroy();
+    }
+  });
+});
+
 describe("context lifetime and memory", () => {
   test("a destroyed context: use and a second destroy are E_STATE", () => {
     const ctx = lib.createContext(2, "scalar");

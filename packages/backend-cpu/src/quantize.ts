@@ -21,8 +21,11 @@
 import { ptr } from "bun:ffi";
 import { TpError, type TpErrorCode } from "@tp/tensor";
 import {
+  CAST_DTYPE_BYTES,
+  CAST_DTYPES,
   type CpuIsa,
   type CpuLibrary,
+  check,
   isPowerOf4,
   loadCpuLibrary,
   NATIVE_WEIGHT_FORMATS,
@@ -62,12 +65,8 @@ const GGML_BLOCK: Readonly<Partial<Record<NativeQuantizeFormat, number>>> = {
   q6_k: 256,
 };
 
-/** tp.h `tp_dtype` codes and element sizes of the source dtypes. */
-const SOURCE_DTYPES = {
-  f32: { code: 0, bytes: 4 },
-  f16: { code: 1, bytes: 2 },
-  bf16: { code: 2, bytes: 2 },
-} as const;
+/** The source dtypes tp_cpu_quantize_weight reads. */
+const SOURCE_DTYPES = ["f32", "f16", "bf16"] as const;
 
 /** Raw little-endian bytes of a float weight (a view on a checkpoint mapping, any alignment). */
 export interface QuantizeSourceBytes {
@@ -103,15 +102,6 @@ export interface QuantizedRows {
   readonly data: Uint8Array;
   /** ConvRot: N row scales; fp8_scaled: the one tensor scale; GGUF: empty (scales live in the blocks). */
   readonly scale: Float32Array;
-}
-
-/** Bytes of the stored weight [n, k] in `format`. */
-function storedBytes(format: NativeQuantizeFormat, n: number, k: number): number {
-  if (format === "int4_convrot") return (n * k) / 2;
-  if (format === "int8_convrot" || format === "fp8_scaled") return n * k;
-  const block = GGML_BLOCK[format] as number;
-  const blockBytes = { q8_0: 34, q4_0: 18, q4_k: 144, q6_k: 210 }[format as "q8_0"];
-  return ((n * k) / block) * blockBytes;
 }
 
 function fail(code: TpErrorCode, message: string, name: string | undefined): never {
@@ -191,7 +181,7 @@ export function quantizeRows(
 
   // The source: a Float32Array, or bytes + dtype.
   let bytes: Uint8Array;
-  let dtype: keyof typeof SOURCE_DTYPES;
+  let dtype: (typeof SOURCE_DTYPES)[number];
   if (input instanceof Float32Array) {
     bytes = new Uint8Array(input.buffer, input.byteOffset, input.byteLength);
     dtype = "f32";
@@ -199,7 +189,7 @@ export function quantizeRows(
     input !== null &&
     typeof input === "object" &&
     input.bytes instanceof Uint8Array &&
-    Object.hasOwn(SOURCE_DTYPES, input.dtype)
+    SOURCE_DTYPES.includes(input.dtype)
   ) {
     bytes = input.bytes;
     dtype = input.dtype;
@@ -210,23 +200,24 @@ export function quantizeRows(
       name,
     );
   }
-  const src = SOURCE_DTYPES[dtype];
-  if (bytes.byteLength !== n * k * src.bytes) {
+  const elementBytes = CAST_DTYPE_BYTES[dtype];
+  if (bytes.byteLength !== n * k * elementBytes) {
     fail(
       "E_SHAPE",
-      `expected ${n * k} values (${n * k * src.bytes} bytes of ${dtype}), got ${bytes.byteLength} bytes`,
+      `expected ${n * k} values (${n * k * elementBytes} bytes of ${dtype}), got ${bytes.byteLength} bytes`,
       name,
     );
   }
 
-  const data = new Uint8Array(storedBytes(format, n, k));
+  // int8 ConvRot and fp8: one byte per element; int4 ConvRot: two per byte; GGUF: whole blocks
+  const data = new Uint8Array(n * ctx.lib.weightRowBytes(format === "fp8_scaled" ? "f8_e4m3fn" : format, k));
   const scale = new Float32Array(convRot ? n : format === "fp8_scaled" ? 1 : 0);
   const handle = ctx.handle; // E_STATE after destroy
   const status = ctx.lib.raw.tp_cpu_quantize_weight(
     handle,
     FORMAT_CODE[format],
     bytes.byteLength === 0 ? null : ptr(bytes),
-    src.code,
+    CAST_DTYPES[dtype],
     bytes.byteLength,
     n,
     k,
@@ -236,14 +227,7 @@ export function quantizeRows(
     scale.length === 0 ? null : ptr(scale),
     scale.length,
   );
-  if (status !== 0) {
-    const codes: Record<number, TpErrorCode> = { 1: "E_ARG", 2: "E_OOM", 3: "E_UNSUPPORTED" };
-    fail(
-      codes[status] ?? "E_INTERNAL",
-      ctx.lastError() || `tp_cpu_quantize_weight failed with status ${status}`,
-      name,
-    );
-  }
+  check(ctx, status, name === undefined ? undefined : { tensor: name });
   if (format === "fp8_scaled" && n * k === 0) scale[0] = 1;
   return { format, shape: [n, k], groupSize: group, data, scale };
 }
