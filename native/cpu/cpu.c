@@ -166,8 +166,8 @@ const char *tp_ctx_error(const tp_ctx *ctx) { return ctx == NULL ? "null context
 /*
  * Blocks of at least this many bytes are aligned to it and asked for as transparent huge pages
  * (madvise; Linux's default THP mode is "madvise"): a fresh 4 KiB page costs a fault on its first
- * write, measured at 17–60 µs per page in this project's VMs (a KV-cache row of Qwen3-0.6B is one
- * page per layer and token), and a 2 MiB page takes one fault for 512 of them.
+ * write (a KV-cache row of Qwen3-0.6B is one page per layer and token), and a 2 MiB page takes one
+ * fault for 512 of them.
  */
 #define TP_HUGE_BYTES ((uint64_t)2 << 20)
 

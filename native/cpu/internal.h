@@ -52,7 +52,7 @@ typedef struct tp_pool {
    * Three cache lines shared between threads, each for one purpose: the job (what idle workers poll
    * and then read: written by the caller once per call, in one burst), the unit counter every thread
    * swaps, and the count of finished units the caller polls. In one line with the mutexes, each of the
-   * caller's stores had to take the line back from a worker polling it: 0.7–0.9 µs per job (pool.c).
+   * caller's stores had to take the line back from a worker polling it (pool.c).
    */
   _Alignas(64) uint64_t generation; /* bumped once per job, after its fields; idle workers poll it */
   int shutdown;                     /* set by tp_pool_destroy */

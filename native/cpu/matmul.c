@@ -36,23 +36,17 @@
  * do not depend on the split (ranges stay multiples of TP_MM_COL_ALIGN). The tasks are claimed in
  * stripes (col_job.stripes): claims 0, 1, … go to the first column block of stripe 0, 1, …, then the
  * second, so a thread that takes every n-th claim reads one contiguous stretch of weights and the
- * hardware prefetcher keeps its stream from one task to the next. Measured on the Q8_0 GEMV from DRAM
- * (2 threads, K=1024): N=1024 / 3072 32.8 / 43.6 → 35.1 / 46.1 GB/s with stripes, 4 tasks per thread;
- * 2 tasks per thread on top: decode steps of a Qwen3-0.6B-shaped Q8_0 model 2–7% faster in 4 of 4
- * alternating pairs; 1 task per thread loses at N=12288 (33.6 vs 40 GB/s: no one to share a slow
- * thread's columns). Re-measured (Q4_K from DRAM, 11 alternating runs): 1 / 4 / 8 tasks per thread against 2
- * gave ×1.02 / 0.92 / 0.84 at K=1024 N=3072 (each task starts two new weight streams) and ×0.96 / 1.01 /
- * 0.99 at K=4096 N=12288.
+ * hardware prefetcher keeps its stream from one task to the next. Two per thread: one leaves no one to
+ * share a slow thread's columns of a large weight, more start too many new weight streams
+ * (docs/performance.md, "GEMV").
  */
 #define TP_MM_GEMV_M 16
 /*
  * A GEMV over fewer weight bytes than this takes one column range per thread instead (a model's layer
  * matmuls; the LM head and larger keep two): once the pool's workers started a job within half a
  * microsecond (pool.c TP_POOL_SPIN_TIGHT_NS), the second range's two new weight streams cost more than
- * the balance it buys on a call of a few MB. Decode of the Qwen3-0.6B-shaped models (layer weights
- * 1.1–3.3 MB, LM head 165 / 88 MB), 6 alternating process pairs each: Q8_0 0 / +3.5 / +4.4 / 0 / +8.7 /
- * +4.2%, Q4_0 +4.9 / +4.1 / +7.4 / +5.4 / +15.6 / −1.9%; GEMV K=1024 N=3072 from DRAM, 15 alternating
- * runs: Q8_0 ×1.07, Q4_0 ×0.98, Q4_K ×1.04, Q6_K ×0.97, bf16 ×0.96.
+ * the balance it buys on a call of a few MB (Qwen3-0.6B's layer weights are 1.1–3.3 MB, its LM head
+ * 88–165 MB).
  */
 #ifndef TP_MM_GEMV_SMALL_BYTES
 #define TP_MM_GEMV_SMALL_BYTES ((uint64_t)8 << 20)
@@ -66,9 +60,8 @@
  * the front and, when they are done, takes the chunks other threads have not started from the back
  * of their shares (col_task). Threads that run at different speeds — the OS or the hypervisor runs
  * something else on one CPU — then finish together, and two threads meet only at the very end, so
- * they rarely write neighbouring parts of y at once (with small tasks shared out in order, 24 panels
- * of 256 columns, the same GEMM was ~10% slower here). Measurements: native/cpu/README.md, "Column
- * split".
+ * they rarely write neighbouring parts of y at once (small tasks shared out in order were slower).
+ * Measurements: docs/performance.md, "Float and ConvRot GEMM".
  */
 #ifndef TP_MM_STEAL
 #define TP_MM_STEAL 1

@@ -3,9 +3,10 @@
  * calls those when the CPU has it): ConvRot int8 / int4 (vpdpbusd), bf16 and fp8 (vdpbf16ps), f32 and
  * f16 (vfmadd). Two regimes, chosen by the number of activation rows m:
  *
- *   m < TP_GEMM_MIN_M  GEMV: weight rows are streamed once per group of up to 4 activation rows, four
- *                      weight rows at a time, dot products along k with 16-lane partial sums reduced
- *                      at the end of the row. Bound by memory bandwidth at m = 1.
+ *   m < TP_GEMM_MIN_M  GEMV: weight rows are streamed once per group of up to 4 activation rows, two
+ *                      rows half the column range apart (gemv_pairs; fp8 without AVX512_VBMI: four
+ *                      adjacent rows), dot products along k with 16-lane partial sums reduced at the
+ *                      end of the row. Bound by memory bandwidth at m = 1.
  *   otherwise          GEMM, blocked as BLIS / GotoBLAS: for each block of NC output columns and KC
  *                      inputs, the weights are packed once (per task) into 64-column strips in the
  *                      layout the micro-kernel loads (4 int8 / 2 bf16 / 1 f32 of k per 32-bit lane),
@@ -14,9 +15,8 @@
  *                      natural row-major layout. Partial sums between KC blocks (int32 or f32) live
  *                      in the task's own buffer of m × NC (tp_mm_part_bytes), the last block adds
  *                      them, applies the rescale / scale / bias and writes y (past
- *                      TP_MM_PART_TOTAL_MAX for all tasks: in y itself). Measured, bf16 M=1024 K=N=6144, 2 threads,
- *                      9 alternating pairs: +3–5% over partial sums in y (a 1 KiB stretch of each
- *                      24 KiB row of y per block: a page per row on 4 KiB pages, as y often is).
+ *                      TP_MM_PART_TOTAL_MAX for all tasks: in y itself), because in y each block
+ *                      touches a 1 KiB stretch of each 24 KiB row: a page per row on 4 KiB pages.
  *
  * Exactness: ConvRot accumulates exact int32 products (weights biased to unsigned: int8 q + 128, int4
  * q + 8, the bias removed with the activation row sums) and rescales with the same f32 operations as
@@ -29,7 +29,7 @@
 #include <immintrin.h>
 #include "matmul.h"
 
-/* Software prefetch distance of the GEMV weight streams (bytes ahead of the loads; measured: +15–20 %). */
+/* Software prefetch distance of the 4-row GEMV's weight streams, in bytes ahead of the loads. */
 #ifndef PF_DIST
 #define PF_DIST 512
 #endif
@@ -212,8 +212,8 @@ static const gemv_fn gemv_bf16s[4] = {gemv_bf16_1, gemv_bf16_2, gemv_bf16_3, gem
  * per step in two accumulators per (activation row, weight row), sums into out[r][0] / out[r][1] (v = w
  * for a single row). Each row is summed the same way whatever R is, so a batch of rows gives each row
  * the bits it gets alone. pf: prefetch BF16_PF_DIST bytes ahead in both weight rows — at M = 1 the loop
- * is faster without (×0.88–0.99 with it), at M ≥ 2, where every weight byte costs more arithmetic, the
- * hardware prefetcher falls behind at large K (K=4096 N=12288, M = 4: 35 → 49–52 GB/s with it).
+ * is faster without, at M ≥ 2, where every weight byte costs more arithmetic, the hardware prefetcher
+ * falls behind at large K.
  */
 #define BF16_PF_DIST 2048
 static inline __attribute__((always_inline)) void dot_bf16_2rows(int R, int pf, const uint16_t *x, size_t xs,
@@ -273,15 +273,9 @@ static void gemv_bf16_many(const tp_mm *mm, int64_t n0, int64_t n1);
  * order of the 128-bit lanes (elements 0..7, 16..23, 32..39, 48..55, then 8..15, …), so x is laid out
  * once per call in that order (xp). Then vdpbf16ps, as the other fp8 kernels: the same products (exact
  * in f32) and the same pairs of adjacent elements, summed in another order.
- * Needs AVX512_VBMI (vpermt2b; TP_CPU_AVX512VBMI), else the 4-row kernel runs. At 2 ≤ m < 16, against
- * the 4-row kernel: K=1024 N=3072 ×1.4–2.8, K=4096 N=12288 ×1.9–3.0 (m = 2, 3, 4, 8, 12, 15).
- * Measured, 2 threads, from DRAM, alternating runs on JavaScript arrays and on a file mapping, against
- * the 4-row kernel (fp8 → bf16 by arithmetic and a subnormal table, four adjacent rows): e4m3 K=1024
- * N=3072 11.5 → 62 GB/s (×5.2–5.3), K=4096 N=12288 23 → 60–65 (×2.8); e5m2 ×5.5 / ×3.2; 1.0–1.2 of the
- * copy kernel. From cache, 1 thread: 57–60 GB/s. Tried first: codes → binary16 by integer operations
- * (e5m2 is a binary16's top byte; e4m3 as S.0EEEE.MMM0000000 is its value / 256, subnormals included),
- * then vcvtph2ps and FMA: 22–28 GB/s from cache, bound by vcvtph2ps (one per ~2.4 cycles here), and
- * 25–31 with GFNI bit permutations building the binary16 bytes.
+ * Needs AVX512_VBMI (vpermt2b; TP_CPU_AVX512VBMI), else the 4-row kernel runs. A lookup, because going
+ * through binary16 (e5m2 is a binary16's top byte; e4m3 as S.0EEEE.MMM0000000 is its value / 256) is
+ * bound by vcvtph2ps, well below memory speed (docs/performance.md, "GEMV").
  */
 #define FP8_PF_DIST 2048
 #define TP_VBMI __attribute__((target("avx512vbmi")))
@@ -437,12 +431,9 @@ static void gemv_bf16(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scratch)
  * f32 / f16 weights at m < 16 (gemv_pairs): rows w and v (j and j + h, h = half the range) against R ≤ 4
  * activation rows x + r·xs, two sequential weight streams as in the GGUF and bf16 GEMVs, each row summed
  * exactly as the 4-row kernel summed it (one accumulator per output, 16 k at a time, masked tail), so the
- * outputs are the same floats (M = 1: 304 shapes, 1-3 threads; M = 1-15: 9 500). The software prefetch
- * F32_M1_PF_DIST bytes ahead is what makes it fast: without it this loop read 17-25 GB/s from DRAM at
- * M = 1 (the hardware prefetcher does not keep up with it; the 4-row kernel before, 20-45), with it
- * 50-70 — f16 K=1024 N=3072 / K=4096 N=12288, 2 threads, alternating runs,
- * also on a file mapping: ×1.95-2.8 / ×1.65-1.8 against the 4-row kernel, f32 ×1.8 / ×1.47, 1.0-1.2 of
- * the copy kernel. (The bf16 loop, reading two lines per row and step, is slower with it: ×0.88-0.99.)
+ * outputs are the same floats. The software prefetch F32_M1_PF_DIST bytes ahead is what makes it fast:
+ * the hardware prefetcher does not keep up with this loop alone. (The bf16 loop, reading two lines per
+ * row and step, is slower with it.)
  */
 #define F32_M1_PF_DIST 2048
 static inline __attribute__((always_inline)) void dot_f32_2rows(int32_t fmt, int R, int pf, const float *x, size_t xs,
@@ -503,10 +494,7 @@ static void gemv_f32(const tp_mm *mm, int64_t n0, int64_t n1) {
  * Two weight streams half the range apart with a software prefetch CR_PF_DIST bytes ahead (as the GGUF /
  * bf16 / f32 / fp8 GEMVs; four adjacent rows, as the 4-row kernel streamed them, is what the hardware
  * prefetcher does not follow here), two accumulators per row and stream; each weight vector loaded
- * serves every activation row of the group. M = 1, against the 4-row kernel, 2 threads, from DRAM,
- * alternating runs on JavaScript arrays and on a file mapping: int8 K=1024 N=3072 29 → 42–47 GB/s
- * (×1.38–1.55), K=4096 N=12288 35 → 51–52 (×1.44–1.49); int4 9.8 → 44 (×4.4), 15 → 59 (×4.0); 0.86–1.14
- * of the copy kernel. M = 2 .. 15: see gemv_pairs.
+ * serves every activation row of the group. M = 2 .. 15: see gemv_pairs.
  */
 #define CR_PF_DIST 2048
 static inline __attribute__((always_inline)) void dot_cr_2rows(int int8, int R, int pf, const int8_t *x, size_t xs,
@@ -607,28 +595,18 @@ static inline __attribute__((always_inline)) float pair_out(const tp_mm *mm, int
 
 /*
  * gemv_pairs, bf16 at m < 16: rows j and j + h together (h = half the range), two sequential weight
- * streams, as the GGUF GEMV reads them (streaming four adjacent rows, gemv_bf16_rows, was 15–25% slower
- * here), GEMV_BLOCK pairs at a time, each block read from memory by the first group of up to 4
- * activation rows and from cache by the others. M = 1 against one row at a time, from DRAM, 2 threads,
- * 9 alternating runs in each of 6 processes, half on a file mapping: K=1024 N=3072 ×1.05–1.13, K=4096
- * N=12288 ×1.02–1.11, K=2048 N=1024 ×1.05–1.06, K=1024 N=2048 ×1.02–1.09 (the same sums); decode of a
- * bf16 model with Qwen3-0.6B's shapes +1–3% in 4 of 5 alternating pairs. M = 2 .. 15 against the 4-row
- * kernel (gemv_bf16_rows, which fp8 without AVX512_VBMI still takes), medians of 3 processes, K=1024
- * N=3072 / K=4096 N=12288 GB/s: M=2 35 → 46 / 43 → 51, M=4 28 → 42 / 37 → 45, M=8 19 → 31 / 23 → 32,
- * M=15 14 → 23 / 12 → 24.
+ * streams, as the GGUF GEMV reads them (the hardware prefetcher does not follow four adjacent rows, as
+ * gemv_bf16_rows streams them; fp8 without AVX512_VBMI still takes that kernel), GEMV_BLOCK pairs at a
+ * time, each block read from memory by the first group of up to 4 activation rows and from cache by the
+ * others.
  */
 /*
  * gemv_pairs, ConvRot at m < 16 (x: the activation codes, row stride xs): rows n0 + t and n0 + h + t
  * together (h = half the range), GEMV_BLOCK pairs at a time, each
  * block read from memory once (with the prefetch) by the first group of up to 4 activation rows and
  * from cache by the others. For m = 2 .. 15 it replaces the 4-row kernel (four adjacent weight rows
- * per step, all weights read again for every 4 activation rows, no prefetch for int4); from DRAM, 2
- * threads, medians of 3 processes, K=1024 N=3072 / K=4096 N=12288, GB/s of weights: int8 M=2 32 → 45 /
- * 40 → 53, M=4 29 → 43 / 39 → 49, M=8 20 → 27 / 21 → 32, M=15 15 → 15 / 12 → 22; int4 M=2 9.8 → 42 /
- * 17 → 56, M=4 6.3 → 29 / 10 → 18, M=8 6.1 → 16 / 8.4 → 15, M=15 5.0 → 9.1 / 6.6 → 10 (the loop as its own
- * function; inside gemv_pairs int4 at K=4096 then ran M=4 / 8 / 15 at 37 / 21 / 14, 3 processes, the
- * other figures within the noise). Past M = 2 the arithmetic sets the pace (int4, one thread, from
- * cache: ~19 GB/s at M = 4).
+ * per step, all weights read again for every 4 activation rows, no prefetch for int4). Past M = 2 the
+ * arithmetic, not memory, sets the pace.
  */
 static inline __attribute__((always_inline)) void gemv_pairs(const tp_mm *mm, int kind, int one, int64_t n0, int64_t n1,
                                                              const uint8_t *x, size_t xs) {
@@ -961,9 +939,7 @@ static inline __attribute__((always_inline)) void tile(const tp_mm *mm, int g, i
    * Fetch what the epilogue reads and writes while the tile runs (about 1 500 cycles ahead): its lines of
    * the partial sums (read unless first, written unless last) and of y (written when last, or holding
    * the partial sums) — by then they are in L2 or further, since the partial sums of all m rows (1 MiB at
-   * m = 1024), the activation panel and the weight panel do not fit L2 together. bf16 M=1024 K=N=6144, 2
-   * threads, 7 alternating runs against the library without it, 9 processes: ×0.99–1.03 (median 1.017);
-   * int8 ConvRot ×1.01–1.02.
+   * m = 1024), the activation panel and the weight panel do not fit L2 together.
    */
   for (int r = 0; r < mr; r++) {
     const char *pr = part != NULL ? (const char *)(part + (size_t)r * NC) : NULL;

@@ -34,9 +34,8 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi3
 /* binary16 → f32 with F16C (exact, as tp_f16p). */
 static inline float f16h(const uint8_t *p) { return _cvtsh_ss(tp_rd16(p)); }
 
-/* Software prefetch distance of the Q4_x / Q5_x weight stream in the GEMV (bytes ahead of the loads;
- * measured at M = 1, 2 threads: K=4096 N=12288 Q4_0 0.96 → 0.72 ms, 6% on K=1024 shapes; no gain
- * for Q8_0 and the k-quants, which have none). */
+/* Software prefetch distance of the Q4_x / Q5_x weight stream in the GEMV, in bytes ahead of the loads
+ * (that loop falls well behind without it; Q8_0 and the k-quants gain nothing from one and have none). */
 #ifndef GGML_PF_DIST
 #define GGML_PF_DIST 2048
 #endif
@@ -192,10 +191,8 @@ typedef struct g32_grp {
 /*
  * The group's bytes past the first 64 (8 / 16 / 24 / 32 for Q4_0 / Q4_1 / Q5_0 / Q5_1) at the start of a
  * vector, read with loads no wider than they are (never past the group: nothing beyond the weight is
- * read). A masked 64-byte load there, as before, cost the GEMV from DRAM on this Zen 5 as if it read
- * the next cache line too: K=4096 N=12288, 2 threads, medians per call, alternating processes, Q4_0
- * 47.6–48.9 → 54.8–62.1 GB/s, Q5_0 44.6–45.9 → 54.4–56.7, Q4_1 55.6 → 57.8; K=1024 N=3072 Q4_0 50–54 →
- * 50–57. The lanes above are not read by the permutes (perm32 indexes the group's words only).
+ * read). A masked 64-byte load there costs the GEMV from DRAM on Zen 5 as if it read the next cache
+ * line too. The lanes above are not read by the permutes (perm32 indexes the group's words only).
  */
 static inline __attribute__((always_inline)) __m512i g32_tail(const uint8_t *t, int five, int q81) {
   if (five && q81) return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)t));
@@ -563,11 +560,8 @@ static inline __attribute__((always_inline)) void k45_row2(const k45_scaled *ks,
  * same operations in the same order as dot_k45 with R = 1 (the same floats, bit for bit); the two
  * rows' independent chains and the shared activation loads fill the pipes that one row of a short
  * K leaves idle (K = 1024 is 4 super-blocks per row). The two rows' scales are decoded together
- * (k45_decode2): with one k45_decode per row the scale work was ~60% of the loop's operations (a build
- * with constant scales, timing only, ran ×1.6 from cache). Measured against two k45_decode, bit for
- * bit the same (120 shapes, 1–3 threads): Q4_K one thread from cache ×1.075–1.11 (K=1024 N=1536,
- * K=4096 N=384), Q5_K ×1.06; from DRAM, 2 threads ×1.00–1.02 (the loads, not the arithmetic, set
- * the pace there).
+ * (k45_decode2): with one k45_decode per row the scale work was most of the loop's operations. From
+ * DRAM the loads, not the arithmetic, set the pace.
  */
 static inline __attribute__((always_inline)) void dot_k45_w2(int five, const uint8_t *w, size_t off, int64_t nb,
                                                               const uint8_t *xa, float *out) {
@@ -727,14 +721,10 @@ enum { W2_Q80, W2_G32, W2_Q6K, W2_Q4K, W2_Q5K };
 /*
  * Two-row GEMV over rows [n0, n0 + h) and [n0 + h, n0 + 2h) of one activation row (xa: prepared, or the
  * ggml Q8_K row for Q6_K). Q4_K / Q5_K run it through their own functions (w2_range_q4k / _q5k) so that
- * the Q5 flag is a constant in the loop; measured against a runtime flag, 2 threads, from DRAM: Q4_K
- * K=1024 N=3072 33 → 38 GB/s, K=4096 N=12288 45 → 51; Q5_K 30 → 34, 42 → 43. Q4_0 / Q4_1 / Q5_0 / Q5_1
- * likewise (w2_range_Q4_0 …, `fmt` a constant there), together with one load of z0 and of each activation
- * vector per step (TP_IN_REG): Q4_0 K=1024, 1 thread, from cache 33.2 → 37.6 GB/s (+10%, 15 alternating
- * runs), from DRAM with 2 threads +1.5% (41 alternating runs). An earlier per-format loop without the
- * single loads was 20% slower from cache; the loads are what the loop is short of (a 512-bit load per
- * cycle here, measured). Not for Q8_0 / Q6_K, from DRAM: their activation vectors held in registers for
- * both rows gave ×0.95–0.98 (Q8_0; +5% from cache) and ×0.95–1.00 (Q6_K).
+ * the Q5 flag is a constant in the loop. Q4_0 / Q4_1 / Q5_0 / Q5_1 likewise (w2_range_Q4_0 …, `fmt` a
+ * constant there), together with one load of z0 and of each activation vector per step (TP_IN_REG):
+ * loads are what this loop is short of (one 512-bit load per cycle on this core). Not for Q8_0 / Q6_K:
+ * holding their activation vectors in registers for both rows was slower from DRAM.
  */
 static inline __attribute__((always_inline)) void w2_range(const tp_mm *mm, const perm32 *p, int kind, int32_t fmt,
                                                             int64_t n0, int64_t h, int64_t nb, const uint8_t *xa) {
@@ -791,10 +781,8 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
   const perm32 p = tp_wformats[mm->fmt].block == 32 && mm->fmt != TP_W_Q8_0 ? perm_for(mm->fmt) : perm_for(TP_W_Q4_0);
   const int q80 = mm->fmt == TP_W_Q8_0 && nb % 4 == 0;
   /*
-   * Q4_x / Q5_x at every K (whole groups of 4 blocks): once the two-row loop had its single loads
-   * (w2_range), it beat one row at a time past K = 3072 too — from DRAM, 2 threads, 15 alternating runs:
-   * K=4096 N=12288 Q4_0 35.8 → 42.6 GB/s, Q4_1 36.7 → 47.8, Q5_0 37.0 → 44.4; K=8192 N=4096 Q4_0 35.2 →
-   * 43.6. (Before them, one row at a time was as fast or faster there: Q4_1 36 vs 31 GB/s.)
+   * Q4_x / Q5_x at every K (whole groups of 4 blocks): with its single loads (w2_range) the two-row
+   * loop beats one row at a time at large K too.
    */
   const int g32 = (mm->fmt == TP_W_Q4_0 || mm->fmt == TP_W_Q4_1 || mm->fmt == TP_W_Q5_0 || mm->fmt == TP_W_Q5_1) &&
                   nb % 4 == 0;
@@ -802,12 +790,8 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
     /*
      * One activation row: rows n0 + t and n0 + h + t together (h = half the range), so the weights are
      * read as two long sequential streams, and each step has two rows' independent work. (Rows t and
-     * t + 1 together were slower from DRAM than one row at a time — Q8_0 K=1024 N=3072 24 vs 40 GB/s —
-     * the hardware prefetcher does not follow rows that interleave at that distance.) Measured, Q8_0
-     * from DRAM, 2 threads: K=1024 N=1024 / 3072, K=3072 N=1024, K=4096 N=12288 35.8 / 44.6 / 43.7 /
-     * 50.4 → 42.5 / 51.8 / 48.9 / 57.7 GB/s (from cache K=1024 N=3072 60 → 90); Q4_K K=1024 N=3072
-     * 25.2 → 29.5; K=1024 N=3072 Q4_0 31 → 37, Q5_0 33 → 39, Q4_1 32 → 37; Q6_K K=1024 N=3072, K=3072
-     * N=1024, K=4096 N=12288 41 / 45 / 54 → 46 / 49 / 61.
+     * t + 1 together are slower from DRAM than one row at a time: the hardware prefetcher does not
+     * follow rows that interleave at that distance. Measurements: docs/performance.md, "GEMV".)
      */
     if (q80 || g32) prep32(mm, mm->xq, nb, scratch);
     else if (mm->fmt != TP_W_Q6_K) prepk45(mm->xq, nb, scratch);

@@ -11,8 +11,8 @@
  * time slice — milliseconds — for a preempted worker, hundreds of times per decoded token.)
  * Everything lives in the tp_pool struct; there is no global state.
  *
- * Waiting is spin-then-sleep. A condition-variable wake-up costs ~10 µs here (futex wake + the
- * scheduler), as much as a whole small GEMV, so after each job a worker polls the generation (with
+ * Waiting is spin-then-sleep. A condition-variable wake-up (futex wake + the scheduler) costs as
+ * much as a whole small GEMV, so after each job a worker polls the generation (with
  * PAUSE) for TP_POOL_SPIN_NS before it sleeps on `wake`; the caller likewise polls `finished` before it
  * sleeps on `done`. No wake-up is lost: a worker about to sleep increments `sleepers` under `lock` and
  * re-reads the generation before waiting, while the publisher bumps the generation before it reads
@@ -25,9 +25,7 @@
  * generation idle workers poll, the `claim` counter, and `finished`. The job's fields are published with
  * release stores, which the generation's sequentially consistent store follows (on x86 one xchg, not
  * eight). With everything in the lines of the mutexes, each of the caller's eight xchg had to take the
- * line back from a worker polling it. Measured with a job of two 30 µs tasks on 2 threads (medians of
- * 10 000 jobs, 4 alternating runs): the call's overhead 0.78–0.82 → 0.46–0.62 µs, the caller's own task
- * starting 0.35 → 0.01 µs after the call began, the worker's 0.59–0.65 → 0.30–0.46 µs.
+ * line back from a worker polling it (measurements: docs/performance.md, "The thread pool").
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -61,12 +59,9 @@ static void run_unit(tp_task_fn fn, void *arg, int64_t n_tasks, int64_t u, int64
 #define TP_POOL_SPIN_YIELD 64
 /*
  * For its first TP_POOL_SPIN_TIGHT_NS a thread polls without yielding: a sched_yield is a system call
- * (about a microsecond in this VM), and a worker inside one when the next job came started it 1–2.4 µs
- * late in 70% of the Q4_0 GEMVs K=1024 N=3072 (each ≈ 50 µs), against under 0.5 µs in 90% of them
- * with a 30 µs window (rdtsc per task; a 5 µs window was too short: a worker that finished its share
- * early waits the caller's tail plus the JavaScript between two ops). Decode of the Qwen3-0.6B-shaped
- * models, 3 alternating process pairs: Q8_0 42.5 / 43.5 / 35.8 → 52.0 / 44.2 / 54.6 tok/s, Q4_0 72.4 /
- * 72.0 / 73.8 → 75.6 / 79.2 / 81.4. Past the window, a thread that waits longer yields as before.
+ * of about a microsecond, and a worker inside one when the next job came started a short GEMV late.
+ * The window must cover a worker that finished early waiting for the caller's last task plus the
+ * JavaScript between two ops. Past it, a thread that waits longer yields as before.
  */
 #ifndef TP_POOL_SPIN_TIGHT_NS
 #define TP_POOL_SPIN_TIGHT_NS 30000
