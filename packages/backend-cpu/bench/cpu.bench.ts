@@ -293,12 +293,15 @@ function weightBytes(format: NativeWeightFormat, n: number, k: number, seed: num
 
 // ---------------------------------------------------------------------------------------------- cases
 
+/** scripts/bench-harness.ts's BenchCase (packages import no file outside them). */
 interface BenchCase {
   case: string;
   metric: string;
   unit: string;
   better: "lower" | "higher";
   runs?: number;
+  /** false: a row with nothing to time (no warm-up, load or spread check). */
+  timed?: boolean;
   ours: () => number | Promise<number>;
   peer?: { name: string; run: () => number | Promise<number> };
 }
@@ -634,7 +637,7 @@ export default {
               metric: "throughput",
               unit: "GFLOP/s",
               better: "higher",
-              runs: 1,
+              timed: false,
               ours: () => 0,
             });
             continue;
