@@ -1,42 +1,31 @@
 /**
- * @tp/backend-cpu: the CPU backend, registered as `cpu` (`--backend cpu`).
+ * @tp/backend-cpu: the CPU backend, registered as `cpu` (`--backend cpu`). This file only re-exports
+ * what other packages use:
+ * - the backend: {@link createBackend} (what `loadBackend("cpu")` calls), `CpuBackend`, and
+ *   `resolveThreads` (the `--threads` / `TP_THREADS` rule of the CLI);
+ * - the native library, for conformance tests and benchmarks: `loadCpuLibrary`, its contexts and the
+ *   weight formats, ISA levels and CPU feature bits of native/include/tp.h;
+ * - the native weight quantizers (`createNativeQuantizer`, `quantizeRows`) of `quantize` and the
+ *   quantization caches.
  *
- * libtp_cpu.so (native/cpu) is loaded through bun:ffi by `./ffi.ts`: CPU feature detection,
- * contexts with a thread pool and an ISA level, aligned host memory, and bit-exact dtype conversion.
- * `./backend.ts` is the `Backend`: memory with accounting and the `cast` op; the other ops arrive with
- * the CPU-backend issue and throw E_UNSUPPORTED until then.
+ * Everything else (the symbol table, `check`, the op wrappers) is internal: import it from the source
+ * file inside this package.
  */
 
 export { CpuBackend, type CpuBackendOptions, createBackend, resolveThreads } from "./backend.ts";
 export {
-  ACT_BLOCKS,
-  type ActBlockType,
-  CAST_DTYPE_BYTES,
-  CAST_DTYPES,
-  CAST_SATURATE,
-  type CastDtype,
   CPU_FEATURES,
   CPU_ISA,
-  type CpuFeature,
   type CpuIsa,
-  CpuLibrary,
-  type CpuSymbols,
-  check,
-  cpuFeatureNames,
-  defaultCpuLibraryPath,
+  type CpuLibrary,
   loadCpuLibrary,
   NATIVE_WEIGHT_FORMATS,
-  NativeContext,
+  type NativeContext,
   type NativeWeight,
   type NativeWeightFormat,
-  type Pointer,
-  TP_ABI_VERSION,
-  TP_STATUS,
 } from "./ffi.ts";
-export { CPU_WEIGHT_FORMATS } from "./ops/matmul.ts";
 export {
   createNativeQuantizer,
-  NATIVE_QUANTIZE_FORMATS,
   type NativeQuantizeFormat,
   type NativeQuantizerOptions,
   type NativeWeightQuantizer,

@@ -10,11 +10,11 @@ import { defaultCpuLibraryPath } from "./ffi.ts";
 const dir = mkdtempSync(join(tmpdir(), "tp-libfile-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const real = defaultCpuLibraryPath();
-const index = resolve(import.meta.dir, "index.ts");
+const ffi = resolve(import.meta.dir, "ffi.ts"); // the loader alone, not the whole backend
 
 /** Load the library at `path` in a child process; its stdout is the error code or "ok". */
 function loadInChild(path: string): { status: number | null; signal: string | null; out: string } {
-  const src = `import { loadCpuLibrary } from ${JSON.stringify(index)};
+  const src = `import { loadCpuLibrary } from ${JSON.stringify(ffi)};
 try { loadCpuLibrary(${JSON.stringify(path)}); console.log("ok"); } catch (e) { console.log(e.code + " " + e.message); }`;
   const r = Bun.spawnSync([process.execPath, "-e", src], { stdout: "pipe", stderr: "pipe", timeout: 20_000 });
   return {
@@ -56,7 +56,7 @@ test("a FIFO, a directory and a text file are E_IO, without blocking", () => {
 
 test("a missing file is E_IO that blames TP_CPU_LIB when it came from there, else says to build", () => {
   const missing = join(dir, "no-such.so");
-  const src = `import { loadCpuLibrary } from ${JSON.stringify(index)};
+  const src = `import { loadCpuLibrary } from ${JSON.stringify(ffi)};
 try { loadCpuLibrary(); console.log("ok"); } catch (e) { console.log(e.code + " " + e.message); }`;
   const viaEnv = Bun.spawnSync([process.execPath, "-e", src], {
     env: { ...process.env, TP_CPU_LIB: missing },
