@@ -16,11 +16,16 @@ import { GGUF_HF_NAMES, openCheckpoint, openGguf, type TensorSource, unmapName }
 import { type Backend, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
 import type { CausalLM, LlmConfig } from "./model.ts";
-import type { Architecture, CheckpointReader, DecoderOptions } from "./models/decoder.ts";
+import type { CheckpointReader } from "./models/checkpoint.ts";
+import {
+  type Architecture,
+  createLanguageModel,
+  type LanguageModelOptions,
+} from "./models/language-model.ts";
 import { architectureFor } from "./models/registry.ts";
 
 /** Options of {@link loadModel} and {@link loadCausalLM}. */
-export interface LoadModelOptions extends Omit<DecoderOptions, "onDispose" | "file"> {
+export interface LoadModelOptions extends Omit<LanguageModelOptions, "onDispose" | "file"> {
   /** The backend the model runs on (its matmul must take the file's weight formats). */
   readonly backend: Backend;
 }
@@ -230,7 +235,7 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
   const o = openModel(path);
   const source = o.reader.source;
   try {
-    const model = o.arch.create(options.backend, o.config, o.reader, {
+    const model = createLanguageModel(o.arch, options.backend, o.config, o.reader, {
       ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
       ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
       file: o.path,

@@ -12,7 +12,7 @@ import { createBackend } from "@tp/backend-cpu";
 import { writeSafetensors } from "@tp/formats";
 import { type Tensor, TpError } from "@tp/tensor";
 import { maxAbsDiff, referenceLogits, type TinyConfig, tinyWeights } from "../testing/tiny-models.ts";
-import { loadQwen3VlText, QWEN3_VL_TEXT_DEFAULTS } from "./hidden-states.ts";
+import { loadQwen3VlText, QWEN3_VL_TEXT_DEFAULTS } from "./qwen3-vl-text.ts";
 
 /** f32 forward vs the f64 reference on logits ≤ ~15 over 3 layers (as models.test.ts; measured ≤ 4e-6). */
 const F32_LOGIT_TOL = 2e-5;

@@ -10,49 +10,177 @@
  * file uses `rope_mode: "interleaved"` on its rows as stored, and an HF checkpoint `"neox"` — both
  * compute the same function (llm.md §3.0; llama.cpp `src/llama-model.cpp` `llama_model_rope_type`).
  *
- * Forward of one block (transformers `modeling_llama.py` `LlamaDecoderLayer`; llama.cpp
- * `src/models/llama.cpp`):
- *   h = RMSNorm(x, input_layernorm)
- *   q, k, v = q_proj(h), k_proj(h), v_proj(h);  q, k = RoPE(q), RoPE(k)
- *   x = x + o_proj(Attention(q, K, V, causal, GQA))
- *   x = x + down_proj(silu(gate_proj(f)) ⊙ up_proj(f)),  f = RMSNorm(x, post_attention_layernorm)
+ * Forward (transformers `models/llama/modeling_llama.py`; llama.cpp `src/models/llama.cpp`):
+ *   h = embed_tokens(input_ids)
+ *   per block:  a = RMSNorm(h, input_layernorm)
+ *               q, k, v = q_proj(a), k_proj(a), v_proj(a);  q, k = RoPE(q), RoPE(k)
+ *               h = h + o_proj(Attention(q, K, V, scale 1/√hd, causal, GQA))
+ *               h = h + down_proj(silu(gate_proj(m)) ⊙ up_proj(m)),  m = RMSNorm(h, post_attention_layernorm)
+ *   logits = lm_head(RMSNorm(h, norm))
+ *
+ * The layout of this file — arguments, weights by checkpoint names, then attention, MLP, block and
+ * model — follows ml-explore/mlx-lm `mlx_lm/models/llama.py`.
  */
 import type { GgufMetadata } from "@tp/formats";
-import type { Backend, Tensor } from "@tp/tensor";
+import type { Backend, RopeOptions, Tensor, Weight } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
-import {
-  type Architecture,
-  type CheckpointReader,
-  createDecoder,
-  DecoderLM,
-  type DecoderOptions,
-  type DecoderWeights,
-  ggufDecoderConfig,
-  hfDecoderConfig,
-  type Scratch,
-  type StepState,
-} from "./decoder.ts";
+import { ggufArgs, hfArgs } from "./args.ts";
+import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
+import type { Architecture, DecoderModel } from "./language-model.ts";
+import { attend, type ForwardPass, ropeOptions, type SwiGluWeights, swiglu } from "./layers.ts";
 
-/** Llama with its KV cache (see the module comment for the forward). */
-export class LlamaForCausalLM extends DecoderLM {
-  /** Build from weights already read (`readDecoderWeights` in decoder.ts); usually via the architecture's `create`. */
-  constructor(backend: Backend, config: LlmConfig, weights: DecoderWeights, options?: DecoderOptions) {
-    super(backend, config, weights, options);
+// ---------------------------------------------------------------------------------------------------
+// Arguments: the llama-family keys of models/args.ts; RoPE layout by container (see the module comment)
+
+/** LlmConfig of a GGUF `llama` file. @throws TpError E_FORMAT, E_UNSUPPORTED (RoPE scaling) */
+export function llamaArgsFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig {
+  return ggufArgs(meta, r, { architecture: "llama", rope_mode: "interleaved" });
+}
+
+/** LlmConfig of an HF `llama` config.json. @throws TpError E_FORMAT, E_UNSUPPORTED (rope_scaling, biases) */
+export function llamaArgsFromHf(json: Readonly<Record<string, unknown>>, r: CheckpointReader, file: string) {
+  return hfArgs(json, r, { architecture: "llama", rope_mode: "neox" }, file);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weights, by checkpoint names (`model.layers.{i}.self_attn.q_proj.weight`, …)
+
+/** `model.layers.{i}.self_attn.*` */
+export interface LlamaAttentionWeights {
+  /** [num_attention_heads·head_dim, hidden_size] */
+  readonly q_proj: Weight;
+  /** [num_key_value_heads·head_dim, hidden_size] */
+  readonly k_proj: Weight;
+  /** [num_key_value_heads·head_dim, hidden_size] */
+  readonly v_proj: Weight;
+  /** [hidden_size, num_attention_heads·head_dim] */
+  readonly o_proj: Weight;
+}
+
+/** `model.layers.{i}.*` */
+export interface LlamaLayerWeights<A extends LlamaAttentionWeights = LlamaAttentionWeights> {
+  /** f32 [hidden_size] */
+  readonly input_layernorm: Tensor;
+  readonly self_attn: A;
+  /** f32 [hidden_size]: the pre-MLP norm (GGUF `ffn_norm`). */
+  readonly post_attention_layernorm: Tensor;
+  readonly mlp: SwiGluWeights;
+}
+
+/** All weights of a Llama-family model. */
+export interface LlamaWeights<A extends LlamaAttentionWeights = LlamaAttentionWeights> {
+  /** [vocab_size, hidden_size] */
+  readonly embed_tokens: Weight;
+  readonly layers: readonly LlamaLayerWeights<A>[];
+  /** f32 [hidden_size]: the final norm. */
+  readonly norm: Tensor;
+  /** [vocab_size, hidden_size]; the embedding itself when tied (llm.md §3.0 "LM head"). */
+  readonly lm_head: Weight;
+}
+
+/** Block i's projections `model.layers.{i}.self_attn.{q,k,v,o}_proj.weight` (biases refused). */
+export function readLlamaAttention(w: WeightReader, c: LlmConfig, i: number): LlamaAttentionWeights {
+  const p = `model.layers.${i}.self_attn.`;
+  const H = c.hidden_size;
+  const q = c.num_attention_heads * c.head_dim;
+  const kv = c.num_key_value_heads * c.head_dim;
+  for (const m of ["q_proj", "k_proj", "v_proj", "o_proj"]) w.noBias(`${p}${m}`, c.architecture);
+  return {
+    q_proj: w.linear(`${p}q_proj.weight`, [q, H]),
+    k_proj: w.linear(`${p}k_proj.weight`, [kv, H]),
+    v_proj: w.linear(`${p}v_proj.weight`, [kv, H]),
+    o_proj: w.linear(`${p}o_proj.weight`, [H, q]),
+  };
+}
+
+/**
+ * Every weight of a Llama-family model, with `attention(i)` reading block i's `self_attn` (Llama's
+ * own, or an architecture's that adds to it). The head is the embedding when tied (sanitize: the
+ * file has no `lm_head.weight`).
+ * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for biases or a format the backend cannot run
+ */
+export function readLlamaFamilyWeights<A extends LlamaAttentionWeights>(
+  w: WeightReader,
+  c: LlmConfig,
+  attention: (i: number) => A,
+): LlamaWeights<A> {
+  const { hidden_size: H, intermediate_size: F, vocab_size: V } = c;
+  const layers: LlamaLayerWeights<A>[] = [];
+  for (let i = 0; i < c.num_hidden_layers; i++) {
+    const p = `model.layers.${i}.`;
+    layers.push({
+      input_layernorm: w.norm(`${p}input_layernorm.weight`, H),
+      self_attn: attention(i),
+      post_attention_layernorm: w.norm(`${p}post_attention_layernorm.weight`, H),
+      mlp: {
+        gate_proj: w.linear(`${p}mlp.gate_proj.weight`, [F, H]),
+        up_proj: w.linear(`${p}mlp.up_proj.weight`, [F, H]),
+        down_proj: w.linear(`${p}mlp.down_proj.weight`, [H, F]),
+      },
+    });
+  }
+  const embed_tokens = w.embedding("model.embed_tokens.weight", [V, H], c.tie_word_embeddings);
+  return {
+    embed_tokens,
+    layers,
+    norm: w.norm("model.norm.weight", H),
+    lm_head: c.tie_word_embeddings ? embed_tokens : w.linear("lm_head.weight", [V, H]),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Forward
+
+/** Llama: input_ids → logits (or hidden states), see the module comment. */
+export class LlamaModel implements DecoderModel {
+  readonly backend: Backend;
+  readonly config: LlmConfig;
+  readonly weights: LlamaWeights;
+  readonly #rope: RopeOptions;
+  readonly #norm: { readonly eps: number };
+  readonly #scale: number;
+
+  constructor(backend: Backend, config: LlmConfig, weights: LlamaWeights) {
+    this.backend = backend;
+    this.config = config;
+    this.weights = weights;
+    this.#rope = ropeOptions(config);
+    this.#norm = { eps: config.rms_norm_eps };
+    this.#scale = 1 / Math.sqrt(config.head_dim);
   }
 
-  /** One block, x [n, H] → [n, H]; the order is the module comment's. */
-  protected block(layer: number, x: Tensor, at: StepState, s: Scratch): Tensor {
+  /** Attention of block i: x [n, H] (normed) → [n, H]. */
+  attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = this.weights.layers[layer] as DecoderWeights["layers"][number];
+    const w = (this.weights.layers[i] as LlamaLayerWeights).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
-    const { n } = at;
-    const h = s.keep(this.norm(x, w.input_layernorm)); // [n, H]
-    const q = s.keep(this.rope(s.keep(b.matmul(h, w.q_proj)).reshape(1, n, nh, hd), at)); // [1, n, n_head, hd]
-    const k = s.keep(this.rope(s.keep(b.matmul(h, w.k_proj)).reshape(1, n, kvh, hd), at)); // [1, n, n_kv, hd]
-    const v = s.keep(b.matmul(h, w.v_proj)).reshape(1, n, kvh, hd); // [1, n, n_kv, hd]
-    const r = s.keep(b.add(x, s.keep(this.selfAttention(layer, q, k, v, at, s)))); // [n, H]
-    const f = s.keep(this.norm(r, w.post_attention_layernorm));
-    return b.add(r, s.keep(this.mlp(layer, f, s))); // [n, H]
+    const q = b.rope(b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd), f.positions, this.#rope); // [1, n, n_head, hd]
+    const k = b.rope(b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd), f.positions, this.#rope); // [1, n, n_kv, hd]
+    const v = b.matmul(x, w.v_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
+    return b.matmul(attend(b, f, i, q, k, v, this.#scale), w.o_proj); // [n, n_head·hd] → [n, H]
+  }
+
+  /** Block i: x [n, H] → [n, H], two pre-norm residuals. */
+  block(i: number, x: Tensor, f: ForwardPass): Tensor {
+    const b = this.backend;
+    const w = this.weights.layers[i] as LlamaLayerWeights;
+    const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.#norm), f));
+    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.#norm)));
+  }
+
+  /** input_ids i32 [n] → logits [rows, vocab] (see {@link DecoderModel.forward}). */
+  forward(inputIds: Tensor, f: ForwardPass): Tensor {
+    const b = this.backend;
+    const w = this.weights;
+    let h = b.embedding(w.embed_tokens, inputIds); // [n, H]
+    for (let i = 0; i < f.blocks; i++)
+      h = f.next(
+        i,
+        h,
+        b.scope(() => this.block(i, h, f)),
+      );
+    if (f.head === null) return h;
+    return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.#norm), w.lm_head); // [rows, vocab]
   }
 }
 
@@ -60,19 +188,13 @@ export class LlamaForCausalLM extends DecoderLM {
 export const llama: Architecture = {
   name: "llama",
   description: "Llama (Llama 2, TinyLlama, llama2.c conversions; GQA, tied or untied head)",
-  configFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig {
-    return ggufDecoderConfig(meta, r, { architecture: "llama", rope_mode: "interleaved" });
-  },
-  configFromHf(json, r, file): LlmConfig {
-    return hfDecoderConfig(json, r, { architecture: "llama", rope_mode: "neox" }, file);
-  },
-  create(backend, config, r, options) {
-    return createDecoder(
-      backend,
-      config,
-      r,
-      { qkNorm: false },
-      (w) => new LlamaForCausalLM(backend, config, w, options),
+  configFromGguf: llamaArgsFromGguf,
+  configFromHf: llamaArgsFromHf,
+  create(backend, config, r) {
+    const w = new WeightReader(backend, r);
+    const weights = backend.scope(() =>
+      readLlamaFamilyWeights(w, config, (i) => readLlamaAttention(w, config, i)),
     );
+    return new LlamaModel(backend, config, weights);
   },
 };

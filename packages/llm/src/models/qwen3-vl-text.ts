@@ -1,40 +1,33 @@
 /**
- * Hidden states of the Qwen3 decoder over a whole token sequence, without a KV cache: the residual
- * stream ENTERING chosen layers (Hugging Face `output_hidden_states`: `hidden_states[k]` is the input
- * of layer k, `hidden_states[0]` the token embeddings; no final norm). This is what a text encoder
- * reads from an LLM — Krea 2 taps the Qwen3-VL-4B language model entering layers 2, 5, …, 35
- * (../shared/spec/krea2.md §2.3–2.4) — and it runs the same Qwen3 block as generation
- * (models/qwen3.ts): only the attention reads the fresh keys and values instead of a cache.
+ * Qwen3-VL's language model as a text encoder: the Qwen3 forward of models/qwen3.ts, loaded from
+ * ComfyUI's / Hugging Face's Qwen3-VL text-encoder files, read through
+ * `model.forward(ids, { collect })` — the residual stream ENTERING chosen layers (Hugging Face
+ * `output_hidden_states`: `hidden_states[k]` is the input of layer k, `hidden_states[0]` the token
+ * embeddings; no final norm) over the whole sequence, without a KV cache. Krea 2 taps the
+ * Qwen3-VL-4B language model entering layers 2, 5, …, 35 (../shared/spec/krea2.md §2.3–2.4).
  *
  * Qwen3-VL's language model is Qwen3 (QK-norm, head_dim 128 ≠ hidden / heads, NeoX RoPE, tied
  * embeddings, no biases). Its interleaved M-RoPE (sections 24/20/20 over t, h, w) rotates every pair
  * with the same position when all three components are equal, which they are for text: positions
  * 0 … n − 1 with plain 1-D rotate-half RoPE (krea2.md §2.3 step 4).
  *
- * {@link loadQwen3VlText} opens ComfyUI's / Hugging Face's Qwen3-VL text-encoder files (prefix
- * `model.language_model.`, or `model.` beside `model.visual.*`; bf16, or F8_E4M3 with an F32
- * `weight_scale` and `comfy_quant` markers — per-tensor formats detected by @tp/formats). The files
- * carry no config.json: sizes come from tensor shapes (hidden and vocabulary from `embed_tokens`, layers
- * by count, head_dim from `q_norm`, heads from the `q_proj` / `k_proj` rows, MLP width from `gate_proj`)
- * and the three numbers shapes cannot tell — rope_theta, rms_norm_eps, trained context — default to
- * Qwen3-VL's (ComfyUI `Qwen3VL_4BConfig`, transformers `Qwen3VLTextConfig` of Qwen3-VL-4B/8B).
+ * {@link loadQwen3VlText} opens the text-encoder files (prefix `model.language_model.`, or `model.`
+ * beside `model.visual.*`; bf16, or F8_E4M3 with an F32 `weight_scale` and `comfy_quant` markers —
+ * per-tensor formats detected by @tp/formats). The files carry no config.json: sizes come from tensor
+ * shapes (hidden and vocabulary from `embed_tokens`, layers by count, head_dim from `q_norm`, heads from
+ * the `q_proj` / `k_proj` rows, MLP width from `gate_proj`) and the three numbers shapes cannot tell —
+ * rope_theta, rms_norm_eps, trained context — default to Qwen3-VL's (ComfyUI `Qwen3VL_4BConfig`,
+ * transformers `Qwen3VLTextConfig` of Qwen3-VL-4B/8B).
  *
  * Sources: krea2.md §1.9, §2.3, §2.4; transformers `models/qwen3_vl/modeling_qwen3_vl.py`
  * (`Qwen3VLTextModel`, `apply_interleaved_mrope`); ComfyUI `comfy/text_encoders/qwen3vl.py`, `llama.py`.
  */
 import { type DetectedLayout, identifyCheckpoint, openCheckpoint } from "@tp/formats";
-import { type Backend, decodeToF32, isTpError, type Tensor, TpError, Weight } from "@tp/tensor";
+import { type Backend, decodeToF32, isTpError, TpError, Weight } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
-import {
-  type CheckpointReader,
-  createDecoder,
-  type DecoderLayerWeights,
-  type DecoderOptions,
-  type DecoderWeights,
-  Scratch,
-  type StepState,
-} from "./decoder.ts";
-import { Qwen3ForCausalLM } from "./qwen3.ts";
+import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
+import { LanguageModel } from "./language-model.ts";
+import { Qwen3Model, type Qwen3Weights, readQwen3Weights } from "./qwen3.ts";
 
 /**
  * How the matmul weights are computed:
@@ -47,111 +40,11 @@ import { Qwen3ForCausalLM } from "./qwen3.ts";
 export type HiddenStateWeights = "native" | "f32";
 
 /**
- * A Qwen3 decoder that can also return hidden states over a whole sequence without touching its KV
- * cache ({@link Qwen3HiddenStates.hiddenStates}). `step` still works as a {@link Qwen3ForCausalLM}.
+ * A Qwen3 model with its KV cache, as {@link loadQwen3VlText} returns it: `forward(ids, { collect })`
+ * (or its older name `hiddenStates(ids, layers)`) gives hidden states without the cache; `step` works
+ * as for any {@link LanguageModel}.
  */
-export class Qwen3HiddenStates extends Qwen3ForCausalLM {
-  /** True while {@link Qwen3HiddenStates.hiddenStates} runs: attention over the fresh k, v only. */
-  #noCache = false;
-
-  /**
-   * Hidden states entering each of `layers` for `ids` at positions 0 … n − 1, in one forward with
-   * causal attention and no KV cache (the cache is neither read nor written). Layer k's entry is the
-   * residual stream after k blocks (k = 0: the embeddings; k = num_hidden_layers: the last block's
-   * output, before the final norm); only blocks 0 … max(layers) − 1 run.
-   * @param ids    token ids, n ≥ 1, each in [0, vocab_size)
-   * @param layers distinct integers in [0, num_hidden_layers], any order
-   * @returns one f32 tensor [n, hidden_size] per entry of `layers`, in that order; the caller frees them
-   * @throws TpError E_ARG for empty ids, an id outside the vocabulary, or a bad / repeated layer;
-   *   E_STATE after dispose; backend errors (E_OOM, E_UNSUPPORTED for a weight format)
-   * Source: transformers `output_hidden_states` (modeling_qwen3.py `Qwen3Model.forward`); krea2.md §2.4.
-   */
-  hiddenStates(ids: Int32Array | readonly number[], layers: readonly number[]): Tensor[] {
-    const L = this.config.num_hidden_layers;
-    const V = this.config.vocab_size;
-    const n = ids.length;
-    if (n === 0) throw new TpError("E_ARG", "hiddenStates: no token ids");
-    const list = new Int32Array(n);
-    for (let i = 0; i < n; i++) {
-      const id = ids[i] as number;
-      if (!Number.isInteger(id) || id < 0 || id >= V) {
-        throw new TpError("E_ARG", `hiddenStates: token id ${id} (at index ${i}) is outside [0, ${V})`);
-      }
-      list[i] = id;
-    }
-    const wanted = new Set<number>();
-    for (const l of layers) {
-      if (!Number.isSafeInteger(l) || l < 0 || l > L || wanted.has(l)) {
-        throw new TpError(
-          "E_ARG",
-          `hiddenStates: layer ${l} must be a distinct integer in [0, ${L}] (the input of layer k; ${L} = after the last block)`,
-        );
-      }
-      wanted.add(l);
-    }
-    if (wanted.size === 0) throw new TpError("E_ARG", "hiddenStates: no layers asked for");
-    const last = Math.max(...wanted);
-    const b = this.backend;
-    const s = new Scratch(b);
-    const taps = new Map<number, Tensor>();
-    let x: Tensor | null = null;
-    this.#noCache = true;
-    try {
-      const positions = new Int32Array(n);
-      for (let i = 0; i < n; i++) positions[i] = i;
-      const at: StepState = { n, cached: 0, positions: s.keep(b.upload(positions, [n], "i32", "positions")) };
-      x = b.embedding(this.weights.embed_tokens, s.keep(b.upload(list, [n], "i32", "input_ids"))); // [n, H]
-      for (let l = 0; ; l++) {
-        if (wanted.has(l)) taps.set(l, x);
-        if (l === last) break;
-        const inner = new Scratch(b);
-        try {
-          const y: Tensor = this.block(l, x, at, inner); // [n, H]
-          if (!wanted.has(l)) b.free(x);
-          x = y;
-        } finally {
-          inner.free();
-        }
-      }
-      return layers.map((l) => taps.get(l) as Tensor);
-    } catch (e) {
-      for (const t of taps.values()) if (!t.storage.freed) b.free(t);
-      if (x !== null && !x.storage.freed) b.free(x);
-      throw e;
-    } finally {
-      this.#noCache = false;
-      s.free();
-    }
-  }
-
-  /**
-   * Inside {@link Qwen3HiddenStates.hiddenStates}: causal GQA attention over this forward's own k, v
-   * (q [1, n, n_head, hd], k, v [1, n, n_kv, hd], positions 0 … n − 1), then o_proj → [n, H]; the KV
-   * cache is not used. Otherwise the cached attention of {@link DecoderLM}.
-   */
-  protected override selfAttention(
-    layer: number,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    at: StepState,
-    s: Scratch,
-  ): Tensor {
-    if (!this.#noCache) return super.selfAttention(layer, q, k, v, at, s);
-    const b = this.backend;
-    const { num_attention_heads: nh, head_dim: hd } = this.config;
-    const perm = [0, 2, 1, 3] as const;
-    const o = s.keep(
-      b.attention(q.permute(...perm), k.permute(...perm), v.permute(...perm), {
-        causal: true,
-        qOffset: 0,
-        scale: 1 / Math.sqrt(hd),
-      }),
-    ); // [1, n_head, n, hd]
-    const merged = s.keep(b.copy(o.permute(...perm))).reshape(at.n, nh * hd); // [n, n_head·hd]
-    return b.matmul(merged, (this.weights.layers[layer] as DecoderLayerWeights).o_proj); // [n, H]
-  }
-}
+export type Qwen3HiddenStates = LanguageModel<Qwen3Model>;
 
 /**
  * What shapes cannot tell about a Qwen3-VL language model: ComfyUI `Qwen3VL_4BConfig` / transformers
@@ -258,18 +151,23 @@ function f32Weight(w: Weight): Weight {
 }
 
 /** The weights with every projection decoded to f32 (the embedding stays as stored: a lookup is exact). */
-function upcastWeights(w: DecoderWeights): DecoderWeights {
+function upcastWeights(w: Qwen3Weights): Qwen3Weights {
   return {
     ...w,
     layers: w.layers.map((l) => ({
       ...l,
-      q_proj: f32Weight(l.q_proj),
-      k_proj: f32Weight(l.k_proj),
-      v_proj: f32Weight(l.v_proj),
-      o_proj: f32Weight(l.o_proj),
-      gate_proj: f32Weight(l.gate_proj),
-      up_proj: f32Weight(l.up_proj),
-      down_proj: f32Weight(l.down_proj),
+      self_attn: {
+        ...l.self_attn,
+        q_proj: f32Weight(l.self_attn.q_proj),
+        k_proj: f32Weight(l.self_attn.k_proj),
+        v_proj: f32Weight(l.self_attn.v_proj),
+        o_proj: f32Weight(l.self_attn.o_proj),
+      },
+      mlp: {
+        gate_proj: f32Weight(l.mlp.gate_proj),
+        up_proj: f32Weight(l.mlp.up_proj),
+        down_proj: f32Weight(l.mlp.down_proj),
+      },
     })),
   };
 }
@@ -279,7 +177,7 @@ function upcastWeights(w: DecoderWeights): DecoderWeights {
  * Weights stay mapped (`native`) or are decoded to f32 (`f32`); norm scales are uploaded as f32.
  * @example
  * const { model } = loadQwen3VlText("qwen3vl_4b_fp8_scaled.safetensors", { backend });
- * const [h2, h35] = model.hiddenStates(ids, [2, 35]); // f32 [n, 2560] each
+ * const [h2, h35] = model.forward(ids, { collect: [2, 35] }); // f32 [n, 2560] each
  * @throws TpError E_IO for a missing or unreadable file; E_FORMAT when the file is not a Qwen3-VL text
  *   encoder (saying what it looks like), a tensor is missing or mis-shaped; E_UNSUPPORTED for a weight
  *   format `f32` cannot decode; E_ARG for an unknown `weights`
@@ -314,15 +212,12 @@ export function loadQwen3VlText(path: string, options: LoadQwen3VlTextOptions): 
       name: (hf) => (hf.startsWith("model.") ? prefix + hf.slice("model.".length) : hf),
     };
     const config = configFromShapes(reader, Number(layout.details.num_hidden_layers), options);
-    const decoderOptions: DecoderOptions = { onDispose: () => src.close() };
-    const model = createDecoder(
-      options.backend,
-      config,
-      reader,
-      { qkNorm: true },
-      (w) =>
-        new Qwen3HiddenStates(options.backend, config, mode === "f32" ? upcastWeights(w) : w, decoderOptions),
-    );
+    const b = options.backend;
+    const weights = b.scope(() => {
+      const w = readQwen3Weights(new WeightReader(b, reader), config);
+      return mode === "f32" ? upcastWeights(w) : w;
+    });
+    const model = new LanguageModel(new Qwen3Model(b, config, weights), { onDispose: () => src.close() });
     return { model, config, layout };
   } catch (e) {
     src.close();

@@ -5,53 +5,129 @@
  * heads for the 0.6B and 4B), NeoX rotate-half RoPE in GGUF and HF alike (llama.cpp
  * `LLAMA_ROPE_TYPE_NEOX`), no biases, and usually a tied head.
  *
- * Forward of one block (llm.md §3.1; transformers `models/qwen3/modeling_qwen3.py`
- * `Qwen3Attention`; llama.cpp `src/models/qwen3.cpp`):
- *   h = RMSNorm(x, input_layernorm)
- *   q, k, v = q_proj(h), k_proj(h), v_proj(h)                  # [n, heads, hd]
- *   q, k = RMSNorm_head(q, q_norm), RMSNorm_head(k, k_norm)     # QK-norm BEFORE rope
- *   q, k = RoPE_neox(q), RoPE_neox(k)
- *   x = x + o_proj(Attention(q, K, V, scale 1/√hd, causal, GQA))
- *   x = x + down_proj(silu(gate_proj(f)) ⊙ up_proj(f)),  f = RMSNorm(x, post_attention_layernorm)
+ * Forward (llm.md §3.1; transformers `models/qwen3/modeling_qwen3.py`; llama.cpp `src/models/qwen3.cpp`):
+ *   h = embed_tokens(input_ids)
+ *   per block:  a = RMSNorm(h, input_layernorm)
+ *               q, k, v = q_proj(a), k_proj(a), v_proj(a)                  # [n, heads, hd]
+ *               q, k = RMSNorm_head(q, q_norm), RMSNorm_head(k, k_norm)     # QK-norm BEFORE rope
+ *               q, k = RoPE_neox(q), RoPE_neox(k)
+ *               h = h + o_proj(Attention(q, K, V, scale 1/√hd, causal, GQA))
+ *               h = h + down_proj(silu(gate_proj(m)) ⊙ up_proj(m)),  m = RMSNorm(h, post_attention_layernorm)
+ *   logits = lm_head(RMSNorm(h, norm))
+ *
+ * Arguments and weight names are Llama's (models/llama.ts) plus `self_attn.q_norm` / `k_norm`, as
+ * transformers' `modular_qwen3.py` derives Qwen3 from Llama; the layout follows ml-explore/mlx-lm
+ * `mlx_lm/models/qwen3.py`.
  */
 import type { GgufMetadata } from "@tp/formats";
-import type { Backend, Tensor } from "@tp/tensor";
+import type { Backend, RopeOptions, Tensor } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
+import { ggufArgs, hfArgs } from "./args.ts";
+import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
+import type { Architecture, DecoderModel } from "./language-model.ts";
+import { attend, type ForwardPass, ropeOptions, swiglu } from "./layers.ts";
 import {
-  type Architecture,
-  type CheckpointReader,
-  createDecoder,
-  DecoderLM,
-  type DecoderOptions,
-  type DecoderWeights,
-  ggufDecoderConfig,
-  hfDecoderConfig,
-  type Scratch,
-  type StepState,
-} from "./decoder.ts";
+  type LlamaAttentionWeights,
+  type LlamaLayerWeights,
+  type LlamaWeights,
+  readLlamaAttention,
+  readLlamaFamilyWeights,
+} from "./llama.ts";
 
-/** Qwen3 with its KV cache (see the module comment for the forward). */
-export class Qwen3ForCausalLM extends DecoderLM {
-  /** Build from weights already read (`readDecoderWeights` in decoder.ts); usually via the architecture's `create`. */
-  constructor(backend: Backend, config: LlmConfig, weights: DecoderWeights, options?: DecoderOptions) {
-    super(backend, config, weights, options);
+// ---------------------------------------------------------------------------------------------------
+// Arguments: the llama-family keys of models/args.ts, NeoX RoPE in every container
+
+/** LlmConfig of a GGUF `qwen3` file. @throws TpError E_FORMAT, E_UNSUPPORTED (RoPE scaling) */
+export function qwen3ArgsFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig {
+  return ggufArgs(meta, r, { architecture: "qwen3", rope_mode: "neox" });
+}
+
+/** LlmConfig of an HF `qwen3` config.json. @throws TpError E_FORMAT, E_UNSUPPORTED (rope_scaling, biases) */
+export function qwen3ArgsFromHf(json: Readonly<Record<string, unknown>>, r: CheckpointReader, file: string) {
+  return hfArgs(json, r, { architecture: "qwen3", rope_mode: "neox" }, file);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Weights: Llama's, plus QK-norm
+
+/** `model.layers.{i}.self_attn.*`: Llama's projections and the QK-norm scales. */
+export interface Qwen3AttentionWeights extends LlamaAttentionWeights {
+  /** f32 [head_dim], shared by all query heads */
+  readonly q_norm: Tensor;
+  /** f32 [head_dim], shared by all KV heads */
+  readonly k_norm: Tensor;
+}
+
+/** All weights of a Qwen3 model. */
+export type Qwen3Weights = LlamaWeights<Qwen3AttentionWeights>;
+
+/**
+ * Every weight of a Qwen3 model by HF names (through `w`'s checkpoint reader).
+ * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for biases or a format the backend cannot run
+ */
+export function readQwen3Weights(w: WeightReader, c: LlmConfig): Qwen3Weights {
+  return readLlamaFamilyWeights(w, c, (i) => ({
+    ...readLlamaAttention(w, c, i),
+    q_norm: w.norm(`model.layers.${i}.self_attn.q_norm.weight`, c.head_dim),
+    k_norm: w.norm(`model.layers.${i}.self_attn.k_norm.weight`, c.head_dim),
+  }));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Forward
+
+/** Qwen3: input_ids → logits (or hidden states), see the module comment. */
+export class Qwen3Model implements DecoderModel {
+  readonly backend: Backend;
+  readonly config: LlmConfig;
+  readonly weights: Qwen3Weights;
+  readonly #rope: RopeOptions;
+  readonly #norm: { readonly eps: number };
+  readonly #scale: number;
+
+  constructor(backend: Backend, config: LlmConfig, weights: Qwen3Weights) {
+    this.backend = backend;
+    this.config = config;
+    this.weights = weights;
+    this.#rope = ropeOptions(config);
+    this.#norm = { eps: config.rms_norm_eps };
+    this.#scale = 1 / Math.sqrt(config.head_dim);
   }
 
-  /** One block, x [n, H] → [n, H]; the order is the module comment's. */
-  protected block(layer: number, x: Tensor, at: StepState, s: Scratch): Tensor {
+  /** Attention of block i: x [n, H] (normed) → [n, H]; QK-norm over head_dim, then RoPE. */
+  attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = this.weights.layers[layer] as DecoderWeights["layers"][number];
+    const w = (this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights>).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
-    const { n } = at;
-    const h = s.keep(this.norm(x, w.input_layernorm)); // [n, H]
-    const q = s.keep(b.matmul(h, w.q_proj)).reshape(1, n, nh, hd); // [1, n, n_head, hd]
-    const k = s.keep(b.matmul(h, w.k_proj)).reshape(1, n, kvh, hd); // [1, n, n_kv, hd]
-    const v = s.keep(b.matmul(h, w.v_proj)).reshape(1, n, kvh, hd); // [1, n, n_kv, hd]
-    const qr = s.keep(this.rope(s.keep(this.norm(q, w.q_norm as Tensor)), at)); // QK-norm, then RoPE
-    const kr = s.keep(this.rope(s.keep(this.norm(k, w.k_norm as Tensor)), at));
-    const r = s.keep(b.add(x, s.keep(this.selfAttention(layer, qr, kr, v, at, s)))); // [n, H]
-    const f = s.keep(this.norm(r, w.post_attention_layernorm));
-    return b.add(r, s.keep(this.mlp(layer, f, s))); // [n, H]
+    const q = b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd); // [1, n, n_head, hd]
+    const k = b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
+    const v = b.matmul(x, w.v_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
+    const qr = b.rope(b.rmsNorm(q, w.q_norm, this.#norm), f.positions, this.#rope);
+    const kr = b.rope(b.rmsNorm(k, w.k_norm, this.#norm), f.positions, this.#rope);
+    return b.matmul(attend(b, f, i, qr, kr, v, this.#scale), w.o_proj); // [n, n_head·hd] → [n, H]
+  }
+
+  /** Block i: x [n, H] → [n, H], two pre-norm residuals (as Llama's). */
+  block(i: number, x: Tensor, f: ForwardPass): Tensor {
+    const b = this.backend;
+    const w = this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights>;
+    const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.#norm), f));
+    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.#norm)));
+  }
+
+  /** input_ids i32 [n] → logits [rows, vocab] (see {@link DecoderModel.forward}). */
+  forward(inputIds: Tensor, f: ForwardPass): Tensor {
+    const b = this.backend;
+    const w = this.weights;
+    let h = b.embedding(w.embed_tokens, inputIds); // [n, H]
+    for (let i = 0; i < f.blocks; i++)
+      h = f.next(
+        i,
+        h,
+        b.scope(() => this.block(i, h, f)),
+      );
+    if (f.head === null) return h;
+    return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.#norm), w.lm_head); // [rows, vocab]
   }
 }
 
@@ -59,19 +135,10 @@ export class Qwen3ForCausalLM extends DecoderLM {
 export const qwen3: Architecture = {
   name: "qwen3",
   description: "Qwen 3 dense (QK-norm, head_dim from metadata, tied or untied head)",
-  configFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig {
-    return ggufDecoderConfig(meta, r, { architecture: "qwen3", rope_mode: "neox" });
-  },
-  configFromHf(json, r, file): LlmConfig {
-    return hfDecoderConfig(json, r, { architecture: "qwen3", rope_mode: "neox" }, file);
-  },
-  create(backend, config, r, options) {
-    return createDecoder(
-      backend,
-      config,
-      r,
-      { qkNorm: true },
-      (w) => new Qwen3ForCausalLM(backend, config, w, options),
-    );
+  configFromGguf: qwen3ArgsFromGguf,
+  configFromHf: qwen3ArgsFromHf,
+  create(backend, config, r) {
+    const weights = backend.scope(() => readQwen3Weights(new WeightReader(backend, r), config));
+    return new Qwen3Model(backend, config, weights);
   },
 };

@@ -5,7 +5,7 @@
  * and one test.
  */
 import { TpError } from "@tp/tensor";
-import type { Architecture } from "./decoder.ts";
+import type { Architecture } from "./language-model.ts";
 import { llama } from "./llama.ts";
 import { qwen3 } from "./qwen3.ts";
 

@@ -1,0 +1,161 @@
+/**
+ * Reading a checkpoint by Hugging Face tensor names (`model.layers.0.self_attn.q_proj.weight`), whatever
+ * the container calls them: a {@link CheckpointReader} maps an HF name to the file's name (GGUF
+ * `blk.0.attn_q.weight` through @tp/formats' tables, or the HF name under a prefix), and
+ * {@link WeightReader} reads the three kinds of weight an architecture file lists — matmul weights
+ * (`Weight` views on the mapping, any stored format), the embedding, and 1-D norm scales (uploaded as
+ * f32) — each checked against the shape the config implies.
+ *
+ * Sources: ../shared/spec/llm.md §1.1.1 (GGUF tensor names), §1.2 (safetensors checkpoints).
+ */
+import { loadWeight, type TensorEntry, type TensorSource } from "@tp/formats";
+import { type Backend, type DTypeName, type OpName, type Tensor, TpError, type Weight } from "@tp/tensor";
+
+/**
+ * A checkpoint seen through Hugging Face tensor names: `name(hf)` gives the name in the file.
+ */
+export interface CheckpointReader {
+  /** The opened checkpoint. */
+  readonly source: TensorSource;
+  /** The file's name of an HF tensor name. */
+  name(hf: string): string;
+}
+
+/** True when the checkpoint has the tensor of this HF name. */
+export function hasTensor(r: CheckpointReader, hf: string): boolean {
+  return r.source.has(r.name(hf));
+}
+
+/**
+ * The entry of an HF name.
+ * @throws TpError E_FORMAT naming file and tensor when it is missing
+ */
+export function tensorEntry(r: CheckpointReader, hf: string): TensorEntry {
+  const name = r.name(hf);
+  if (!r.source.has(name)) {
+    throw new TpError(
+      "E_FORMAT",
+      `missing tensor '${name}'${name === hf ? "" : ` (HF ${hf})`}: the checkpoint is incomplete or not this architecture`,
+      { file: r.source.path, tensor: name },
+    );
+  }
+  return r.source.tensor(name);
+}
+
+/**
+ * A matmul weight [N, K] (`y = x · Wᵀ`) by HF name, in its stored format (f32, f16, bf16, fp8 with its
+ * scale, GGUF blocks, …; format detection by @tp/formats `loadWeight`), checked against the shape the
+ * config implies.
+ * @throws TpError E_FORMAT naming file and tensor when it is missing or its shape differs
+ */
+export function readWeight(r: CheckpointReader, hf: string, shape: readonly [number, number]): Weight {
+  const e = tensorEntry(r, hf);
+  const w = loadWeight(r.source, e.name, shape[1]);
+  if (e.shape.length !== 2 || w.shape[0] !== shape[0] || w.shape[1] !== shape[1]) {
+    throw new TpError(
+      "E_FORMAT",
+      `tensor shape [${e.shape.join(", ")}] (as [N, K]: [${w.shape.join(", ")}]) differs from [${shape.join(", ")}] that the config implies`,
+      { file: e.file, tensor: e.name },
+    );
+  }
+  return w;
+}
+
+const VECTOR_DTYPES: Readonly<Record<string, DTypeName>> = { f32: "f32", f16: "f16", bf16: "bf16" };
+
+/**
+ * A 1-D float tensor of `length` (a norm scale) by HF name, uploaded to the backend as f32 [length]
+ * (f16 / bf16 are converted with backend.cast).
+ * @throws TpError E_FORMAT naming file and tensor when missing, of another length, or not a float type
+ */
+export function readVector(backend: Backend, r: CheckpointReader, hf: string, length: number): Tensor {
+  const e = tensorEntry(r, hf);
+  const numel = e.shape.reduce((a, b) => a * b, 1);
+  const dtype = e.format === null ? undefined : VECTOR_DTYPES[e.format];
+  if (dtype === undefined || numel !== length || e.shape.filter((d) => d !== 1).length > 1) {
+    throw new TpError(
+      "E_FORMAT",
+      `expected a float vector of ${length} (f32, f16 or bf16), got ${e.dtype} [${e.shape.join(", ")}]`,
+      { file: e.file, tensor: e.name },
+    );
+  }
+  const up = backend.upload(r.source.data(e.name), [length], dtype, hf);
+  if (dtype === "f32") return up;
+  using _stored = up;
+  return backend.cast(up, "f32");
+}
+
+/**
+ * What an architecture file reads its weights with: every method takes the HF name and the shape the
+ * config implies, and checks at load (not at the first forward) that the backend runs the weight's
+ * format. Call it inside `backend.scope(() => …)` returning the weights as plain objects, so a failure
+ * half-way frees the norm scales already uploaded.
+ */
+export class WeightReader {
+  readonly backend: Backend;
+  readonly checkpoint: CheckpointReader;
+
+  constructor(backend: Backend, checkpoint: CheckpointReader) {
+    this.backend = backend;
+    this.checkpoint = checkpoint;
+  }
+
+  /** True when the checkpoint has this HF name. */
+  has(hf: string): boolean {
+    return hasTensor(this.checkpoint, hf);
+  }
+
+  /**
+   * A projection [N, K] for `backend.matmul`.
+   * @throws TpError E_FORMAT (missing, mis-shaped); E_UNSUPPORTED when the backend's matmul does not
+   *   take its format, naming file and tensor
+   */
+  linear(hf: string, shape: readonly [number, number]): Weight {
+    return this.#weight(hf, shape, LINEAR);
+  }
+
+  /**
+   * The token embedding [vocab_size, hidden_size] for `backend.embedding`, and for `backend.matmul`
+   * too when it is also the output head (`tied`).
+   * @throws TpError as {@link WeightReader.linear}
+   */
+  embedding(hf: string, shape: readonly [number, number], tied: boolean): Weight {
+    return this.#weight(hf, shape, tied ? EMBEDDING_AND_HEAD : EMBEDDING);
+  }
+
+  /** A norm scale f32 [length]. @throws TpError E_FORMAT naming file and tensor */
+  norm(hf: string, length: number): Tensor {
+    return readVector(this.backend, this.checkpoint, hf, length);
+  }
+
+  /**
+   * Refuse a bias the forward does not add (`{module}.bias` beside `{module}.weight`).
+   * @throws TpError E_UNSUPPORTED naming file and tensor
+   */
+  noBias(module: string, architecture: string): void {
+    if (!this.has(`${module}.bias`)) return;
+    throw new TpError("E_UNSUPPORTED", `${architecture} with attention biases is not implemented`, {
+      file: this.checkpoint.source.path,
+      tensor: this.checkpoint.name(`${module}.bias`),
+    });
+  }
+
+  #weight(hf: string, shape: readonly [number, number], ops: readonly OpName[]): Weight {
+    const w = readWeight(this.checkpoint, hf, shape);
+    const b = this.backend;
+    for (const op of ops) {
+      if (!b.supports(op, [w.format])) {
+        throw new TpError(
+          "E_UNSUPPORTED",
+          `backend ${b.name} cannot run ${op} on ${w.format} weights; formats it has: ${b.capabilities().weightFormats.join(", ")}`,
+          { file: this.checkpoint.source.path, tensor: this.checkpoint.name(hf) },
+        );
+      }
+    }
+    return w;
+  }
+}
+
+const LINEAR: readonly OpName[] = ["matmul"];
+const EMBEDDING: readonly OpName[] = ["embedding"];
+const EMBEDDING_AND_HEAD: readonly OpName[] = ["embedding", "matmul"];

@@ -1,0 +1,320 @@
+/**
+ * How an architecture file plugs in, and the one {@link CausalLM} around every architecture.
+ *
+ * An architecture file (models/llama.ts, models/qwen3.ts) exports an {@link Architecture}: its
+ * arguments (config from GGUF metadata or config.json), its weights by checkpoint names, and a
+ * {@link DecoderModel} whose `forward` runs token ids through embedding → blocks → norm → head.
+ * {@link LanguageModel} adds what is not architecture: token ids checked once at the entry point, the
+ * KV cache (reserve, positions, commit), the context window, hidden states without a cache
+ * (`forward(ids, { collect })`), and freeing. Every temporary of a forward lives in a
+ * `backend.scope`, so model code carries no lifetime bookkeeping.
+ *
+ * Sources: ../shared/spec/llm.md §7.1 (model interface and the loop), §7.3 (context window);
+ * transformers `output_hidden_states` (`Qwen3Model.forward`).
+ */
+import type { GgufMetadata } from "@tp/formats";
+import { type Backend, Tensor, TpError } from "@tp/tensor";
+import { KvCache } from "../kv-cache.ts";
+import type { CausalLM, LlmConfig, StepOptions } from "../model.ts";
+import type { CheckpointReader } from "./checkpoint.ts";
+import { ForwardPass } from "./layers.ts";
+
+/** What an architecture file builds: its weights and its forward. */
+export interface DecoderModel {
+  readonly backend: Backend;
+  readonly config: LlmConfig;
+  /**
+   * The weights by HF names, as plain objects and arrays; the Tensors among them (norm scales
+   * uploaded at load) are freed by {@link LanguageModel.dispose}.
+   */
+  readonly weights: object;
+  /**
+   * input_ids i32 [n] → f32 logits [rows, vocab_size] for `pass.head` "last" (rows = 1) or "all"
+   * (rows = n); with `pass.head` null, the hidden state after `pass.blocks` blocks [n, hidden_size]
+   * (no final norm). Calls `pass.next(k, h, out)` after each block k. Runs inside the caller's scope.
+   */
+  forward(inputIds: Tensor, pass: ForwardPass): Tensor;
+}
+
+/** An architecture: one row of the registry (models/registry.ts). */
+export interface Architecture {
+  /** GGUF `general.architecture` and HF `model_type`. */
+  readonly name: string;
+  /** For listings ("Llama (Llama 2/3, …)"). */
+  readonly description: string;
+  /** LlmConfig from GGUF metadata. @throws TpError E_FORMAT, E_UNSUPPORTED */
+  configFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig;
+  /** LlmConfig from config.json. @throws TpError E_FORMAT, E_UNSUPPORTED */
+  configFromHf(json: Readonly<Record<string, unknown>>, r: CheckpointReader, file: string): LlmConfig;
+  /**
+   * Read the weights (freeing what was uploaded when one fails) and build the forward.
+   * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for a format the backend cannot run
+   */
+  create(backend: Backend, config: LlmConfig, r: CheckpointReader): DecoderModel;
+}
+
+/** Options of a {@link LanguageModel}. */
+export interface LanguageModelOptions {
+  /** Context window (KV rows at most); default and ceiling: min(max_position_embeddings, 131072) (llm.md §7.3). */
+  readonly maxContext?: number;
+  /** KV rows committed at first use at least (llm.md §7.3: 4096); tests use fewer to exercise growth. */
+  readonly kvInitialRows?: number;
+  /** Called by dispose after the tensors are freed (the loader closes the checkpoint's mappings). */
+  readonly onDispose?: () => void;
+  /** The checkpoint file, for messages ({@link CausalLM.file}); the loader sets it. */
+  readonly file?: string;
+}
+
+/** Options of {@link LanguageModel.forward}. */
+export interface ForwardOptions {
+  /**
+   * hidden_states[k] to return, k in [0, num_hidden_layers], distinct, any order: the residual stream
+   * entering block k (0: the token embeddings; num_hidden_layers: the last block's output, before the
+   * final norm), as transformers' `output_hidden_states`. Only blocks 0 … max(k) − 1 run; the KV cache
+   * is neither read nor written.
+   */
+  readonly collect: readonly number[];
+}
+
+/** Default ceiling of the context window (llm.md §7.3: the trained context capped at 128k). */
+export const MAX_DEFAULT_CONTEXT = 131072;
+
+/**
+ * The context window of a model: `maxContext`, or min(max_position_embeddings, 131072).
+ * @throws TpError E_ARG naming `maxContext` when it is not an integer from 1 to max_position_embeddings
+ */
+export function contextWindow(config: LlmConfig, maxContext: number | undefined): number {
+  const ceiling = config.max_position_embeddings;
+  const m = maxContext ?? Math.min(ceiling, MAX_DEFAULT_CONTEXT);
+  if (!Number.isSafeInteger(m) || m < 1 || m > ceiling) {
+    throw new TpError(
+      "E_ARG",
+      `maxContext must be an integer from 1 to ${ceiling} (the model's trained context), got ${m}`,
+    );
+  }
+  return m;
+}
+
+/**
+ * Token ids checked against the vocabulary, as i32: the one check of a model's input.
+ * @param where the entry point, for messages ("step", "forward")
+ * @throws TpError E_ARG when `ids` is not an array, is empty, or holds an id outside [0, vocab_size)
+ *   (naming the id, its index and the vocabulary size)
+ */
+export function tokenIds(ids: Int32Array | readonly number[], vocabSize: number, where: string): Int32Array {
+  if (!Array.isArray(ids) && !(ArrayBuffer.isView(ids) && !(ids instanceof DataView))) {
+    throw new TpError(
+      "E_ARG",
+      `${where}: ids must be an array of token ids, got ${ids === null ? "null" : typeof ids}`,
+    );
+  }
+  const n = ids.length;
+  if (n === 0) throw new TpError("E_ARG", `${where}: no token ids`);
+  const list = new Int32Array(n);
+  for (let i = 0; i < n; i++) {
+    const id = ids[i] as number;
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
+      throw new TpError(
+        "E_ARG",
+        `${where}: token id ${id} (at index ${i}) is outside the vocabulary [0, ${vocabSize})`,
+      );
+    }
+    list[i] = id;
+  }
+  return list;
+}
+
+/**
+ * Build an architecture's model from an opened checkpoint and wrap it with its KV cache. `maxContext`
+ * is checked before any weight is read.
+ * @throws TpError E_ARG for a bad maxContext; the architecture's load errors (nothing stays allocated)
+ */
+export function createLanguageModel(
+  arch: Architecture,
+  backend: Backend,
+  config: LlmConfig,
+  r: CheckpointReader,
+  options: LanguageModelOptions = {},
+): LanguageModel {
+  contextWindow(config, options.maxContext);
+  return new LanguageModel(arch.create(backend, config, r), options);
+}
+
+/**
+ * A decoder-only LM with its KV cache: the {@link CausalLM} of every architecture.
+ *
+ * `step(ids)` runs all new rows in one forward (batched prefill; causal attention with
+ * qOffset = cached), writes their keys and values at rows [cached, cached + n) of every layer, and
+ * returns logits of the last row (or of every row). `forward(ids, { collect })` returns hidden states
+ * over a whole sequence without touching the cache.
+ */
+export class LanguageModel<M extends DecoderModel = DecoderModel> implements CausalLM {
+  readonly model: M;
+  readonly config: LlmConfig;
+  readonly backend: Backend;
+  readonly maxContext: number;
+  readonly kv: KvCache;
+  readonly file: string | undefined;
+  readonly #onDispose: (() => void) | undefined;
+  #disposed = false;
+
+  /** @throws TpError E_ARG naming `maxContext` (see {@link contextWindow}) */
+  constructor(model: M, options: LanguageModelOptions = {}) {
+    this.model = model;
+    this.config = model.config;
+    this.backend = model.backend;
+    this.maxContext = contextWindow(model.config, options.maxContext);
+    this.kv = new KvCache(this.backend, {
+      layers: this.config.num_hidden_layers,
+      numKvHeads: this.config.num_key_value_heads,
+      headDim: this.config.head_dim,
+      maxContext: this.maxContext,
+      ...(options.kvInitialRows !== undefined ? { minRows: options.kvInitialRows } : {}),
+    });
+    this.#onDispose = options.onDispose;
+    this.file = options.file;
+  }
+
+  /** Tokens in the KV cache (the next position). */
+  get cached(): number {
+    return this.kv.length;
+  }
+  /** KV rows allocated per layer now. */
+  get capacity(): number {
+    return this.kv.capacity;
+  }
+  /** Backend bytes of the KV cache (2 · layers · capacity · kv_heads · head_dim · 4). */
+  get kvBytes(): number {
+    return this.kv.bytes;
+  }
+
+  /**
+   * Run `ids` at positions [cached, cached + n) in one forward and return f32 logits [1, vocab] of the
+   * last row ([n, vocab] with `allLogits`); see {@link CausalLM.step}. The caller frees the result.
+   * @throws TpError E_ARG for ids that are not an array, an empty list, an id outside [0, vocab_size),
+   *   or a full context window (nothing is written); E_STATE after dispose; backend errors (E_OOM,
+   *   E_UNSUPPORTED for a weight format)
+   */
+  step(ids: Int32Array | readonly number[], options: StepOptions = {}): Tensor {
+    this.#assertLive();
+    const list = tokenIds(ids, this.config.vocab_size, "step");
+    const n = list.length;
+    const cached = this.kv.length;
+    if (cached + n > this.maxContext) {
+      throw new TpError(
+        "E_ARG",
+        `context window full: ${cached} cached + ${n} new tokens exceed the context of ${this.maxContext} (raise --ctx)`,
+      );
+    }
+    this.kv.reserve(cached + n);
+    const b = this.backend;
+    const logits = b.scope(() => {
+      const pass = new ForwardPass(b, {
+        n,
+        offset: cached,
+        positions: b.upload(positionsFrom(cached, n), [n], "i32", "positions"),
+        cache: this.kv,
+        blocks: this.config.num_hidden_layers,
+        head: options?.allLogits ? "all" : "last",
+        collect: null,
+      });
+      return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
+    });
+    this.kv.commit(n);
+    return logits;
+  }
+
+  /**
+   * Hidden states of `ids` at positions 0 … n − 1 in one forward with causal attention and no KV
+   * cache (neither read nor written; see {@link ForwardOptions.collect} for which point each index is).
+   * @returns one f32 tensor [n, hidden_size] per entry of `collect`, in that order; the caller frees them
+   * @throws TpError E_ARG for ids as {@link LanguageModel.step}, or a `collect` entry that is not a
+   *   distinct integer in [0, num_hidden_layers], or none; E_STATE after dispose; backend errors
+   */
+  forward(ids: Int32Array | readonly number[], options: ForwardOptions): Tensor[] {
+    return this.#collect(ids, options.collect, "forward");
+  }
+
+  /**
+   * `forward(ids, { collect: layers })`, with errors prefixed "hiddenStates:" (the name Krea 2's text
+   * encoder calls).
+   */
+  hiddenStates(ids: Int32Array | readonly number[], layers: readonly number[]): Tensor[] {
+    return this.#collect(ids, layers, "hiddenStates");
+  }
+
+  #collect(ids: Int32Array | readonly number[], layers: readonly number[], where: string): Tensor[] {
+    this.#assertLive();
+    const L = this.config.num_hidden_layers;
+    const list = tokenIds(ids, this.config.vocab_size, where);
+    const n = list.length;
+    const wanted = new Set<number>();
+    for (const l of layers) {
+      if (!Number.isSafeInteger(l) || l < 0 || l > L || wanted.has(l)) {
+        throw new TpError(
+          "E_ARG",
+          `${where}: layer ${l} must be a distinct integer in [0, ${L}] (the input of layer k; ${L} = after the last block)`,
+        );
+      }
+      wanted.add(l);
+    }
+    if (wanted.size === 0) throw new TpError("E_ARG", `${where}: no layers asked for`);
+    const last = Math.max(...wanted);
+    const b = this.backend;
+    return b.scope(() => {
+      const pass = new ForwardPass(b, {
+        n,
+        offset: 0,
+        positions: b.upload(positionsFrom(0, n), [n], "i32", "positions"),
+        cache: null,
+        blocks: last,
+        head: null,
+        collect: wanted,
+      });
+      const h = this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass); // hidden_states[last]
+      return layers.map((l) => (l === last ? h : (pass.collected?.get(l) as Tensor)));
+    });
+  }
+
+  /** Forget cached tokens from position `len` on. @throws TpError E_ARG outside [0, cached]; E_STATE */
+  truncate(len: number): void {
+    this.#assertLive();
+    this.kv.truncate(len);
+  }
+
+  /** Free the KV cache and the uploaded weights, and close the checkpoint's mappings. Idempotent. */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.kv.dispose();
+    freeTensors(this.backend, this.model.weights);
+    this.#onDispose?.();
+  }
+
+  #assertLive(): void {
+    if (this.#disposed) throw new TpError("E_STATE", "the model was disposed");
+  }
+}
+
+/** i32 positions from, from + 1, …, from + n − 1. */
+function positionsFrom(from: number, n: number): Int32Array {
+  const p = new Int32Array(n);
+  for (let i = 0; i < n; i++) p[i] = from + i;
+  return p;
+}
+
+/** Free every live Tensor in plain objects and arrays (a model's weights). */
+export function freeTensors(backend: Backend, v: unknown): void {
+  if (v instanceof Tensor) {
+    if (!v.storage.freed) backend.free(v);
+    return;
+  }
+  if (Array.isArray(v)) {
+    for (const x of v) freeTensors(backend, x);
+    return;
+  }
+  if (typeof v !== "object" || v === null) return;
+  const proto = Object.getPrototypeOf(v);
+  if (proto !== Object.prototype && proto !== null) return;
+  for (const k in v) freeTensors(backend, (v as Record<string, unknown>)[k]);
+}

@@ -1,0 +1,146 @@
+/**
+ * The small pieces every decoder architecture file uses: {@link ForwardPass} (what one forward is
+ * asked: its rows, positions, the KV cache or none, how many blocks, which rows reach the head, which
+ * hidden states to collect), {@link attend} (the KV-cache write and causal GQA attention, heads
+ * merged) and {@link swiglu} (the gated MLP). The architecture itself — which projections, norms and
+ * residuals in which order — stays in its own file (models/llama.ts, models/qwen3.ts).
+ *
+ * Sources: ../shared/spec/llm.md §3.0 (building blocks), §7.1–7.3 (the stepper, the KV cache);
+ * Vaswani et al. 2017 eq. 1 (attention); Ainslie et al. 2023 (GQA); Shazeer 2020 (SwiGLU).
+ */
+import type { Backend, RopeOptions, Tensor, Weight } from "@tp/tensor";
+import type { KvCache } from "../kv-cache.ts";
+import type { LlmConfig } from "../model.ts";
+
+/** What one forward computes; built by the {@link LanguageModel} entry points, read by an architecture's forward. */
+export interface ForwardPassOptions {
+  /** New rows (tokens) in this forward. */
+  readonly n: number;
+  /** Rows already in the KV cache: the first new row's position. 0 without a cache. */
+  readonly offset: number;
+  /** i32 [n]: positions offset … offset + n − 1. */
+  readonly positions: Tensor;
+  /** The KV cache to append to and attend over, or null: attention over this forward's own keys and values. */
+  readonly cache: KvCache | null;
+  /** Blocks to run: num_hidden_layers, or fewer when only hidden states up to a layer are asked for. */
+  readonly blocks: number;
+  /** Rows that go through the final norm and the head: the last one, all, or none (return the hidden state). */
+  readonly head: "last" | "all" | null;
+  /** hidden_states[k] to keep (k < blocks): the input of block k; null keeps none. */
+  readonly collect: ReadonlySet<number> | null;
+}
+
+/**
+ * One forward's state. Hidden-state indices follow transformers' `output_hidden_states`:
+ * hidden_states[k] is the residual stream entering block k — [0] the token embeddings,
+ * [num_hidden_layers] the last block's output, before the final norm.
+ */
+export class ForwardPass {
+  readonly backend: Backend;
+  readonly n: number;
+  readonly offset: number;
+  readonly positions: Tensor;
+  readonly cache: KvCache | null;
+  readonly blocks: number;
+  readonly head: "last" | "all" | null;
+  readonly #collect: ReadonlySet<number> | null;
+  /** hidden_states[k] kept by {@link ForwardPass.next}; null when none is asked for. */
+  readonly collected: Map<number, Tensor> | null;
+
+  constructor(backend: Backend, o: ForwardPassOptions) {
+    this.backend = backend;
+    this.n = o.n;
+    this.offset = o.offset;
+    this.positions = o.positions;
+    this.cache = o.cache;
+    this.blocks = o.blocks;
+    this.head = o.head;
+    this.#collect = o.collect;
+    this.collected = o.collect === null ? null : new Map();
+  }
+
+  /**
+   * After block k: `h` (hidden_states[k], the block's input) is kept when collected, else freed;
+   * returns `out`, the next hidden state.
+   */
+  next(k: number, h: Tensor, out: Tensor): Tensor {
+    if (this.#collect?.has(k)) this.collected?.set(k, h);
+    else this.backend.free(h);
+    return out;
+  }
+
+  /** The rows of h [n, H] that reach the head: [1, H] (the last) or all [n, H]. A view, no copy. */
+  headRows(h: Tensor): Tensor {
+    return this.head === "all" ? h : h.slice(0, this.n - 1, this.n);
+  }
+}
+
+/** RoPE options of a config, built once per model (`rope` runs twice per block per step). */
+export function ropeOptions(c: LlmConfig): RopeOptions {
+  return {
+    mode: c.rope_mode,
+    theta: c.rope_theta,
+    ...(c.rotary_dim !== c.head_dim ? { ropeDims: c.rotary_dim } : {}),
+  };
+}
+
+/**
+ * Causal GQA attention of this forward's rows, heads merged:
+ * q [1, n, n_head, hd], k, v [1, n, n_kv, hd] (q, k after RoPE) → softmax(q·Kᵀ·scale + causal)·V as
+ * [n, n_head·hd], ready for o_proj. With a cache, k and v are first written at rows
+ * [offset, offset + n) of `layer` and attention reads rows [0, offset + n) in place; without, it reads
+ * k and v themselves (positions 0 … n − 1).
+ * @param scale usually 1/√head_dim
+ * Source: llm.md §3.0 "Attention", §7.2; Vaswani et al. 2017 eq. 1; Ainslie et al. 2023.
+ */
+export function attend(
+  b: Backend,
+  f: ForwardPass,
+  layer: number,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  scale: number,
+): Tensor {
+  const n = f.n;
+  const nh = q.shape[2] as number;
+  const kvh = k.shape[2] as number;
+  const hd = q.shape[3] as number;
+  let o: Tensor; // [1, n_head, n, hd]
+  if (f.cache !== null) {
+    const cache = f.cache;
+    cache.write(layer, k.reshape(n, kvh, hd), v.reshape(n, kvh, hd));
+    const rows = f.offset + n;
+    o = b.attention(q.permute(0, 2, 1, 3), cache.keys(layer, rows), cache.values(layer, rows), {
+      causal: true,
+      qOffset: f.offset,
+      scale,
+    });
+  } else {
+    o = b.attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), {
+      causal: true,
+      qOffset: 0,
+      scale,
+    });
+  }
+  const heads = o.permute(0, 2, 1, 3); // [1, n, n_head, hd]: already row-major when n = 1 (decoding)
+  return (heads.isContiguous ? heads : b.copy(heads)).reshape(n, nh * hd); // [n, n_head·hd]
+}
+
+/** The weights of a SwiGLU MLP, by HF names. */
+export interface SwiGluWeights {
+  /** [intermediate_size, hidden_size] */
+  readonly gate_proj: Weight;
+  /** [intermediate_size, hidden_size] */
+  readonly up_proj: Weight;
+  /** [hidden_size, intermediate_size] */
+  readonly down_proj: Weight;
+}
+
+/**
+ * SwiGLU MLP: down_proj(silu(gate_proj(x)) ⊙ up_proj(x)), x [n, H] → [n, H].
+ * Source: llm.md §3.0 "Gated FFNs"; Shazeer 2020.
+ */
+export function swiglu(b: Backend, w: SwiGluWeights, x: Tensor): Tensor {
+  return b.matmul(b.swiglu(b.matmul(x, w.gate_proj), b.matmul(x, w.up_proj)), w.down_proj); // [n, FFN] inside
+}
