@@ -21,7 +21,7 @@ import {
   writeRandomKrea2Dit,
   writeRandomQwen3VlText,
   writeRandomWanVae,
-} from "@tp/diffusion";
+} from "@tp/diffusion/testing";
 
 const dir = process.env.TP_DEMO_DIR ?? join(tmpdir(), "tensorpencil-demo");
 mkdirSync(dir, { recursive: true });

@@ -16,18 +16,15 @@ import {
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { decodePng, readConditioning, writeConditioning, writeLatent } from "@tp/diffusion";
 import {
-  decodePng,
   randomConditioning,
-  readConditioning,
   TINY_KREA2_CONFIG,
   TINY_KREA2_TEXT_CONFIG,
-  writeConditioning,
-  writeLatent,
   writeRandomKrea2Dit,
   writeRandomQwen3VlText,
   writeRandomWanVae,
-} from "@tp/diffusion";
+} from "@tp/diffusion/testing";
 
 /** Bytes of the 8-bit image allowed off by one vs ComfyUI (measured 1 of 36,864; see the pipeline test). */
 const MAX_BYTES_OFF_BY_ONE = 8;

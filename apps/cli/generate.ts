@@ -1,40 +1,20 @@
 /**
- * `bun apps/cli generate | decode | encode`: Krea 2 text-to-image through @tp/diffusion's pipeline
- * (`generateKrea2`), latent decoding, and the text-encode step (the Qwen3-VL text encoder,
- * `loadKrea2TextEncoder`). A thin driver: it parses flags, checks every input before any long work,
- * loads the components, reports progress, stage timings and peak memory on stderr, and writes outputs
- * through temporary names (nothing is left on failure).
+ * `bun apps/cli generate | decode | encode`: text-to-image, latent decoding and the text-encode step
+ * through @tp/diffusion's pipeline registry (Krea 2 today). A thin driver: parse flags → find the
+ * pipeline for the DiT checkpoint (`pipelineForCheckpoint`) → `pipeline.generate(options, progress)` →
+ * write the PNG (and `--cond-out` / `--latent-out`) through temporary names (nothing is left on
+ * failure). Flags are checked against the pipeline's defaults and limits before any long work; status
+ * lines go to stderr.
  */
 import { existsSync, statSync } from "node:fs";
 import { basename, extname } from "node:path";
 import { parseArgs } from "node:util";
 import {
-  type Conditioning,
-  checkKrea2Conditioning,
-  decodeKrea2Latent,
-  generateKrea2,
-  KREA2_DEFAULTS,
-  KREA2_MAX_SIZE,
-  KREA2_MAX_STEPS,
-  KREA2_MIN_SIZE,
-  KREA2_MODES,
-  KREA2_SCHEDULES,
-  KREA2_TEXT_MODES,
-  type Krea2ConditioningInput,
-  type Krea2Mode,
-  type Krea2QwenTextEncoder,
-  type Krea2Schedule,
-  type Krea2TextMode,
-  krea2MaxShift,
-  krea2Parameters,
-  krea2Size,
-  loadKrea2,
-  loadKrea2TextEncoder,
-  loadWanVae,
-  readConditioning,
-  readKrea2DitConfig,
-  readKrea2TextEncoderWidth,
-  readLatent,
+  type DiffusionPipeline,
+  type GenerateEvent,
+  PIPELINES,
+  pipelineForCheckpoint,
+  pipelineForComponent,
   type TorchCpuCapability,
   writeConditioning,
   writeLatent,
@@ -105,15 +85,15 @@ export function seedFlag(text: string): bigint {
 }
 
 /**
- * `--size WxH` or `--width` / `--height` (not both forms), defaults 1024. One rule for every form:
- * each side a whole number of pixels from 16 to 16384 (Krea 2's sizes, ComfyUI's `EmptyLatentImage`),
- * else E_ARG naming the flag.
+ * `--size WxH` or `--width` / `--height` (not both forms), defaulting to the pipeline's size. One rule
+ * for every form: each side a whole number of pixels within the pipeline's limits (Krea 2: 16 to 16384,
+ * ComfyUI's `EmptyLatentImage`), else E_ARG naming the flag.
  */
-export function sizeFlags(values: { size?: string; width?: string; height?: string }): {
-  width: number;
-  height: number;
-} {
-  const [lo, hi] = [KREA2_MIN_SIZE, KREA2_MAX_SIZE];
+export function sizeFlags(
+  values: { size?: string; width?: string; height?: string },
+  pipeline: DiffusionPipeline,
+): { width: number; height: number } {
+  const { minSize: lo, maxSize: hi } = pipeline.limits;
   if (values.size !== undefined) {
     if (values.width !== undefined || values.height !== undefined) {
       throw new TpError("E_ARG", "give either --size WxH or --width/--height, not both");
@@ -128,20 +108,21 @@ export function sizeFlags(values: { size?: string; width?: string; height?: stri
     }
     return { width: sides[0] as number, height: sides[1] as number };
   }
+  const d = pipeline.defaults;
   return {
-    width: values.width === undefined ? KREA2_DEFAULTS.width : intFlag("width", values.width, lo, hi),
-    height: values.height === undefined ? KREA2_DEFAULTS.height : intFlag("height", values.height, lo, hi),
+    width: values.width === undefined ? d.width : intFlag("width", values.width, lo, hi),
+    height: values.height === undefined ? d.height : intFlag("height", values.height, lo, hi),
   };
 }
 
 /**
  * `--sampler-shift` for a schedule: positive, and no larger than the schedule's float32 table allows
- * (simple: e^μ overflows above ln(f32 max) ≈ 88.72; auraflow: the f32 max ≈ 3.4e38).
+ * (Krea 2's simple: e^μ overflows above ln(f32 max) ≈ 88.72; auraflow: the f32 max ≈ 3.4e38).
  */
-export function shiftFlag(text: string | undefined, schedule: Krea2Schedule): number {
-  if (text === undefined) return KREA2_DEFAULTS.shift;
+export function shiftFlag(text: string | undefined, schedule: string, pipeline: DiffusionPipeline): number {
+  if (text === undefined) return pipeline.defaults.shift;
   const shift = numberFlag("sampler-shift", text, true);
-  const max = krea2MaxShift(schedule);
+  const max = pipeline.limits.maxShift(schedule);
   if (shift > max) {
     const why = schedule === "auraflow" ? "the shift overflows float32" : "e^shift overflows float32";
     throw new TpError(
@@ -150,6 +131,20 @@ export function shiftFlag(text: string | undefined, schedule: Krea2Schedule): nu
     );
   }
   return shift;
+}
+
+/** A flag whose value is one of `known` (E_ARG listing them). */
+function choiceFlag<T extends string>(
+  flag: string,
+  text: string | undefined,
+  fallback: T,
+  known: readonly T[],
+): T {
+  const v = (text ?? fallback) as T;
+  if (!known.includes(v)) {
+    throw new TpError("E_ARG", `unknown --${flag} '${text}'; expected one of: ${known.join(", ")}`);
+  }
+  return v;
 }
 
 /** The `--threads` option of the backend (0 or absent: the backend's default). */
@@ -194,40 +189,6 @@ function checkPaths(
   for (const o of outs) checkOutputFolder(o.label, o.path);
 }
 
-/**
- * Open the text encoder after checking, from the tensor shapes of both files, that its conditioning
- * width (taps × hidden) is the DiT's (txtlayers × txtdim) — before the encoder is loaded or run.
- * @throws TpError E_SHAPE naming both files; as loadKrea2TextEncoder
- */
-function openTextEncoder(
-  tePath: string,
-  ditPath: string,
-  dit: { txtlayers: number; txtdim: number },
-  options: { backend: Backend; mode: Krea2TextMode },
-): Krea2QwenTextEncoder {
-  const te = readKrea2TextEncoderWidth(tePath);
-  const want = dit.txtlayers * dit.txtdim;
-  if (te.width !== want) {
-    throw new TpError(
-      "E_SHAPE",
-      `the text encoder ${tePath} gives conditioning ${te.taps}×${te.hidden} = ${te.width} wide; the DiT ${ditPath} takes ${dit.txtlayers}×${dit.txtdim} = ${want}: pass the text encoder that belongs to this DiT`,
-    );
-  }
-  return loadKrea2TextEncoder(tePath, options);
-}
-
-/** `--te-mode`: how the text encoder computes (default native). */
-function teModeFlag(text: string | undefined): Krea2TextMode {
-  const mode = (text ?? "native") as Krea2TextMode;
-  if (!KREA2_TEXT_MODES.includes(mode)) {
-    throw new TpError(
-      "E_ARG",
-      `unknown --te-mode '${text}'; expected one of: ${KREA2_TEXT_MODES.join(", ")}`,
-    );
-  }
-  return mode;
-}
-
 /** File name without folder and extension, for metadata. */
 const stem = (p: string): string => basename(p, extname(p));
 
@@ -243,8 +204,8 @@ const ms = (t: number): string => formatSeconds(t / 1000);
 // generate
 
 /**
- * `generate`: flags → checks → backend → conditioning (text encoder or `--cond-in`) → DiT, VAE →
- * `generateKrea2` → `--cond-out`, `--latent-out`, PNG with the parameters in a `tEXt` chunk.
+ * `generate`: flags → the pipeline for `--dit` (by its tensors) → flags checked against its limits →
+ * backend → `pipeline.generate` → `--cond-out`, `--latent-out`, PNG with the parameters in `tEXt`.
  * @returns exit status 0 (usage printed for --help)
  * @throws TpError E_ARG for bad flags, sizes or steps out of range, an output that is an input or
  *   another output (exit 2); E_IO for missing inputs or output folders that are missing or not
@@ -286,229 +247,106 @@ export async function generate(args: string[]): Promise<number> {
     return 0;
   }
   const t0 = performance.now();
-  // 1. Flags, all checked before anything is loaded.
+  // 1. The pipeline, from the DiT's tensors (headers only); then every flag against its limits.
   const condIn = values["cond-in"];
   if (values.prompt === undefined && condIn === undefined) {
     throw new TpError("E_ARG", "generate needs --prompt (or --cond-in with saved conditioning)");
   }
-  const requested = sizeFlags(values);
-  const size = krea2Size(requested.width, requested.height);
-  const steps =
-    values.steps === undefined ? KREA2_DEFAULTS.steps : intFlag("steps", values.steps, 1, KREA2_MAX_STEPS);
-  const cfg = values.cfg === undefined ? KREA2_DEFAULTS.cfg : numberFlag("cfg", values.cfg);
-  const seed = values.seed === undefined ? BigInt(KREA2_DEFAULTS.seed) : seedFlag(values.seed);
-  const schedule = (values.schedule ?? KREA2_DEFAULTS.schedule) as Krea2Schedule;
-  if (!KREA2_SCHEDULES.includes(schedule)) {
-    throw new TpError(
-      "E_ARG",
-      `unknown --schedule '${values.schedule}'; expected one of: ${KREA2_SCHEDULES.join(", ")}`,
-    );
-  }
-  const shift = shiftFlag(values["sampler-shift"], schedule);
-  const noise = (values.noise ?? "avx2") as TorchCpuCapability;
-  if (noise !== "avx2" && noise !== "default") {
-    throw new TpError("E_ARG", `unknown --noise '${values.noise}'; expected one of: avx2, default`);
-  }
-  const mode = (values["dit-mode"] ?? "native") as Krea2Mode;
-  if (!KREA2_MODES.includes(mode)) {
-    throw new TpError(
-      "E_ARG",
-      `unknown --dit-mode '${values["dit-mode"]}'; expected one of: ${KREA2_MODES.join(", ")}`,
-    );
-  }
-  const teMode = teModeFlag(values["te-mode"]);
+  const kinds = PIPELINES.map((p) => p.dit.what).join(" or ");
+  const ditPath = inputFile("dit", values.dit, `the ${kinds} checkpoint`);
+  const pipeline = pipelineForCheckpoint(ditPath);
+  const { defaults: d, limits } = pipeline;
+  const requested = sizeFlags(values, pipeline);
+  const steps = values.steps === undefined ? d.steps : intFlag("steps", values.steps, 1, limits.maxSteps);
+  const cfg = values.cfg === undefined ? d.cfg : numberFlag("cfg", values.cfg);
+  const seed = values.seed === undefined ? BigInt(d.seed) : seedFlag(values.seed);
+  const schedule = choiceFlag("schedule", values.schedule, d.schedule, limits.schedules);
+  const shift = shiftFlag(values["sampler-shift"], schedule, pipeline);
+  const noise = choiceFlag<TorchCpuCapability>("noise", values.noise, "avx2", limits.noiseKernels);
+  const ditMode = choiceFlag("dit-mode", values["dit-mode"], d.ditMode, limits.ditModes);
+  const teMode = choiceFlag("te-mode", values["te-mode"], d.textEncoderMode, limits.textEncoderModes);
   const out = outputFile("out", values.out ?? "out.png", ".png");
   const condOut = values["cond-out"] && outputFile("cond-out", values["cond-out"], ".safetensors");
   const latentOut = values["latent-out"] && outputFile("latent-out", values["latent-out"], ".safetensors");
-  const useCfg = Math.fround(cfg) !== 1;
   const tePath = values["text-encoder"];
   if (condIn === undefined && tePath === undefined) {
-    throw new TpError("E_ARG", "missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)");
+    throw new TpError("E_ARG", `missing --text-encoder (${pipeline.textEncoder.what}, or pass --cond-in)`);
   }
-  // 2. Outputs: none is an input, none is another, every folder writable; then the inputs exist and
-  // the DiT's conditioning width is read from its tensor shapes (before the backend starts).
+  // 2. Outputs: none is an input, none is another, every folder writable; then the inputs exist.
   checkPaths(
-    { dit: values.dit, vae: values.vae, "text-encoder": tePath, "cond-in": condIn },
+    { dit: ditPath, vae: values.vae, "text-encoder": tePath, "cond-in": condIn },
     { out, "cond-out": condOut || undefined, "latent-out": latentOut || undefined },
   );
-  const ditPath = inputFile("dit", values.dit, "the Krea 2 DiT checkpoint");
-  const vaePath = inputFile("vae", values.vae, "the Wan 2.1 / Qwen-Image VAE");
+  const vaePath = inputFile("vae", values.vae, pipeline.vae.what.replace(/^the /, "the "));
   if (condIn !== undefined) inputFile("cond-in", condIn, "saved conditioning");
-  if (tePath !== undefined) inputFile("text-encoder", tePath, "the Qwen3-VL text encoder, or pass --cond-in");
-  const ditConfig = readKrea2DitConfig(ditPath);
-  let saved: ReturnType<typeof readConditioning> | undefined;
-  if (condIn !== undefined) {
-    // Saved conditioning must fit the DiT (width, at most KREA2_MAX_TEXT_TOKENS tokens) before any work.
-    saved = readConditioning(condIn);
-    checkKrea2Conditioning(saved.positive, { config: ditConfig }, "the positive");
-    if (saved.negative) checkKrea2Conditioning(saved.negative, { config: ditConfig }, "the negative");
-  }
-  const notices: string[] = [];
-  if (size.notice) notices.push(size.notice);
-  if (values.negative !== undefined && !useCfg) {
-    notices.push("--negative is ignored at cfg 1 (no negative pass); raise --cfg to use it");
-  }
-  for (const n of notices) console.error(`note: ${n}`);
+  if (tePath !== undefined)
+    inputFile("text-encoder", tePath, `${pipeline.textEncoder.what}, or pass --cond-in`);
 
+  // 3. The run: conditioning, DiT, sampling, VAE (the pipeline checks the files' shapes first).
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   const progress = stepProgress("sampling");
   try {
-    // 3. Conditioning: saved, or from the text encoder.
-    const tCond = performance.now();
-    let conditioning: Krea2ConditioningInput;
-    let prompt = values.prompt;
-    let negativeText = useCfg ? values.negative : undefined;
-    let teLine = "";
-    if (condIn !== undefined && saved !== undefined) {
-      prompt ??= saved.metadata.prompt ?? "";
-      let negative: Conditioning | "zero" = "zero";
-      if (useCfg && values.negative !== undefined) {
-        if (tePath !== undefined) {
-          // The saved positive with a negative prompt encoded now.
-          const encoder = openTextEncoder(tePath, ditPath, ditConfig, { backend, mode: teMode });
-          try {
-            negative = await encoder.encode(values.negative);
-          } finally {
-            encoder.dispose();
-          }
-        } else if (!saved.negative) {
-          throw new TpError(
-            "E_ARG",
-            `--negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
-            { file: condIn },
-          );
-        } else {
-          negative = saved.negative;
-        }
-      } else if (useCfg && saved.negative) {
-        negative = saved.negative;
-        negativeText = saved.metadata.negative_prompt ?? "";
-      }
-      conditioning = { positive: saved.positive, negative };
-    } else {
-      const encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
-      teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
-      try {
-        const positive = await encoder.encode(prompt as string);
-        const negative = negativeText === undefined ? "zero" : await encoder.encode(negativeText);
-        conditioning = { positive, negative };
-      } finally {
-        encoder.dispose();
-      }
-    }
-    const condMs = performance.now() - tCond;
-
-    // 4. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
-    const tLoad = performance.now();
-    const dit = loadKrea2(ditPath, { backend, mode });
-    try {
-      const vae = loadWanVae(backend, vaePath);
-      try {
-        const loadMs = performance.now() - tLoad;
-        checkKrea2Conditioning(conditioning.positive, dit, "the positive");
-        if (useCfg && conditioning.negative && conditioning.negative !== "zero") {
-          checkKrea2Conditioning(conditioning.negative, dit, "the negative");
-        }
-        console.error(
-          `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+    const onEvent = (e: GenerateEvent): void => {
+      if (e.kind === "notice") process.stderr.write(`note: ${e.text}\n`);
+      else if (e.kind === "start") process.stderr.write(`${e.text}\n`);
+      else progress.step(e.step, e.steps, e.stepMs, e.elapsedMs);
+    };
+    const result = await pipeline.generate(
+      {
+        files: {
+          dit: ditPath,
+          vae: vaePath,
+          ...(tePath !== undefined ? { textEncoder: tePath } : {}),
+          ...(condIn !== undefined ? { condIn } : {}),
+        },
+        backend,
+        ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
+        ...(values.negative !== undefined ? { negative: values.negative } : {}),
+        width: requested.width,
+        height: requested.height,
+        steps,
+        cfg,
+        seed,
+        shift,
+        schedule,
+        noise,
+        vaeTiled: values["vae-tiled"],
+        ditMode,
+        textEncoderMode: teMode,
+        keepConditioning: Boolean(condOut),
+      },
+      onEvent,
+    );
+    progress.stop();
+    // 4. Every output to a temporary name; all renamed only once all are written (else none is).
+    const tWrite = performance.now();
+    writeAllOrNothing((stage) => {
+      const c = result.conditioning;
+      if (condOut && c) {
+        writeConditioning(
+          stage("--cond-out", condOut),
+          { positive: c.positive, ...(c.negative ? { negative: c.negative } : {}) },
+          c.metadata,
         );
-        // 5. Sampling and decoding.
-        const result = await generateKrea2({
-          dit,
-          vae,
-          conditioning,
-          width: size.width,
-          height: size.height,
-          steps,
-          cfg,
-          seed,
-          shift,
-          schedule,
-          noiseKernel: noise,
-          ...(values["vae-tiled"] ? { vaeDecode: { tiled: true } } : {}),
-          onStep: (s) => progress.step(s.step + 1, s.steps, s.stepMs, s.elapsedMs),
-        });
-        progress.stop();
-        // 6. Outputs.
-        const tWrite = performance.now();
-        const parameters = krea2Parameters({
-          prompt: prompt ?? "",
-          ...(negativeText ? { negative: negativeText } : {}),
-          steps,
-          cfg,
-          seed,
-          width: result.width,
-          height: result.height,
-          shift,
-          schedule,
-          negativeMode: result.settings.negative,
-          model: stem(ditPath),
-          vae: stem(vaePath),
-        });
-        const settings = JSON.stringify({
-          prompt: prompt ?? "",
-          negative_prompt: negativeText ?? null,
-          negative: result.settings.negative,
-          width: result.width,
-          height: result.height,
-          steps,
-          cfg,
-          seed: String(seed),
-          shift,
-          schedule,
-          sampler: "euler",
-          noise,
-          dit_mode: mode,
-          ...(condIn === undefined ? { te_mode: teMode } : {}),
-          dit: basename(ditPath),
-          vae: basename(vaePath),
-          conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
-        });
-        // Every output to a temporary name; all renamed only once all are written (else none is).
-        writeAllOrNothing((stage) => {
-          if (condOut) {
-            const c = conditioning;
-            writeConditioning(
-              stage("--cond-out", condOut),
-              {
-                positive: c.positive,
-                ...(c.negative && c.negative !== "zero" ? { negative: c.negative } : {}),
-              },
-              {
-                prompt: prompt ?? "",
-                ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
-              },
-            );
-          }
-          if (latentOut) {
-            writeLatent(
-              stage("--latent-out", latentOut),
-              { data: result.latent, shape: result.latentShape },
-              { parameters, tensorpencil: settings },
-            );
-          }
-          writePng(stage("--out", out), result.rgb, result.width, result.height, {
-            text: { parameters, tensorpencil: settings },
-          });
-        });
-        const writeMs = performance.now() - tWrite;
-        const tm = result.timings;
-        const perStep = tm.samplingMs / steps / 1000;
-        console.error(
-          `timings: conditioning ${ms(condMs)}, load ${ms(loadMs)}, text ${ms(tm.textMs)}, sampling ${ms(tm.samplingMs)} (${perStep.toFixed(2)} s/step), decode ${ms(tm.decodeMs)}, write ${ms(writeMs)}, total ${ms(performance.now() - t0)}`,
-        );
-        console.error(memoryLine(backend));
-        const extra = [condOut, latentOut].filter(Boolean).join(", ");
-        console.log(
-          `wrote ${out} (${result.width}x${result.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed})${extra ? `; also ${extra}` : ""}`,
-        );
-        return 0;
-      } finally {
-        vae.dispose();
       }
-    } finally {
-      dit.dispose();
-    }
+      if (latentOut) writeLatent(stage("--latent-out", latentOut), result.latent, result.text);
+      writePng(stage("--out", out), result.rgb, result.width, result.height, { text: result.text });
+    });
+    const writeMs = performance.now() - tWrite;
+    const stages = result.timings.map(([stage, t]) =>
+      stage === "sampling"
+        ? `${stage} ${ms(t)} (${(t / steps / 1000).toFixed(2)} s/step)`
+        : `${stage} ${ms(t)}`,
+    );
+    process.stderr.write(
+      `timings: ${stages.join(", ")}, write ${ms(writeMs)}, total ${ms(performance.now() - t0)}\n`,
+    );
+    process.stderr.write(`${memoryLine(backend)}\n`);
+    const extra = [condOut, latentOut].filter(Boolean).join(", ");
+    console.log(
+      `wrote ${out} (${result.width}x${result.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed})${extra ? `; also ${extra}` : ""}`,
+    );
+    return 0;
   } finally {
     progress.stop();
     backend.dispose();
@@ -519,8 +357,8 @@ export async function generate(args: string[]): Promise<number> {
 // decode
 
 /**
- * `decode`: a latent file (`--latent-out`) → PNG through the VAE; the latent's saved parameters go
- * into the PNG's text chunk.
+ * `decode`: a latent file (`--latent-out`) → PNG through the VAE of the pipeline the VAE belongs to;
+ * the latent's saved parameters go into the PNG's text chunk.
  * @throws TpError E_ARG for bad flags or --out being an input; E_IO for missing files or an output
  *   folder that is missing or not writable; E_FORMAT for a file that is not a latent / not a Wan 2.1
  *   VAE; E_SHAPE naming the file and tensor for a latent that is not [1, 16, 1, h, w] within the sizes
@@ -545,28 +383,24 @@ export async function decode(args: string[]): Promise<number> {
   const t0 = performance.now();
   const out = outputFile("out", values.out ?? "out.png", ".png");
   checkPaths({ vae: values.vae, latent: values.latent }, { out });
-  const vaePath = inputFile("vae", values.vae, "the Wan 2.1 / Qwen-Image VAE");
+  const vaePath = inputFile("vae", values.vae, (PIPELINES[0] as DiffusionPipeline).vae.what);
   const latentPath = inputFile("latent", values.latent, "a latent saved with --latent-out");
+  const pipeline = pipelineForComponent(vaePath, "vae");
   // Shape checked before its data is read: [1, 16, 1, h, w] with 8h, 8w within 16 … 16384 pixels.
-  const latent = readLatent(latentPath);
+  const latent = pipeline.readLatent(latentPath);
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
-    const vae = loadWanVae(backend, vaePath);
-    try {
-      const tDecode = performance.now();
-      const img = await decodeKrea2Latent(vae, latent, values["vae-tiled"] ? { tiled: true } : {});
-      const decodeMs = performance.now() - tDecode;
-      const text: Record<string, string> = {};
-      if (latent.metadata.parameters) text.parameters = latent.metadata.parameters;
-      if (latent.metadata.tensorpencil) text.tensorpencil = latent.metadata.tensorpencil;
-      writeAllOrNothing((stage) => writePng(stage("--out", out), img.rgb, img.width, img.height, { text }));
-      console.error(`timings: decode ${ms(decodeMs)}, total ${ms(performance.now() - t0)}`);
-      console.error(memoryLine(backend));
-      console.log(`wrote ${out} (${img.width}x${img.height})`);
-      return 0;
-    } finally {
-      vae.dispose();
-    }
+    const tDecode = performance.now();
+    const img = await pipeline.decode({ vae: vaePath, backend, latent, vaeTiled: values["vae-tiled"] });
+    const decodeMs = performance.now() - tDecode;
+    const text: Record<string, string> = {};
+    if (latent.metadata.parameters) text.parameters = latent.metadata.parameters;
+    if (latent.metadata.tensorpencil) text.tensorpencil = latent.metadata.tensorpencil;
+    writeAllOrNothing((stage) => writePng(stage("--out", out), img.rgb, img.width, img.height, { text }));
+    process.stderr.write(`timings: decode ${ms(decodeMs)}, total ${ms(performance.now() - t0)}\n`);
+    process.stderr.write(`${memoryLine(backend)}\n`);
+    console.log(`wrote ${out} (${img.width}x${img.height})`);
+    return 0;
   } finally {
     backend.dispose();
   }
@@ -577,7 +411,7 @@ export async function decode(args: string[]): Promise<number> {
 
 /**
  * `encode`: the text-encode step alone (ComfyUI's "text encode" node), writing conditioning for
- * `--cond-in`: `positive` and, with `--negative`, `negative`, `[1, seq, 12·hidden]` f32.
+ * `--cond-in`: `positive` and, with `--negative`, `negative`, `[1, seq, width]` f32.
  * @throws TpError E_ARG for bad flags or --out being the encoder; E_IO for a missing encoder file or
  *   an output folder that is missing or not writable; E_FORMAT for a file that is not a Qwen3-VL text
  *   encoder — exit 1, nothing written
@@ -600,35 +434,40 @@ export async function encode(args: string[]): Promise<number> {
     return 0;
   }
   if (values.prompt === undefined) throw new TpError("E_ARG", "encode needs --prompt");
-  const teMode = teModeFlag(values["te-mode"]);
+  const first = PIPELINES[0] as DiffusionPipeline;
+  // The mode is checked against every pipeline's modes before the file picks one (it may not exist).
+  const teMode = choiceFlag(
+    "te-mode",
+    values["te-mode"],
+    first.defaults.textEncoderMode,
+    first.limits.textEncoderModes,
+  );
   if (values.out === undefined) throw new TpError("E_ARG", "encode needs --out cond.safetensors");
   const out = outputFile("out", values.out, ".safetensors");
   checkPaths({ "text-encoder": values["text-encoder"] }, { out });
-  const tePath = inputFile("text-encoder", values["text-encoder"], "the Qwen3-VL text encoder");
+  const tePath = inputFile("text-encoder", values["text-encoder"], first.textEncoder.what);
+  const pipeline = pipelineForComponent(tePath, "textEncoder");
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
     const t0 = performance.now();
-    const encoder = loadKrea2TextEncoder(tePath, { backend, mode: teMode });
-    let shapes: string;
-    try {
-      const positive = await encoder.encode(values.prompt);
-      const negative = values.negative === undefined ? undefined : await encoder.encode(values.negative);
-      shapes = `positive [${positive.shape.join(", ")}]${negative ? `, negative [${negative.shape.join(", ")}]` : ""}`;
-      writeConditioning(
-        out, // one file: writeConditioning writes it to a temporary name and renames it
-        { positive, ...(negative ? { negative } : {}) },
-        {
-          prompt: values.prompt,
-          ...(values.negative !== undefined ? { negative_prompt: values.negative } : {}),
-          text_encoder: basename(tePath),
-          text_encoder_mode: teMode,
-        },
-      );
-    } finally {
-      encoder.dispose();
-    }
-    console.error(`text encoder ${stem(tePath)} (${teMode}); timings: encode ${ms(performance.now() - t0)}`);
-    console.error(memoryLine(backend));
+    const c = await pipeline.encode({
+      textEncoder: tePath,
+      backend,
+      prompt: values.prompt,
+      ...(values.negative !== undefined ? { negative: values.negative } : {}),
+      textEncoderMode: teMode,
+    });
+    // one file: writeConditioning writes it to a temporary name and renames it
+    writeConditioning(
+      out,
+      { positive: c.positive, ...(c.negative ? { negative: c.negative } : {}) },
+      c.metadata,
+    );
+    const shapes = `positive [${c.positive.shape.join(", ")}]${c.negative ? `, negative [${c.negative.shape.join(", ")}]` : ""}`;
+    process.stderr.write(
+      `text encoder ${stem(tePath)} (${teMode}); timings: encode ${ms(performance.now() - t0)}\n`,
+    );
+    process.stderr.write(`${memoryLine(backend)}\n`);
     console.log(`wrote ${out} (${shapes})`);
     return 0;
   } finally {

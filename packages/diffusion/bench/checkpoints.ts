@@ -16,7 +16,7 @@ import {
   KREA2_CONFIG,
   type RandomKrea2QuantFormat,
   writeRandomKrea2DitQuantized,
-} from "../src/pipelines/random-checkpoints.ts";
+} from "../src/testing/random-checkpoints.ts";
 
 /**
  * Bump when the bytes the writer produces change (values, layout, quantizer semantics): old files are

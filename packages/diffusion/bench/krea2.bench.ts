@@ -28,7 +28,7 @@ import { type CpuBackend, createBackend } from "@tp/backend-cpu";
 import type { Backend, Tensor, Weight } from "@tp/tensor";
 import { type Krea2Dit, loadKrea2 } from "../src/models/krea2.ts";
 import { randn } from "../src/noise.ts";
-import { KREA2_CONFIG, randomConditioning } from "../src/pipelines/random-checkpoints.ts";
+import { KREA2_CONFIG, randomConditioning } from "../src/testing/random-checkpoints.ts";
 import { ensureCheckpoint } from "./checkpoints.ts";
 
 type Format = "fp8_scaled" | "int8_convrot";

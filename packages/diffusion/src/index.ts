@@ -1,14 +1,18 @@
 /**
  * @tp/diffusion — image models, samplers and pipelines; see README.md. This file only re-exports.
+ * The random-weight checkpoint writers for tests and the demo are not here: they are
+ * `@tp/diffusion/testing` (src/testing/index.ts).
  */
+export * from "./conditioning.ts";
 export * from "./models/krea2.ts";
 export * from "./models/krea2-text.ts";
 export * from "./models/wan-vae.ts";
 export * from "./noise.ts";
+export * from "./pipeline.ts";
 export * from "./pipelines/files.ts";
 export * from "./pipelines/krea2.ts";
-export * from "./pipelines/random-checkpoints.ts";
-export * from "./pipelines/random-text-encoder.ts";
+export * from "./pipelines/krea2-pipeline.ts";
 export * from "./png.ts";
+export * from "./registry.ts";
 export * from "./sampler.ts";
 export * from "./schedule.ts";

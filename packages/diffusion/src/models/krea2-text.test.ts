@@ -11,10 +11,11 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { TpError } from "@tp/tensor";
+import type { Conditioning, HostConditioning } from "../conditioning.ts";
 import { writeConditioning } from "../pipelines/files.ts";
-import { type Conditioning, encodeKrea2Prompts } from "../pipelines/krea2.ts";
-import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../pipelines/random-text-encoder.ts";
+import { encodeKrea2Prompts } from "../pipelines/krea2.ts";
 import { relErr } from "../testing/fixtures.ts";
+import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../testing/random-text-encoder.ts";
 import {
   KREA2_SYSTEM_PROMPT,
   KREA2_TEXT_TAPS,
@@ -25,6 +26,15 @@ import {
   loadKrea2TextEncoder,
   packKrea2Conditioning,
 } from "./krea2-text.ts";
+
+/** Device conditioning read to the host and freed. */
+async function host(c: Conditioning): Promise<HostConditioning> {
+  try {
+    return await c.read();
+  } finally {
+    c.dispose();
+  }
+}
 
 /**
  * Mode `upcast` vs ComfyUI's fp32 conditioning, relative to max |ref|: f32 summation order over 35
@@ -160,16 +170,27 @@ describe("the Qwen3-VL text encoder", () => {
       expect(te.model.config).toMatchObject({ hidden_size: 80, num_hidden_layers: 36, head_dim: 32 });
       const before = backend.memory.current;
       const c = await encodeKrea2Prompts(te, { prompt: "a red kite", negative: "" });
-      expect(backend.memory.current).toBe(before);
-      const pos = c.positive;
-      expect(pos.shape).toEqual([1, tokCount("a red kite") + 5, 960]);
       expect(c.negative).not.toBe("zero");
-      const neg = c.negative as Conditioning;
+      const pos = await c.positive.read();
+      const neg = await (c.negative as Conditioning).read();
+      // Only the two conditionings stay on the backend (f32), until their owner frees them.
+      expect(backend.memory.current).toBe(before + 4 * (pos.data.length + neg.data.length));
+      c.positive.dispose();
+      (c.negative as Conditioning).dispose();
+      expect(backend.memory.current).toBe(before);
+      expect(pos.shape).toEqual([1, tokCount("a red kite") + 5, 960]);
       expect(neg.shape).toEqual([1, 5, 960]);
       expect(pos.data.every(Number.isFinite)).toBe(true);
       // The 5 template-tail tokens differ between prompts (causal context), the widths agree.
       expect(pos.data.subarray(-960)).not.toEqual(neg.data.subarray(-960));
-      expect(await te.encode("a red kite")).toEqual(pos); // deterministic
+      expect(await host(await te.encode("a red kite"))).toEqual(pos); // deterministic
+      // The device packing equals the host reference over the same hidden states read back.
+      const ids = te.ids("a red kite");
+      const states = te.model.hiddenStates(ids, KREA2_TEXT_TAPS);
+      const taps: Float32Array[] = [];
+      for (const t of states) taps.push((await backend.read(t)) as Float32Array);
+      for (const t of states) t[Symbol.dispose]();
+      expect(pos).toEqual(packKrea2Conditioning(taps, ids.length, 80, krea2KeepFrom(ids)));
     } finally {
       te.dispose();
     }
@@ -194,7 +215,7 @@ describe("the Qwen3-VL text encoder", () => {
           try {
             const ids = te.ids(PROMPT1);
             expect(ids).toEqual(i32File(join(TE_DIR, "te/prompt1_ids.bin")));
-            const c = await te.encode(PROMPT1);
+            const c = await host(await te.encode(PROMPT1));
             expect(c.shape).toEqual([1, 14, 192]);
             expect({ mode, ok: relErr(c.data, ref) < tol }).toEqual({ mode, ok: true });
           } finally {

@@ -20,7 +20,14 @@ import { identifyCheckpoint, openCheckpoint } from "@tp/formats";
 import { loadQwen3VlText, type Qwen3HiddenStates } from "@tp/llm";
 import { type Backend, isTpError, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer } from "@tp/tokenizer";
-import { type Conditioning, KREA2_MAX_TEXT_TOKENS, type Krea2TextEncoder } from "../pipelines/krea2.ts";
+import { Conditioning, type HostConditioning, type PromptEncoder } from "../conditioning.ts";
+
+/**
+ * Most conditioning tokens (prompt tokens plus the template's 5 trailing ones; krea2.md §2.5) a run
+ * takes — TensorPencil's bound, the spec sets none (Qwen3-VL's context is 262,144): about 3,000 words,
+ * as many text tokens as a 1024² image has image tokens, so a run's cost stays bounded.
+ */
+export const KREA2_MAX_TEXT_TOKENS = 4096;
 
 /** The layers whose input Krea 2 taps (krea2.md §2.4): hidden_states[k], k = 2, 5, …, 35. */
 export const KREA2_TEXT_TAPS: readonly number[] = [2, 5, 8, 11, 14, 17, 20, 23, 26, 29, 32, 35];
@@ -71,8 +78,9 @@ export function krea2KeepFrom(ids: readonly number[]): number {
 }
 
 /**
- * Pack tapped hidden states into Krea 2 conditioning (krea2.md §2.5): tokens `from … n − 1`, each as
- * its taps in order, `[1, n − from, taps·hidden]` with feature `tap·hidden + d`.
+ * Pack tapped hidden states into Krea 2 conditioning on the host (krea2.md §2.5): tokens `from … n − 1`,
+ * each as its taps in order, `[1, n − from, taps·hidden]` with feature `tap·hidden + d` — the reference
+ * the encoder's device packing ({@link Krea2QwenTextEncoder.encodeIds}) is tested against.
  * @param taps one f32 [n, hidden] array per tap
  */
 export function packKrea2Conditioning(
@@ -80,7 +88,7 @@ export function packKrea2Conditioning(
   n: number,
   hidden: number,
   from: number,
-): Conditioning {
+): HostConditioning {
   const kept = n - from;
   const width = taps.length * hidden;
   const data = new Float32Array(kept * width);
@@ -165,10 +173,10 @@ export interface LoadKrea2TextEncoderOptions {
 }
 
 /**
- * Krea 2's Qwen3-VL text encoder: prompt → {@link Conditioning} `[1, kept, 12·hidden]` f32. Implements
- * the pipeline's {@link Krea2TextEncoder}.
+ * Krea 2's Qwen3-VL text encoder: prompt → {@link Conditioning} `[1, kept, 12·hidden]` f32 on its
+ * backend (a {@link PromptEncoder}).
  */
-export class Krea2QwenTextEncoder implements Krea2TextEncoder {
+export class Krea2QwenTextEncoder implements PromptEncoder, Disposable {
   readonly model: Qwen3HiddenStates;
   readonly tokenizer: Tokenizer;
   /** One line for people: the file's detected layout. */
@@ -193,7 +201,8 @@ export class Krea2QwenTextEncoder implements Krea2TextEncoder {
 
   /**
    * Conditioning of already tokenized, templated ids: layers 0 … 34 over the whole sequence, the 12
-   * taps, tokens from {@link krea2KeepFrom} on (krea2.md §2.3–2.5).
+   * taps, tokens from {@link krea2KeepFrom} on (krea2.md §2.3–2.5), packed on the backend.
+   * @returns `[1, kept, 12·hidden]` f32 on the encoder's backend, owned by the caller
    * @throws TpError E_ARG for empty ids, an id outside the model's vocabulary, or more than
    *   {@link KREA2_MAX_TEXT_TOKENS} kept tokens (checked before the model runs)
    */
@@ -207,20 +216,28 @@ export class Krea2QwenTextEncoder implements Krea2TextEncoder {
       );
     }
     const b = this.model.backend;
-    const H = this.model.config.hidden_size;
+    const from = krea2KeepFrom(ids);
     const states = this.model.hiddenStates(ids, KREA2_TEXT_TAPS); // 12 × [n, H]
     try {
-      const host: Float32Array[] = [];
-      for (const t of states) host.push((await b.read(t)) as Float32Array);
-      return packKrea2Conditioning(host, ids.length, H, krea2KeepFrom(ids));
+      // [kept, taps·H]: each kept token's taps side by side, tap-major (ComfyUI's packing)
+      const packed = b.concat(
+        states.map((t) => t.slice(0, from, ids.length)),
+        1,
+      );
+      return new Conditioning(packed.reshape(1, kept, packed.shape[1] as number));
     } finally {
-      for (const t of states) if (!t.storage.freed) b.free(t);
+      for (const t of states) t[Symbol.dispose]();
     }
   }
 
   /** The conditioning of one prompt (template, tokenize in one call, encode, tap, strip). */
   encode(prompt: string): Promise<Conditioning> {
     return this.encodeIds(this.ids(prompt));
+  }
+
+  /** {@link dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
   }
 
   /** Free the uploaded norm scales and close the checkpoint. */

@@ -689,7 +689,7 @@ export interface Krea2ForwardOptions {
 /**
  * A loaded Krea 2 DiT bound to a backend (see {@link loadKrea2}).
  */
-export class Krea2Dit {
+export class Krea2Dit implements Disposable {
   /** @internal use {@link loadKrea2}. */
   constructor(
     /** The backend every tensor lives on. */
@@ -912,6 +912,11 @@ export class Krea2Dit {
       const v = h * P === H && w * P === W ? full : own(b.copy(full.slice(2, 0, H).slice(3, 0, W)));
       return temporal ? v.reshape(B, c.channels, 1, H, W) : v;
     });
+  }
+
+  /** {@link dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
   }
 
   /** Free the uploaded parameters and close the checkpoint; the model is unusable afterwards. */

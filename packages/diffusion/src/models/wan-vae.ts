@@ -150,7 +150,7 @@ const WAN22_KEY = "decoder.upsamples.0.upsamples.0.residual.2.weight";
  * The Wan 2.1 VAE decoder bound to a backend, with its weights uploaded (f32; BF16/F16 checkpoints are
  * cast on the backend). Create with {@link loadWanVae}.
  */
-export class WanVaeDecoder {
+export class WanVaeDecoder implements Disposable {
   readonly backend: Backend;
   readonly config: WanVaeConfig;
   readonly #postQuant: Conv;
@@ -503,6 +503,11 @@ export class WanVaeDecoder {
     b.free(acc);
     b.free(invT);
     return out;
+  }
+
+  /** {@link dispose}, for `using`. */
+  [Symbol.dispose](): void {
+    this.dispose();
   }
 
   /** Free every weight this decoder uploaded; it is unusable afterwards. */

@@ -11,7 +11,8 @@
 import { existsSync } from "node:fs";
 import { identifyCheckpoint, openSafetensors, type SafetensorsFile, writeSafetensors } from "@tp/formats";
 import { isTpError, TpError } from "@tp/tensor";
-import { type Conditioning, checkKrea2Latent } from "./krea2.ts";
+import type { HostConditioning } from "../conditioning.ts";
+import { checkKrea2Latent } from "./krea2.ts";
 
 /** `__metadata__.format` of a conditioning file. */
 export const CONDITIONING_FORMAT = "tensorpencil.krea2.conditioning";
@@ -75,8 +76,8 @@ function f32Tensor(
 
 /** Conditioning as stored: positive, optional negative, and the file's metadata. */
 export interface ConditioningFile {
-  readonly positive: Conditioning;
-  readonly negative?: Conditioning;
+  readonly positive: HostConditioning;
+  readonly negative?: HostConditioning;
   /** `__metadata__` (e.g. `prompt`, `negative_prompt`). */
   readonly metadata: Readonly<Record<string, string>>;
 }
@@ -91,10 +92,10 @@ export interface ConditioningFile {
  */
 export function writeConditioning(
   path: string,
-  cond: { readonly positive: Conditioning; readonly negative?: Conditioning },
+  cond: { readonly positive: HostConditioning; readonly negative?: HostConditioning },
   metadata: Readonly<Record<string, string>> = {},
 ): void {
-  const tensors: [string, Conditioning][] = [["positive", cond.positive]];
+  const tensors: [string, HostConditioning][] = [["positive", cond.positive]];
   if (cond.negative) tensors.push(["negative", cond.negative]);
   for (const [name, c] of tensors) {
     if (c.shape.length !== 3 || c.data.length !== c.shape[0] * c.shape[1] * c.shape[2]) {
@@ -132,7 +133,7 @@ export function readConditioning(path: string): ConditioningFile {
         { file: path },
       );
     }
-    const asCond = (t: { data: Float32Array; shape: number[] }): Conditioning => ({
+    const asCond = (t: { data: Float32Array; shape: number[] }): HostConditioning => ({
       data: t.data,
       shape: t.shape as [number, number, number],
     });

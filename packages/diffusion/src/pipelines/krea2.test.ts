@@ -12,12 +12,18 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { isTpError } from "@tp/tensor";
+import type { HostConditioning } from "../conditioning.ts";
 import { loadKrea2, readKrea2DitConfig } from "../models/krea2.ts";
-import { loadKrea2TextEncoder, readKrea2TextEncoderWidth } from "../models/krea2-text.ts";
+import {
+  KREA2_MAX_TEXT_TOKENS,
+  loadKrea2TextEncoder,
+  readKrea2TextEncoderWidth,
+} from "../models/krea2-text.ts";
 import { loadWanVae } from "../models/wan-vae.ts";
 import { randn } from "../noise.ts";
 import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, krea2Sigmas } from "../schedule.ts";
 import { readF32, relErr } from "../testing/fixtures.ts";
+import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../testing/random-text-encoder.ts";
 import {
   CONDITIONING_FORMAT,
   readConditioning,
@@ -26,18 +32,15 @@ import {
   writeLatent,
 } from "./files.ts";
 import {
-  type Conditioning,
   checkKrea2Conditioning,
   checkKrea2Latent,
   decodeKrea2Latent,
   generateKrea2,
   KREA2_DEFAULTS,
-  KREA2_MAX_TEXT_TOKENS,
   krea2MaxShift,
   krea2Parameters,
   krea2Size,
 } from "./krea2.ts";
-import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "./random-text-encoder.ts";
 
 /**
  * Latents vs ComfyUI: the DiT alone is within ~1e-6 of torch per forward (models/krea2.test.ts), the
@@ -77,7 +80,10 @@ async function errorOf(f: () => unknown): Promise<string> {
 }
 
 /** The fixture's positive conditioning [1, 7, 960]. */
-const contextPos = (): Conditioning => ({ data: readF32(join(RUN, "context_pos.bin")), shape: [1, 7, 960] });
+const contextPos = (): HostConditioning => ({
+  data: readF32(join(RUN, "context_pos.bin")),
+  shape: [1, 7, 960],
+});
 
 /** Load the fixture models on a fresh 2-thread CPU backend. */
 function models(mode: "upcast" | "native" = "upcast") {
@@ -189,11 +195,11 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
       const pos = contextPos();
       const base = { dit: m.dit, vae: m.vae, width: 32, height: 40, seed: 5n } as const;
       // One step from σ = 1 to 0 gives x = den exactly, so the result is the CFG mix itself.
-      const neg: Conditioning = { data: pos.data.slice(0, 3 * 960).map((v) => -v), shape: [1, 3, 960] };
-      const byHand = async (negative: Conditioning, cfg: number): Promise<Float32Array> => {
+      const neg: HostConditioning = { data: pos.data.slice(0, 3 * 960).map((v) => -v), shape: [1, 3, 960] };
+      const byHand = async (negative: HostConditioning, cfg: number): Promise<Float32Array> => {
         const b = m.b;
         const x = b.upload(randn(5, [1, 16, 1, 5, 4]), [1, 16, 1, 5, 4], "f32");
-        const v = async (c: Conditioning) => {
+        const v = async (c: HostConditioning) => {
           const ctx = b.upload(c.data, [...c.shape], "f32");
           const out = m.dit.forward(x, 1, ctx);
           const host = (await b.read(out)) as Float32Array;
@@ -215,7 +221,7 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
       };
       const zero = await generateKrea2({ ...base, steps: 1, cfg: 3, conditioning: { positive: pos } });
       expect(zero.settings.negative).toBe("zero");
-      const zeros: Conditioning = { data: new Float32Array(pos.data.length), shape: pos.shape };
+      const zeros: HostConditioning = { data: new Float32Array(pos.data.length), shape: pos.shape };
       expect(relErr(zero.modelLatent, await byHand(zeros, 3))).toBeLessThanOrEqual(CFG_TOL);
       const text = await generateKrea2({
         ...base,
@@ -376,7 +382,10 @@ describe("Krea 2 pipeline pieces (no fixtures needed)", () => {
     );
 
     const dit = { config: { txtlayers: 12, txtdim: 4 } };
-    const cond = (seq: number): Conditioning => ({ data: new Float32Array(seq * 48), shape: [1, seq, 48] });
+    const cond = (seq: number): HostConditioning => ({
+      data: new Float32Array(seq * 48),
+      shape: [1, seq, 48],
+    });
     checkKrea2Conditioning(cond(KREA2_MAX_TEXT_TOKENS), dit);
     expect(
       await errorOf(() => checkKrea2Conditioning(cond(KREA2_MAX_TEXT_TOKENS + 1), dit, "the positive")),
@@ -458,11 +467,11 @@ describe("Krea 2 pipeline pieces (no fixtures needed)", () => {
   });
 
   test("conditioning and latent files round-trip; wrong files say what they are", async () => {
-    const pos: Conditioning = {
+    const pos: HostConditioning = {
       data: Float32Array.from({ length: 2 * 6 }, (_, i) => i / 3),
       shape: [1, 2, 6],
     };
-    const neg: Conditioning = { data: new Float32Array(3 * 6).fill(-1), shape: [1, 3, 6] };
+    const neg: HostConditioning = { data: new Float32Array(3 * 6).fill(-1), shape: [1, 3, 6] };
     const c = join(tmp, "cond.safetensors");
     writeConditioning(c, { positive: pos, negative: neg }, { prompt: "a cat", negative_prompt: "dog" });
     const back = readConditioning(c);

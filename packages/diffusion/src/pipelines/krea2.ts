@@ -2,15 +2,18 @@
  * The Krea 2 text-to-image pipeline (../shared/spec/krea2.md §6.1): conditioning → noise from the seed →
  * the Euler/CFG loop over the DiT → latent de-normalization → Wan 2.1 VAE decode → 8-bit RGB, as
  * ComfyUI's KSampler + VAEDecode + SaveImage compute it. The text encoder is a pluggable step
- * ({@link Krea2TextEncoder}): the pipeline itself takes conditioning tensors, so conditioning computed
- * elsewhere (a saved `--cond-in` file) works as well as an encoder.
+ * ({@link PromptEncoder}): {@link generateKrea2} takes conditioning (device tensors from an encoder, or
+ * a saved `--cond-in` file's host values), not text. The registry row that runs it from files is
+ * krea2-pipeline.ts.
  *
  * Sources: krea2.md §2.6 (negative conditioning), §4 (schedule, sampler, noise), §5.2 and §5.5 (VAE
  * space, 8 bits), §6.2–6.3 (sizes, defaults); ComfyUI nodes.py `KSampler`, `EmptyLatentImage`,
  * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
  */
-import { type Tensor, TpError } from "@tp/tensor";
+import { type Backend, type Tensor, TpError } from "@tp/tensor";
+import { Conditioning, type HostConditioning, type PromptEncoder } from "../conditioning.ts";
 import type { Krea2Config, Krea2Dit } from "../models/krea2.ts";
+import { KREA2_MAX_TEXT_TOKENS } from "../models/krea2-text.ts";
 import { toRgb8, type WanVaeDecodeOptions, type WanVaeDecoder, wan21ProcessOut } from "../models/wan-vae.ts";
 import { randnTensor, type TorchCpuCapability } from "../noise.ts";
 import { type CondKind, flowDenoiser, noiseScaling, type StepInfo, sampleEuler } from "../sampler.ts";
@@ -47,13 +50,6 @@ const VAE_SCALE = 8;
  */
 export const KREA2_MAX_STEPS = 1000;
 /**
- * Most conditioning tokens (prompt tokens plus the template's 5 trailing ones; krea2.md §2.5) a run
- * takes — TensorPencil's bound, the spec sets none (Qwen3-VL's context is 262,144): about 3,000 words,
- * as many text tokens as a 1024² image has image tokens, so a run's cost stays bounded.
- */
-export const KREA2_MAX_TEXT_TOKENS = 4096;
-
-/**
  * The largest shift a schedule takes before its float32 table overflows (see schedule.ts): "simple"
  * (flux μ, used as e^μ) ln(f32 max) ≈ 88.72; "auraflow" the f32 max ≈ 3.4e38.
  */
@@ -65,68 +61,52 @@ export function krea2MaxShift(schedule: Krea2Schedule): number {
 // Conditioning
 
 /**
- * Conditioning of one prompt as the DiT takes it: the Qwen3-VL hidden states of the kept tokens,
- * tap-major per token (ComfyUI's packing, krea2.md §2.5). `data` is f32 in C order of `shape`
- * `[1, seq, taps·dim]` (Krea 2: taps 12, dim 2560).
- */
-export interface Conditioning {
-  readonly data: Float32Array;
-  readonly shape: readonly [number, number, number];
-}
-
-/**
- * What a run is conditioned on. `negative` is used only when cfg ≠ 1: a {@link Conditioning} (an
- * encoded negative prompt, `""` included) or `"zero"`, ComfyUI's `ConditioningZeroOut(positive)`
- * (zeros of the positive's shape — the official Krea 2 workflow's negative; the default).
+ * What a run is conditioned on: device {@link Conditioning} (a text encoder's output, used in place)
+ * or {@link HostConditioning} (a saved file's, uploaded once). `negative` is used only when cfg ≠ 1:
+ * an encoded negative prompt (`""` included) or `"zero"`, ComfyUI's `ConditioningZeroOut(positive)`
+ * (zeros of the positive's shape — the official Krea 2 workflow's negative; the default). The caller
+ * keeps ownership of device conditioning.
  */
 export interface Krea2ConditioningInput {
-  readonly positive: Conditioning;
-  readonly negative?: Conditioning | "zero";
-}
-
-/**
- * A text encoder for Krea 2: prompt → {@link Conditioning} (template, Qwen3-VL layers 0…34, the 12 taps
- * entering layers 2, 5, …, 35, prefix stripping; krea2.md §2). The pipeline takes conditioning, not
- * text, so any implementation (or a saved conditioning file) can stand in; the Qwen3-VL one is
- * `loadKrea2TextEncoder` (models/krea2-text.ts).
- */
-export interface Krea2TextEncoder {
-  /** The conditioning of one prompt, `[1, seq, taps·dim]` f32. */
-  encode(prompt: string): Conditioning | Promise<Conditioning>;
-  /** Release the encoder's weights. */
-  dispose(): void;
+  readonly positive: Conditioning | HostConditioning;
+  readonly negative?: Conditioning | HostConditioning | "zero";
 }
 
 /**
  * Run a text encoder for a positive prompt and, when given, a negative prompt text (krea2.md §6.1 step
  * 1–2). Without `negative` the negative slot is `"zero"` (ComfyUI's ConditioningZeroOut).
- * @param encoder  see {@link Krea2TextEncoder}
+ * @param encoder  see {@link PromptEncoder}
  * @param prompts  `prompt`, and `negative` (a text, `""` included) or undefined
- * @returns conditioning for {@link generateKrea2}
+ * @returns device conditioning for {@link generateKrea2}, owned by the caller
  */
 export async function encodeKrea2Prompts(
-  encoder: Krea2TextEncoder,
+  encoder: PromptEncoder,
   prompts: { readonly prompt: string; readonly negative?: string },
-): Promise<Krea2ConditioningInput> {
+): Promise<{ readonly positive: Conditioning; readonly negative: Conditioning | "zero" }> {
   const positive = await encoder.encode(prompts.prompt);
   if (prompts.negative === undefined) return { positive, negative: "zero" };
-  return { positive, negative: await encoder.encode(prompts.negative) };
+  try {
+    return { positive, negative: await encoder.encode(prompts.negative) };
+  } catch (e) {
+    positive.dispose();
+    throw e;
+  }
 }
 
 /**
- * Check that a conditioning fits a DiT: `[1, seq, txtlayers·txtdim]` with 1 ≤ seq ≤
- * {@link KREA2_MAX_TEXT_TOKENS} and matching data length.
+ * Check that a conditioning (device or host) fits a DiT: `[1, seq, txtlayers·txtdim]` with 1 ≤ seq ≤
+ * {@link KREA2_MAX_TEXT_TOKENS} and, on the host, matching data length.
  * @param dit   a loaded DiT, or just its config ({@link readKrea2DitConfig}: check before loading)
  * @param what  which one, for the message ("the positive", "the negative")
  * @throws TpError E_SHAPE saying what the DiT takes
  */
 export function checkKrea2Conditioning(
-  c: Conditioning,
+  c: { readonly shape: readonly number[]; readonly data?: Float32Array },
   dit: { readonly config: Pick<Krea2Config, "txtlayers" | "txtdim"> },
   what = "the",
 ): void {
   const width = dit.config.txtlayers * dit.config.txtdim;
-  const [b, s, f] = c.shape;
+  const [b, s, f] = c.shape as readonly [number, number, number];
   if (c.shape.length !== 3 || b !== 1 || !(s >= 1) || f !== width) {
     throw new TpError(
       "E_SHAPE",
@@ -139,7 +119,7 @@ export function checkKrea2Conditioning(
       `${what} conditioning has ${s} tokens; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
     );
   }
-  if (c.data.length !== b * s * f) {
+  if (c.data !== undefined && c.data.length !== b * s * f) {
     throw new TpError("E_SHAPE", `${what} conditioning holds ${c.data.length} values, not 1 × ${s} × ${f}`);
   }
 }
@@ -344,87 +324,89 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
   const cond = options.conditioning;
   checkKrea2Conditioning(cond.positive, dit, "the positive");
   if (settings.negative === "text")
-    checkKrea2Conditioning(cond.negative as Conditioning, dit, "the negative");
+    checkKrea2Conditioning(cond.negative as HostConditioning, dit, "the negative");
   const sigmas = krea2Sigmas(settings.steps, {
     sampling: settings.schedule === "auraflow" ? "auraflow" : "flux",
     shift: settings.shift,
   });
   const latentShape = [1, dit.config.channels, 1, size.latentHeight, size.latentWidth] as const;
 
-  const owned: Tensor[] = [];
-  const own = <T extends Tensor>(t: T): T => {
-    owned.push(t);
-    return t;
+  // Text side of the DiT, once per conditioning (krea2.md §3.6: it depends on the prompt only).
+  const tText = performance.now();
+  // Host conditioning is uploaded here and freed at the end; device conditioning stays the caller's.
+  using posUpload = uploadIfHost(b, cond.positive, "conditioning (positive)");
+  const positive = posUpload ?? (cond.positive as Conditioning);
+  using posTxt = dit.encodeText(positive.tensor);
+  using negUpload =
+    settings.negative === "none"
+      ? null
+      : settings.negative === "zero"
+        ? positive.zeros()
+        : uploadIfHost(b, cond.negative as Conditioning | HostConditioning, "conditioning (negative, text)");
+  const negative = settings.negative === "none" ? null : (negUpload ?? (cond.negative as Conditioning));
+  using negTxt = negative === null ? null : dit.encodeText(negative.tensor);
+  const txt: Record<CondKind, Tensor | null> = { positive: posTxt, negative: negTxt };
+  const textMs = performance.now() - tText;
+
+  // Noise (krea2.md §4.3–4.4) and the Euler/CFG loop (§4.2).
+  const tSample = performance.now();
+  using noise = randnTensor(b, settings.seed, [...latentShape], {
+    capability: options.noiseKernel ?? "avx2",
+  });
+  using x0 = noiseScaling(b, noise, sigmas[0] as number);
+  const denoiser = flowDenoiser(b, (x, sigma, kind) =>
+    dit.forward(x, sigma, null, { txt: txt[kind] as Tensor }),
+  );
+  const stepMs: number[] = [];
+  let lastStep = tSample;
+  using latentModel = await sampleEuler(b, x0, denoiser, {
+    sigmas,
+    cfg: settings.cfg,
+    onStep: async (info) => {
+      const now = performance.now();
+      stepMs.push(now - lastStep);
+      if (options.onStep) {
+        await options.onStep({ ...info, stepMs: now - lastStep, elapsedMs: now - tSample });
+      }
+      lastStep = performance.now();
+    },
+  });
+  const samplingMs = performance.now() - tSample;
+
+  // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
+  const tDecode = performance.now();
+  using z = wan21ProcessOut(b, latentModel);
+  using img = vae.decode(z, options.vaeDecode);
+  const modelLatent = (await b.read(latentModel)) as Float32Array;
+  const latent = (await b.read(z)) as Float32Array;
+  const raw = (await b.read(img)) as Float32Array;
+  const rgb = toRgb8(raw, size.height, size.width);
+  const decodeMs = performance.now() - tDecode;
+
+  return {
+    width: size.width,
+    height: size.height,
+    ...(size.notice === undefined ? {} : { notice: size.notice }),
+    rgb,
+    latentShape,
+    latent,
+    modelLatent,
+    sigmas,
+    settings,
+    timings: { textMs, samplingMs, stepMs, decodeMs, totalMs: performance.now() - t0 },
   };
-  try {
-    // Text side of the DiT, once per conditioning (krea2.md §3.6: it depends on the prompt only).
-    const tText = performance.now();
-    const upload = (c: Conditioning, name: string): Tensor =>
-      own(b.upload(c.data, [...c.shape], "f32", name));
-    const txt: Partial<Record<CondKind, Tensor>> = {
-      positive: own(dit.encodeText(upload(cond.positive, "conditioning (positive)"))),
-    };
-    if (settings.negative !== "none") {
-      const neg: Conditioning =
-        settings.negative === "zero"
-          ? { data: new Float32Array(cond.positive.data.length), shape: cond.positive.shape }
-          : (cond.negative as Conditioning);
-      txt.negative = own(dit.encodeText(upload(neg, `conditioning (negative, ${settings.negative})`)));
-    }
-    const textMs = performance.now() - tText;
+}
 
-    // Noise (krea2.md §4.3–4.4) and the Euler/CFG loop (§4.2).
-    const tSample = performance.now();
-    const noise = own(
-      randnTensor(b, settings.seed, [...latentShape], { capability: options.noiseKernel ?? "avx2" }),
-    );
-    const x0 = own(noiseScaling(b, noise, sigmas[0] as number));
-    const denoiser = flowDenoiser(b, (x, sigma, kind) =>
-      dit.forward(x, sigma, null, { txt: txt[kind] as Tensor }),
-    );
-    const stepMs: number[] = [];
-    let lastStep = tSample;
-    const latentModel = own(
-      await sampleEuler(b, x0, denoiser, {
-        sigmas,
-        cfg: settings.cfg,
-        onStep: async (info) => {
-          const now = performance.now();
-          stepMs.push(now - lastStep);
-          if (options.onStep) {
-            await options.onStep({ ...info, stepMs: now - lastStep, elapsedMs: now - tSample });
-          }
-          lastStep = performance.now();
-        },
-      }),
-    );
-    const samplingMs = performance.now() - tSample;
-
-    // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
-    const tDecode = performance.now();
-    const z = own(wan21ProcessOut(b, latentModel));
-    const img = own(vae.decode(z, options.vaeDecode));
-    const modelLatent = (await b.read(latentModel)) as Float32Array;
-    const latent = (await b.read(z)) as Float32Array;
-    const raw = (await b.read(img)) as Float32Array;
-    const rgb = toRgb8(raw, size.height, size.width);
-    const decodeMs = performance.now() - tDecode;
-
-    return {
-      width: size.width,
-      height: size.height,
-      ...(size.notice === undefined ? {} : { notice: size.notice }),
-      rgb,
-      latentShape,
-      latent,
-      modelLatent,
-      sigmas,
-      settings,
-      timings: { textMs, samplingMs, stepMs, decodeMs, totalMs: performance.now() - t0 },
-    };
-  } finally {
-    for (const t of owned) if (!t.storage.freed) b.free(t);
+/**
+ * Host conditioning uploaded to `b` (the caller frees it), or null for device conditioning on `b`.
+ * @throws TpError E_STATE when device conditioning lives on another backend
+ */
+function uploadIfHost(b: Backend, c: Conditioning | HostConditioning, name: string): Conditioning | null {
+  if (!(c instanceof Conditioning)) return Conditioning.upload(b, c, name);
+  if (c.backend !== b) {
+    throw new TpError("E_STATE", `${name} lives on backend '${c.backend.name}', the DiT on '${b.name}'`);
   }
+  return null;
 }
 
 /**
@@ -475,16 +457,10 @@ export async function decodeKrea2Latent(
   const k = vae.config.scale;
   const h = s[s.length - 2] as number;
   const w = s[s.length - 1] as number;
-  const z = b.upload(latent.data, [...s], "f32", "latent");
-  let img: Tensor | null = null;
-  try {
-    img = vae.decode(z, options);
-    const raw = (await b.read(img)) as Float32Array;
-    return { width: w * k, height: h * k, rgb: toRgb8(raw, h * k, w * k) };
-  } finally {
-    b.free(z);
-    if (img) b.free(img);
-  }
+  using z = b.upload(latent.data, [...s], "f32", "latent");
+  using img = vae.decode(z, options);
+  const raw = (await b.read(img)) as Float32Array;
+  return { width: w * k, height: h * k, rgb: toRgb8(raw, h * k, w * k) };
 }
 
 // ---------------------------------------------------------------------------------------------------

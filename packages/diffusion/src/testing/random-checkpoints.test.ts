@@ -9,7 +9,7 @@ import { CpuBackend } from "@tp/backend-cpu";
 import { identifyCheckpoint, openSafetensors } from "@tp/formats";
 import { loadKrea2 } from "../models/krea2.ts";
 import { loadWanVae } from "../models/wan-vae.ts";
-import { generateKrea2 } from "./krea2.ts";
+import { generateKrea2 } from "../pipelines/krea2.ts";
 import {
   krea2TensorSpecs,
   randomConditioning,

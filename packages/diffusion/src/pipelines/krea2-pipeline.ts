@@ -1,0 +1,332 @@
+/**
+ * Krea 2's row of the pipeline registry ({@link DiffusionPipeline}): checkpoint files → image. The
+ * order keeps one network resident at a time, as ComfyUI's model management does: the text encoder
+ * (or a saved `--cond-in` file) gives the conditioning, which stays on the backend; the encoder is
+ * freed; the DiT and the Wan 2.1 VAE are loaded; {@link generateKrea2} samples and decodes. Every input
+ * is checked from file headers before the first weight is read.
+ *
+ * Sources: krea2.md §6.1 (the pipeline), §2.6 (negative conditioning), §6.5 (PNG parameters).
+ */
+import { basename, extname } from "node:path";
+import { TpError } from "@tp/tensor";
+import { Conditioning, type HostConditioning } from "../conditioning.ts";
+import { KREA2_MODES, type Krea2Mode, loadKrea2, readKrea2DitConfig } from "../models/krea2.ts";
+import {
+  KREA2_TEXT_MODES,
+  type Krea2QwenTextEncoder,
+  type Krea2TextMode,
+  loadKrea2TextEncoder,
+  readKrea2TextEncoderWidth,
+} from "../models/krea2-text.ts";
+import { loadWanVae } from "../models/wan-vae.ts";
+import type { TorchCpuCapability } from "../noise.ts";
+import type {
+  ConditioningOutput,
+  DiffusionPipeline,
+  GeneratedImage,
+  GenerateEvent,
+  GenerateOptions,
+} from "../pipeline.ts";
+import { readConditioning, readLatent } from "./files.ts";
+import {
+  checkKrea2Conditioning,
+  decodeKrea2Latent,
+  generateKrea2,
+  KREA2_DEFAULTS,
+  KREA2_MAX_SIZE,
+  KREA2_MAX_STEPS,
+  KREA2_MIN_SIZE,
+  KREA2_SCHEDULES,
+  type Krea2Schedule,
+  krea2MaxShift,
+  krea2Parameters,
+  krea2Size,
+} from "./krea2.ts";
+
+/** File name without folder and extension, for metadata. */
+const stem = (p: string): string => basename(p, extname(p));
+
+/** A mode from a list, or E_ARG naming the option. */
+function oneOf<T extends string>(
+  what: string,
+  value: string | undefined,
+  fallback: T,
+  known: readonly T[],
+): T {
+  const v = (value ?? fallback) as T;
+  if (!known.includes(v)) {
+    throw new TpError("E_ARG", `unknown ${what} '${value}'; expected one of: ${known.join(", ")}`);
+  }
+  return v;
+}
+
+/**
+ * Open the text encoder after checking, from the tensor shapes of both files, that its conditioning
+ * width (taps × hidden) is the DiT's (txtlayers × txtdim) — before the encoder is loaded or run.
+ * @throws TpError E_SHAPE naming both files; as loadKrea2TextEncoder
+ */
+function openTextEncoder(
+  tePath: string,
+  ditPath: string,
+  dit: { txtlayers: number; txtdim: number },
+  options: { backend: GenerateOptions["backend"]; mode: Krea2TextMode },
+): Krea2QwenTextEncoder {
+  const te = readKrea2TextEncoderWidth(tePath);
+  const want = dit.txtlayers * dit.txtdim;
+  if (te.width !== want) {
+    throw new TpError(
+      "E_SHAPE",
+      `the text encoder ${tePath} gives conditioning ${te.taps}×${te.hidden} = ${te.width} wide; the DiT ${ditPath} takes ${dit.txtlayers}×${dit.txtdim} = ${want}: pass the text encoder that belongs to this DiT`,
+    );
+  }
+  return loadKrea2TextEncoder(tePath, options);
+}
+
+/**
+ * Krea 2 from files (see the module comment): `generate` with Krea 2's defaults (1024², 8 steps, cfg 1,
+ * seed 0, shift 1.15, "simple"), `encode` (Qwen3-VL text encoder → conditioning), `decode` (Wan 2.1).
+ */
+export const KREA2_PIPELINE: DiffusionPipeline = {
+  id: "krea2",
+  name: "Krea 2",
+  dit: {
+    layout: "krea2-dit",
+    what: "Krea 2 DiT",
+    signature: "blocks.0.mod.lin + txtfusion.projector.weight",
+  },
+  vae: { layout: "wan21-vae", what: "the Wan 2.1 / Qwen-Image VAE", signature: "conv2.weight [16,16,1,1,1]" },
+  textEncoder: {
+    layout: "qwen3vl-text-encoder",
+    what: "the Qwen3-VL text encoder",
+    signature: "model.language_model.embed_tokens.weight",
+  },
+  defaults: {
+    ...KREA2_DEFAULTS,
+    ditMode: "native",
+    textEncoderMode: "native",
+  },
+  limits: {
+    minSize: KREA2_MIN_SIZE,
+    maxSize: KREA2_MAX_SIZE,
+    sizeMultiple: 8,
+    maxSteps: KREA2_MAX_STEPS,
+    schedules: KREA2_SCHEDULES,
+    maxShift: (schedule) => krea2MaxShift(schedule as Krea2Schedule),
+    ditModes: KREA2_MODES,
+    textEncoderModes: KREA2_TEXT_MODES,
+    noiseKernels: ["avx2", "default"],
+  },
+
+  async generate(o: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage> {
+    const { backend, files } = o;
+    const report = progress ?? (() => {});
+    const d = KREA2_DEFAULTS;
+    const cfg = o.cfg ?? d.cfg;
+    const seed = o.seed ?? BigInt(d.seed);
+    const steps = o.steps ?? d.steps;
+    const shift = o.shift ?? d.shift;
+    const schedule = oneOf("schedule", o.schedule, d.schedule, KREA2_SCHEDULES);
+    const mode = oneOf<Krea2Mode>("DiT mode", o.ditMode, "native", KREA2_MODES);
+    const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
+    const noise: TorchCpuCapability = o.noise ?? "avx2";
+    const size = krea2Size(o.width ?? d.width, o.height ?? d.height);
+    const useCfg = Math.fround(cfg) !== 1;
+    const { dit: ditPath, vae: vaePath, textEncoder: tePath, condIn } = files;
+    if (condIn === undefined && tePath === undefined) {
+      throw new TpError("E_ARG", "missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)");
+    }
+
+    // 1. Headers only: the DiT's conditioning width, and saved conditioning against it.
+    const ditConfig = readKrea2DitConfig(ditPath);
+    const saved = condIn === undefined ? undefined : readConditioning(condIn);
+    if (saved !== undefined) {
+      checkKrea2Conditioning(saved.positive, { config: ditConfig }, "the positive");
+      if (saved.negative) checkKrea2Conditioning(saved.negative, { config: ditConfig }, "the negative");
+      if (useCfg && o.negative !== undefined && tePath === undefined && !saved.negative) {
+        throw new TpError(
+          "E_ARG",
+          `--negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
+          { file: condIn },
+        );
+      }
+    }
+    if (size.notice) report({ kind: "notice", text: size.notice });
+    if (o.negative !== undefined && !useCfg) {
+      report({
+        kind: "notice",
+        text: "--negative is ignored at cfg 1 (no negative pass); raise --cfg to use it",
+      });
+    }
+
+    // 2. Conditioning on the backend: saved (uploaded), or from the text encoder (kept there).
+    const tCond = performance.now();
+    let prompt = o.prompt;
+    let negativeText = useCfg ? o.negative : undefined;
+    let teLine = "";
+    let positive: Conditioning | HostConditioning;
+    let negative: Conditioning | HostConditioning | "zero" = "zero";
+    const owned: Conditioning[] = [];
+    const encodeWith = async (texts: (string | undefined)[]): Promise<(Conditioning | undefined)[]> => {
+      const encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
+      teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
+      try {
+        const out: (Conditioning | undefined)[] = [];
+        for (const t of texts) {
+          const c = t === undefined ? undefined : await encoder.encode(t);
+          if (c) owned.push(c);
+          out.push(c);
+        }
+        return out;
+      } finally {
+        encoder.dispose();
+      }
+    };
+    try {
+      if (saved !== undefined) {
+        prompt ??= saved.metadata.prompt ?? "";
+        positive = saved.positive;
+        if (useCfg && o.negative !== undefined) {
+          if (tePath !== undefined) {
+            // The saved positive with a negative prompt encoded now.
+            negative = (await encodeWith([o.negative]))[0] as Conditioning;
+            teLine = "";
+          } else {
+            negative = saved.negative as HostConditioning;
+          }
+        } else if (useCfg && saved.negative) {
+          negative = saved.negative;
+          negativeText = saved.metadata.negative_prompt ?? "";
+        }
+      } else {
+        const [pos, neg] = await encodeWith([prompt as string, negativeText]);
+        positive = pos as Conditioning;
+        negative = neg ?? "zero";
+      }
+      const condMs = performance.now() - tCond;
+
+      // 3. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
+      const tLoad = performance.now();
+      using dit = loadKrea2(ditPath, { backend, mode });
+      using vae = loadWanVae(backend, vaePath);
+      const loadMs = performance.now() - tLoad;
+      report({
+        kind: "start",
+        text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+      });
+
+      // 4. Sampling and decoding.
+      const result = await generateKrea2({
+        dit,
+        vae,
+        conditioning: { positive, negative },
+        width: size.width,
+        height: size.height,
+        steps,
+        cfg,
+        seed,
+        shift,
+        schedule,
+        noiseKernel: noise,
+        ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
+        onStep: (s) =>
+          report({
+            kind: "step",
+            step: s.step + 1,
+            steps: s.steps,
+            stepMs: s.stepMs,
+            elapsedMs: s.elapsedMs,
+          }),
+      });
+
+      // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
+      const parameters = krea2Parameters({
+        prompt: prompt ?? "",
+        ...(negativeText ? { negative: negativeText } : {}),
+        steps,
+        cfg,
+        seed,
+        width: result.width,
+        height: result.height,
+        shift,
+        schedule,
+        negativeMode: result.settings.negative,
+        model: stem(ditPath),
+        vae: stem(vaePath),
+      });
+      const tensorpencil = JSON.stringify({
+        prompt: prompt ?? "",
+        negative_prompt: negativeText ?? null,
+        negative: result.settings.negative,
+        width: result.width,
+        height: result.height,
+        steps,
+        cfg,
+        seed: String(seed),
+        shift,
+        schedule,
+        sampler: "euler",
+        noise,
+        dit_mode: mode,
+        ...(condIn === undefined ? { te_mode: teMode } : {}),
+        dit: basename(ditPath),
+        vae: basename(vaePath),
+        conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
+      });
+      let conditioning: ConditioningOutput | undefined;
+      if (o.keepConditioning) {
+        const host = async (c: Conditioning | HostConditioning): Promise<HostConditioning> =>
+          c instanceof Conditioning ? await c.read() : c;
+        conditioning = {
+          positive: await host(positive),
+          ...(negative !== "zero" ? { negative: await host(negative) } : {}),
+          metadata: {
+            prompt: prompt ?? "",
+            ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
+          },
+        };
+      }
+      const tm = result.timings;
+      return {
+        width: result.width,
+        height: result.height,
+        rgb: result.rgb,
+        latent: { data: result.latent, shape: result.latentShape },
+        text: { parameters, tensorpencil },
+        ...(conditioning ? { conditioning } : {}),
+        timings: [
+          ["conditioning", condMs],
+          ["load", loadMs],
+          ["text", tm.textMs],
+          ["sampling", tm.samplingMs],
+          ["decode", tm.decodeMs],
+        ],
+      };
+    } finally {
+      for (const c of owned) c.dispose();
+    }
+  },
+
+  async encode(o) {
+    const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
+    using encoder = loadKrea2TextEncoder(o.textEncoder, { backend: o.backend, mode: teMode });
+    using positive = await encoder.encode(o.prompt);
+    using negative = o.negative === undefined ? null : await encoder.encode(o.negative);
+    return {
+      positive: await positive.read(),
+      ...(negative ? { negative: await negative.read() } : {}),
+      metadata: {
+        prompt: o.prompt,
+        ...(o.negative !== undefined ? { negative_prompt: o.negative } : {}),
+        text_encoder: basename(o.textEncoder),
+        text_encoder_mode: teMode,
+      },
+    };
+  },
+
+  async decode(o) {
+    using vae = loadWanVae(o.backend, o.vae);
+    return decodeKrea2Latent(vae, o.latent, o.vaeTiled ? { tiled: true } : {});
+  },
+
+  readLatent: readLatent,
+};
