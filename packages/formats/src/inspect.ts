@@ -1,7 +1,8 @@
 /**
  * The data behind `bun apps/cli inspect PATH`: the detected layout, the metadata (GGUF keys with long
- * arrays abridged, or safetensors `__metadata__`), and a table of tensors (name, dtype, shape, bytes,
- * offset), like llama.cpp's `gguf-dump` and the Hugging Face safetensors viewer.
+ * arrays abridged, or a safetensors file's `__metadata__` in full: JSON values indented below their
+ * key), and a table of tensors (name, dtype, shape, bytes, offset), like llama.cpp's `gguf-dump` and
+ * the Hugging Face safetensors viewer.
  */
 import { statSync } from "node:fs";
 import { isTpError } from "@tp/tensor";
@@ -35,7 +36,23 @@ export interface InspectLayout {
   readonly variant?: string;
   readonly prefix?: string;
   readonly details?: Readonly<Record<string, unknown>>;
+  /** Where the layout's tensor names come from (upstream code), for people. */
   readonly names?: string;
+}
+
+/**
+ * A name table's source as users see it: the upstream file it follows, without references into the
+ * project's development notes (`../shared/spec/krea2.md §1.3 (ComfyUI … names)` → `ComfyUI … names`),
+ * which exist only beside a development checkout.
+ */
+export function namesSource(source: string): string {
+  const upstream = source
+    .split("; ")
+    .map((part) => part.replace(/^\.\.\/shared\/\S+(?: §[\d.–]+(?:, §[\d.–]+)*)?\s*/, ""))
+    .filter((part) => part !== "")
+    .join("; ");
+  const inner = /^\((.*)\)$/.exec(upstream);
+  return inner ? (inner[1] as string) : upstream;
 }
 
 /** One row of the tensor table. */
@@ -94,7 +111,7 @@ function layoutOf(src: TensorSource): InspectLayout {
       ...(l.variant ? { variant: l.variant } : {}),
       prefix: l.prefix ?? "",
       details: l.details,
-      ...(l.names ? { names: l.names.source } : {}),
+      ...(l.names ? { names: namesSource(l.names.source) } : {}),
     };
   } catch (e) {
     if (isTpError(e, "E_FORMAT") || isTpError(e, "E_UNSUPPORTED"))
@@ -187,6 +204,30 @@ function short(s: string, max: number): string {
   return one.length > max ? `${one.slice(0, max)}… (${s.length} chars)` : one;
 }
 
+/** Characters of one `__metadata__` value that the text report shows (`--json` has them all). */
+const METADATA_TEXT_LIMIT = 4000;
+
+/**
+ * A safetensors `__metadata__` value: a JSON object or array (ComfyUI's and diffusers' configs)
+ * indented on the lines below its key, any other text on one line with newlines as `\n`; past
+ * {@link METADATA_TEXT_LIMIT} characters one line, cut, with the full length.
+ */
+function showMetadataString(text: string, indent: string): string {
+  const t = text.trim();
+  if (text.length <= METADATA_TEXT_LIMIT && (t.startsWith("{") || t.startsWith("["))) {
+    try {
+      const json = JSON.stringify(JSON.parse(t), null, 2);
+      if (json.includes("\n")) return `\n${json.replace(/^/gm, indent)}`;
+    } catch {
+      // not JSON after all: shown as text
+    }
+  }
+  const one = text.replace(/\n/g, "\\n");
+  return text.length <= METADATA_TEXT_LIMIT
+    ? one
+    : `${one.slice(0, METADATA_TEXT_LIMIT)}… (${text.length} chars; --json shows it whole)`;
+}
+
 function showValue(v: InspectValue): string {
   if (v.type === "arr") {
     const items = (v.value as unknown[]).map((x) =>
@@ -228,17 +269,25 @@ export function renderInspect(r: InspectReport): string {
     return out.join("\n");
   }
   const meta = Object.entries(r.metadata);
-  out.push("", `metadata (${meta.length}):`);
-  out.push(
-    ...table(
-      meta.map(([k, v]) => [
-        `  ${k}`,
-        v.type === "arr" ? `arr[${v.elementType},${v.length}]` : v.type,
-        showValue(v),
-      ]),
-      [],
-    ),
-  );
+  if (r.container === "safetensors") {
+    // a safetensors file's __metadata__: every value is text, shown whole
+    out.push("", `__metadata__ (${meta.length}):`);
+    const width = Math.max(0, ...meta.map(([k]) => k.length));
+    for (const [k, v] of meta)
+      out.push(`  ${k.padEnd(width)}  ${showMetadataString(String(v.value), "    ")}`.replace(/ +$/gm, ""));
+  } else {
+    out.push("", `metadata (${meta.length}):`);
+    out.push(
+      ...table(
+        meta.map(([k, v]) => [
+          `  ${k}`,
+          v.type === "arr" ? `arr[${v.elementType},${v.length}]` : v.type,
+          showValue(v),
+        ]),
+        [],
+      ),
+    );
+  }
   const bytes = r.tensors.reduce((a, t) => a + t.bytes, 0);
   out.push("", `tensors (${r.tensors.length}, ${formatBytes(bytes)}):`);
   const multi = r.files.length > 1;
