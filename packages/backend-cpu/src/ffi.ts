@@ -30,18 +30,7 @@ import {
 } from "./symbols.ts";
 
 export type { Pointer } from "bun:ffi";
-export {
-  ACT_BLOCKS,
-  CAST_DTYPES,
-  CAST_SATURATE,
-  CPU_FEATURES,
-  CPU_ISA,
-  NATIVE_WEIGHT_FORMATS,
-  NORM_UNIT_OFFSET,
-  ROPE_MODES,
-  TP_ABI_VERSION,
-  TP_STATUS,
-} from "./symbols.ts";
+export * from "./symbols.ts";
 export { checkLibraryFile };
 
 /** A dtype name of {@link CAST_DTYPES}. */
@@ -208,6 +197,21 @@ export function checkCount(what: string, name: string, value: number): number {
   return value;
 }
 
+/**
+ * Check a name that selects a tp.h code (a dtype, weight format, ISA level, block type): returns it
+ * when it is a key of `table`.
+ * @param fn    the function, for the message
+ * @param what  the argument, for the message
+ * @throws TpError E_ARG naming `fn`, `what`, the value and the valid names
+ */
+export function checkName<T extends object>(fn: string, what: string, table: T, value: unknown): keyof T {
+  if (typeof value !== "string" || !Object.hasOwn(table, value)) {
+    const known = Object.keys(table).join(", ");
+    throw new TpError("E_ARG", `${fn}: unknown ${what} ${JSON.stringify(value)}; expected one of: ${known}`);
+  }
+  return value as keyof T;
+}
+
 /** The largest value of a native `int32_t` argument. */
 export const INT32_MAX = 2 ** 31 - 1;
 
@@ -298,13 +302,8 @@ export class CpuLibrary {
         `createContext: nThreads must be an integer in [0, 256] (0: all CPUs), got ${nThreads}`,
       );
     }
-    if (!Object.hasOwn(CPU_ISA, maxIsa)) {
-      throw new TpError(
-        "E_ARG",
-        `createContext: unknown maxIsa ${JSON.stringify(maxIsa)}; expected one of: ${Object.keys(CPU_ISA).join(", ")}`,
-      );
-    }
-    const handle = this.raw.tp_ctx_create(nThreads, CPU_ISA[maxIsa]);
+    const isa = CPU_ISA[checkName("createContext", "maxIsa", CPU_ISA, maxIsa)];
+    const handle = this.raw.tp_ctx_create(nThreads, isa);
     if (handle === null) {
       throw new TpError(
         "E_INTERNAL",
@@ -405,8 +404,8 @@ export class NativeContext {
     flags = 0,
   ): void {
     const handle = this.handle;
-    const srcCode = dtypeCode("srcDtype", srcDtype);
-    const dstCode = dtypeCode("dstDtype", dstDtype);
+    const srcCode = CAST_DTYPES[checkName("cast", "srcDtype", CAST_DTYPES, srcDtype)];
+    const dstCode = CAST_DTYPES[checkName("cast", "dstDtype", CAST_DTYPES, dstDtype)];
     checkCount("cast", "n", n);
     if (!Number.isInteger(flags) || flags < 0 || flags > 0xffffffff) {
       throw new TpError("E_ARG", `cast: flags must be a 32-bit unsigned integer, got ${flags}`);
@@ -433,9 +432,9 @@ export class NativeContext {
     const handle = this.handle;
     const fmt = checkWeight(this.lib, "matmul", w);
     checkCount("matmul", "m", m);
-    const xPtr = f32Pointer("matmul", "x", x, m * w.k);
-    const yPtr = f32Pointer("matmul", "y", y, m * w.n);
-    const bPtr = bias === null ? null : f32Pointer("matmul", "bias", bias, w.n, true);
+    const xPtr = typedPointer("matmul", "x", x, Float32Array, m * w.k);
+    const yPtr = typedPointer("matmul", "y", y, Float32Array, m * w.n);
+    const bPtr = bias === null ? null : typedPointer("matmul", "bias", bias, Float32Array, w.n, true);
     check(
       this,
       this.lib.raw.tp_cpu_matmul(
@@ -469,18 +468,11 @@ export class NativeContext {
     const handle = this.handle;
     const fmt = checkWeight(this.lib, "getRows", w);
     checkCount("getRows", "nIds", nIds);
-    let idsPtr: Pointer | null = null;
-    if (ids !== null) {
-      if (!(ids instanceof Int32Array)) {
-        throw new TpError("E_ARG", `getRows: ids must be an Int32Array, got ${describe(ids)}`);
-      }
-      if (ids.length < nIds)
-        throw new TpError("E_ARG", `getRows: ids holds ${ids.length} values, nIds = ${nIds}`);
-      idsPtr = nIds === 0 ? null : ptr(ids);
-    } else if (nIds > w.n) {
+    const idsPtr = ids === null ? null : typedPointer("getRows", "ids", ids, Int32Array, nIds);
+    if (ids === null && nIds > w.n) {
       throw new TpError("E_ARG", `getRows: nIds = ${nIds} rows without ids, but the weight has n = ${w.n}`);
     }
-    const outPtr = f32Pointer("getRows", "out", out, nIds * w.k);
+    const outPtr = typedPointer("getRows", "out", out, Float32Array, nIds * w.k);
     check(
       this,
       this.lib.raw.tp_cpu_get_rows(
@@ -510,15 +502,9 @@ export class NativeContext {
    */
   quantizeActivations(type: ActBlockType, x: Float32Array, m: number, k: number, out: Uint8Array): void {
     const handle = this.handle;
-    if (typeof type !== "string" || !Object.hasOwn(ACT_BLOCKS, type)) {
-      throw new TpError(
-        "E_ARG",
-        `quantizeActivations: unknown type ${JSON.stringify(type)}; expected one of: ${Object.keys(ACT_BLOCKS).join(", ")}`,
-      );
-    }
+    const b = ACT_BLOCKS[checkName("quantizeActivations", "type", ACT_BLOCKS, type)];
     checkCount("quantizeActivations", "m", m);
     checkCount("quantizeActivations", "k", k);
-    const b = ACT_BLOCKS[type];
     if (k % b.elems !== 0) {
       throw new TpError("E_ARG", `quantizeActivations: k = ${k} is not a multiple of ${b.elems} (${type})`);
     }
@@ -529,7 +515,7 @@ export class NativeContext {
         `quantizeActivations: out must be a Uint8Array of ${need} bytes, got ${describe(out)}`,
       );
     }
-    const xPtr = f32Pointer("quantizeActivations", "x", x, m * k);
+    const xPtr = typedPointer("quantizeActivations", "x", x, Float32Array, m * k);
     const outPtr = need === 0 ? null : ptr(out);
     check(this, this.lib.raw.tp_cpu_quantize_act(handle, b.code, xPtr, m, k, outPtr, need));
   }
@@ -560,15 +546,9 @@ export class NativeContext {
     if (bits !== 8 && bits !== 4)
       throw new TpError("E_ARG", `convRotQuantize: bits must be 8 or 4, got ${bits}`);
     checkInt32("convRotQuantize", "group", group);
-    if (!(codes instanceof Int8Array) || codes.length < m * k) {
-      throw new TpError(
-        "E_ARG",
-        `convRotQuantize: codes must be an Int8Array of ${m * k} values, got ${describe(codes)}`,
-      );
-    }
-    const xPtr = f32Pointer("convRotQuantize", "x", x, m * k);
-    const sPtr = f32Pointer("convRotQuantize", "scales", scales, m);
-    const cPtr = m * k === 0 ? null : ptr(codes);
+    const xPtr = typedPointer("convRotQuantize", "x", x, Float32Array, m * k);
+    const cPtr = typedPointer("convRotQuantize", "codes", codes, Int8Array, m * k);
+    const sPtr = typedPointer("convRotQuantize", "scales", scales, Float32Array, m);
     check(this, this.lib.raw.tp_cpu_convrot_quantize(handle, xPtr, m, k, bits, group, cPtr, sPtr));
   }
 
@@ -595,13 +575,7 @@ export class NativeContext {
  * @throws TpError E_ARG naming `fn`, the format and the known ones
  */
 export function weightFormatCode(fn: string, format: NativeWeightFormat): number {
-  if (typeof format !== "string" || !Object.hasOwn(NATIVE_WEIGHT_FORMATS, format)) {
-    throw new TpError(
-      "E_ARG",
-      `${fn}: unknown weight format ${JSON.stringify(format)}; expected one of: ${Object.keys(NATIVE_WEIGHT_FORMATS).join(", ")}`,
-    );
-  }
-  return NATIVE_WEIGHT_FORMATS[format];
+  return NATIVE_WEIGHT_FORMATS[checkName(fn, "weight format", NATIVE_WEIGHT_FORMATS, format)];
 }
 
 /**
@@ -649,36 +623,30 @@ function checkWeight(
   };
 }
 
+/** Typed arrays the weight wrappers take, by constructor. */
+type TypedArrayType = Float32ArrayConstructor | Int32ArrayConstructor | Int8ArrayConstructor;
+
 /**
- * The pointer of a Float32Array holding at least `count` values; null when count is 0 (or when the
- * view is empty and `allowEmpty`).
+ * The pointer of a typed array of `type` holding at least `count` elements; null when count is 0 (or
+ * when the view is empty and `allowEmpty`): bun:ffi cannot take the pointer of an empty view.
+ * @throws TpError E_ARG naming `fn` and `name` for another kind of value or a short view
  */
-function f32Pointer(
+function typedPointer(
   fn: string,
   name: string,
-  view: Float32Array,
+  view: ArrayBufferView,
+  type: TypedArrayType,
   count: number,
   allowEmpty = false,
 ): Pointer | null {
-  if (!(view instanceof Float32Array)) {
-    throw new TpError("E_ARG", `${fn}: ${name} must be a Float32Array, got ${describe(view)}`);
+  if (!(view instanceof type)) {
+    throw new TpError("E_ARG", `${fn}: ${name} must be a ${type.name}, got ${describe(view)}`);
   }
   if (view.length < count) {
     throw new TpError("E_ARG", `${fn}: ${name} holds ${view.length} values, ${count} are needed`);
   }
   if (count === 0 || (allowEmpty && view.length === 0)) return null;
   return ptr(view);
-}
-
-/** The tp_dtype code of a dtype name, or an E_ARG TpError naming the argument. */
-function dtypeCode(name: string, dtype: CastDtype): number {
-  if (typeof dtype !== "string" || !Object.hasOwn(CAST_DTYPES, dtype)) {
-    throw new TpError(
-      "E_ARG",
-      `cast: unknown ${name} ${JSON.stringify(dtype)}; expected one of: ${Object.keys(CAST_DTYPES).join(", ")}`,
-    );
-  }
-  return CAST_DTYPES[dtype];
 }
 
 /**
