@@ -150,6 +150,11 @@ export interface KernelEntry<F> {
   readonly dtypes: readonly DTypeName[];
   /** Weight formats of a Weight operand (matmul, embedding); other ops have none. */
   readonly weightFormats?: readonly WeightFormat[];
+  /**
+   * The most bytes of elements one input (and, for cast, the output) may hold; past it the front-end
+   * throws E_UNSUPPORTED before it allocates anything. Absent: no limit.
+   */
+  readonly maxBytes?: number;
   /** The kernel (see {@link KernelSignatures}); an arrow function or bound, it is called detached. */
   readonly run: F;
 }

@@ -43,33 +43,59 @@ export function kernel<Op extends OpName>(host: OpHost, op: Op): KernelEntry<Ker
 }
 
 /**
- * Check that `t` is a live tensor of the host (E_STATE) whose dtype is one of `dtypes`.
+ * Check that `t` is a live tensor of the host (E_STATE) whose dtype is one of the entry's and whose
+ * elements fit the entry's `maxBytes`.
  * @param what the input's name in messages ("x", "weight", "positions")
  * @throws TpError E_STATE; E_UNSUPPORTED `op NAME on backend B does not support dtype D (what [shape]);
- *   supported: ...`
+ *   supported: ...`, or naming the bytes past `maxBytes`
  */
 export function checkInput(
   host: OpHost,
   op: OpName,
-  dtypes: readonly DTypeName[],
+  entry: KernelEntry<unknown>,
   t: Tensor,
   what: string,
 ): void {
   host.assertOwned(t);
+  const dtypes = entry.dtypes;
   if (!dtypes.includes(t.dtype)) {
     throw new TpError(
       "E_UNSUPPORTED",
       `op ${op} on backend ${host.name} does not support dtype ${t.dtype} (${what} ${formatShape(t.shape)}); supported: ${dtypes.join(", ")}`,
     );
   }
+  if (entry.maxBytes !== undefined)
+    checkBytes(host, op, entry.maxBytes, t.byteLength, `${what} ${formatShape(t.shape)}`);
 }
 
-/** As {@link checkInput} for an index tensor: i32 only. */
-export function checkIndex(host: OpHost, op: OpName, t: Tensor, what: string): void {
-  checkInput(host, op, INDEX_DTYPES, t, what);
+/** As {@link checkInput} for an index tensor: i32 only (the op contract), within the entry's maxBytes. */
+export function checkIndex(
+  host: OpHost,
+  op: OpName,
+  entry: KernelEntry<unknown>,
+  t: Tensor,
+  what: string,
+): void {
+  checkInput(host, op, INDEX_ENTRY, t, what);
+  if (entry.maxBytes !== undefined)
+    checkBytes(host, op, entry.maxBytes, t.byteLength, `${what} ${formatShape(t.shape)}`);
 }
 
-const INDEX_DTYPES: readonly DTypeName[] = [INDEX_DTYPE];
+/**
+ * @throws TpError E_UNSUPPORTED when `bytes` (of the tensor `what`) exceed a kernel's `maxBytes`,
+ *   before anything is allocated
+ */
+export function checkBytes(host: OpHost, op: OpName, maxBytes: number, bytes: number, what: string): void {
+  if (bytes > maxBytes) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op ${op} on backend ${host.name}: ${what} holds ${bytes} bytes; the kernel takes at most ${maxBytes} per tensor`,
+    );
+  }
+}
+
+/** The dtypes of an index tensor, as an entry for {@link checkInput}. */
+const INDEX_ENTRY: KernelEntry<unknown> = { dtypes: [INDEX_DTYPE], run: null };
 
 /** "x f32 [2, 3]": a tensor in messages (its name, else `fallback`). */
 export function shown(t: Tensor, fallback: string): string {

@@ -15,7 +15,7 @@ type UnaryOp = "silu" | "sigmoid";
 /** silu / sigmoid: x → a new tensor of x's shape. */
 export function unary(host: OpHost, op: UnaryOp, x: Tensor): Tensor {
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   const out = host.alloc(x.shape, x.dtype, x.name);
   try {
     k.run(out, x);
@@ -32,7 +32,7 @@ export function unary(host: OpHost, op: UnaryOp, x: Tensor): Tensor {
 export function gelu(host: OpHost, x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
   const op = "gelu";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   const approximate = options?.approximate ?? "none";
   if (approximate !== "none" && approximate !== "tanh") {
     throw opError(
@@ -55,8 +55,8 @@ export function gelu(host: OpHost, x: Tensor, options?: { approximate?: "none" |
 export function swiglu(host: OpHost, gate: Tensor, up: Tensor): Tensor {
   const op = "swiglu";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, gate, "gate");
-  checkInput(host, op, k.dtypes, up, "up");
+  checkInput(host, op, k, gate, "gate");
+  checkInput(host, op, k, up, "up");
   if (!sameShape(gate.shape, up.shape)) {
     throw opError(
       "E_SHAPE",
@@ -78,7 +78,7 @@ export function swiglu(host: OpHost, gate: Tensor, up: Tensor): Tensor {
 export function softmax(host: OpHost, x: Tensor, options?: { dim?: number } | null): Tensor {
   const op = "softmax";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   let d: number;
   try {
     d = normalizeDim(options?.dim ?? -1, x.rank);
@@ -101,7 +101,7 @@ export function scale(host: OpHost, x: Tensor, s: number): Tensor {
   const k = kernel(host, op);
   if (typeof s !== "number")
     throw opError("E_ARG", host.name, op, `the scale must be a number, got ${typeof s}`);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   const out = host.alloc(x.shape, x.dtype, x.name);
   try {
     k.run(out, x, s);
@@ -135,8 +135,8 @@ function broadcastView(host: OpHost, op: OpName, t: Tensor, shape: Shape, what: 
  */
 export function binary(host: OpHost, op: "add" | "sub" | "mul", a: Tensor, b: Tensor): Tensor {
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, a, "a");
-  checkInput(host, op, k.dtypes, b, "b");
+  checkInput(host, op, k, a, "a");
+  checkInput(host, op, k, b, "b");
   let shape: Shape = a.shape;
   if (!sameShape(a.shape, b.shape)) {
     try {
@@ -165,9 +165,9 @@ export function binary(host: OpHost, op: "add" | "sub" | "mul", a: Tensor, b: Te
 export function modulate(host: OpHost, x: Tensor, scaleT: Tensor, shift: Tensor): Tensor {
   const op = "modulate";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
-  checkInput(host, op, k.dtypes, scaleT, "scale");
-  checkInput(host, op, k.dtypes, shift, "shift");
+  checkInput(host, op, k, x, "x");
+  checkInput(host, op, k, scaleT, "scale");
+  checkInput(host, op, k, shift, "shift");
   const sv = broadcastView(host, op, scaleT, x.shape, "scale");
   const hv = broadcastView(host, op, shift, x.shape, "shift");
   const out = host.alloc(x.shape, x.dtype, x.name);

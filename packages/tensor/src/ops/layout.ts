@@ -3,18 +3,18 @@
  * Checks, output shape and dtype, then the kernel (for set: the destination view itself). Semantics:
  * `Backend` in ../backend.ts.
  */
-import { DTYPE_NAMES, type DTypeName } from "../dtype.ts";
+import { DTYPE_NAMES, type DTypeName, dtypeBytes } from "../dtype.ts";
 import { TpError } from "../errors.ts";
 import { booleanOption, checkSetArgs, integerOption, opError } from "../op-args.ts";
 import { formatShape, normalizeDim } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkInput, discard, kernel, type OpHost } from "./common.ts";
+import { checkBytes, checkInput, discard, kernel, type OpHost } from "./common.ts";
 
 /** A contiguous copy of any view (permute, transpose, slice, broadcast). @throws TpError E_STATE; E_UNSUPPORTED */
 export function copy(host: OpHost, x: Tensor): Tensor {
   const op = "copy";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   const out = host.alloc(x.shape, x.dtype, x.name);
   try {
     k.run(out, x);
@@ -32,7 +32,7 @@ export function copy(host: OpHost, x: Tensor): Tensor {
 export function slice(host: OpHost, x: Tensor, dim: number, start: number, end: number): Tensor {
   const op = "slice";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   if (!Number.isInteger(start) || !Number.isInteger(end)) {
     throw opError("E_ARG", host.name, op, `start and end must be integers, got ${start} and ${end}`);
   }
@@ -65,8 +65,7 @@ export function concat(host: OpHost, tensors: readonly Tensor[], dim: number): T
     throw opError("E_ARG", host.name, op, "needs at least one tensor");
   }
   const first = tensors[0] as Tensor;
-  for (let i = 0; i < tensors.length; i++)
-    checkInput(host, op, k.dtypes, tensors[i] as Tensor, `tensors[${i}]`);
+  for (let i = 0; i < tensors.length; i++) checkInput(host, op, k, tensors[i] as Tensor, `tensors[${i}]`);
   const shapes = () => tensors.map((t) => formatShape(t.shape)).join(", ");
   for (const t of tensors) {
     if (t.dtype !== first.dtype) {
@@ -111,8 +110,8 @@ export function concat(host: OpHost, tensors: readonly Tensor[], dim: number): T
 export function set(host: OpHost, dst: Tensor, src: Tensor): void {
   const op = "set";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, dst, "dst");
-  checkInput(host, op, k.dtypes, src, "src");
+  checkInput(host, op, k, dst, "dst");
+  checkInput(host, op, k, src, "src");
   checkSetArgs(host.name, dst, src);
   if (src.numel > 0) k.run(dst, src);
 }
@@ -151,6 +150,10 @@ export function cast(
       `no conversion ${x.dtype} → ${dtype} (it converts between ${k.dtypes.join(", ")})`,
     );
   }
+  if (k.maxBytes !== undefined) {
+    checkBytes(host, op, k.maxBytes, x.byteLength, `x ${formatShape(x.shape)}`);
+    checkBytes(host, op, k.maxBytes, x.numel * dtypeBytes(dtype), `the ${dtype} output`);
+  }
   const out = host.alloc(x.shape, dtype, x.name);
   try {
     k.run(out, x, saturate);
@@ -167,7 +170,7 @@ export function cast(
 export function upsampleNearest2d(host: OpHost, x: Tensor, factor: number): Tensor {
   const op = "upsample_nearest2d";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   if (x.rank < 2)
     throw opError("E_SHAPE", host.name, op, `x ${formatShape(x.shape)} needs at least two dimensions`);
   const f = integerOption(host.name, op, "factor", factor, 1, 2 ** 16);

@@ -29,8 +29,8 @@ export function matmul(host: OpHost, x: Tensor, w: Weight, options?: { bias?: Te
   const op = "matmul";
   const k = kernel(host, op);
   const bias = options?.bias ?? null;
-  checkInput(host, op, k.dtypes, x, "x");
-  if (bias !== null) checkInput(host, op, k.dtypes, bias, "bias");
+  checkInput(host, op, k, x, "x");
+  if (bias !== null) checkInput(host, op, k, bias, "bias");
   checkWeight(host, op, k.weightFormats, w);
   const [n, kk] = w.shape;
   if (x.rank < 1 || x.shape[x.rank - 1] !== kk) {
@@ -68,7 +68,7 @@ export function matmul(host: OpHost, x: Tensor, w: Weight, options?: { bias?: Te
 export function embedding(host: OpHost, table: Weight, ids: Tensor): Tensor {
   const op = "embedding";
   const k = kernel(host, op);
-  checkIndex(host, op, ids, "ids");
+  checkIndex(host, op, k, ids, "ids");
   checkWeight(host, op, k.weightFormats, table);
   const shape = ids.shape.slice();
   shape.push(table.shape[1]);
@@ -105,9 +105,9 @@ export function attention(
   const op = "attention";
   const entry = kernel(host, op);
   const options = opts ?? {};
-  checkInput(host, op, entry.dtypes, q, "q");
-  checkInput(host, op, entry.dtypes, k, "k");
-  checkInput(host, op, entry.dtypes, v, "v");
+  checkInput(host, op, entry, q, "q");
+  checkInput(host, op, entry, k, "k");
+  checkInput(host, op, entry, v, "v");
   if (q.rank !== 4 || k.rank !== 4 || v.rank !== 4)
     throw qkvError(host, q, k, v, "each must be [batch, heads, seq_len, head_dim]");
   const [batch, heads, sq, d] = q.shape as [number, number, number, number];
@@ -198,9 +198,9 @@ export function conv2d(
   const k = kernel(host, op);
   const options = opts ?? {};
   const bias = b ?? null;
-  checkInput(host, op, k.dtypes, x, "x");
-  checkInput(host, op, k.dtypes, weight, "weight");
-  if (bias !== null) checkInput(host, op, k.dtypes, bias, "bias");
+  checkInput(host, op, k, x, "x");
+  checkInput(host, op, k, weight, "weight");
+  if (bias !== null) checkInput(host, op, k, bias, "bias");
   const all = `x ${formatShape(x.shape)}, weight ${formatShape(weight.shape)}`;
   if (x.rank !== 4 || weight.rank !== 4) {
     throw opError(
@@ -257,8 +257,8 @@ const NO_SECTIONS: readonly number[] = Object.freeze([]);
 export function rope(host: OpHost, x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
   const op = "rope";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
-  checkIndex(host, op, positions, "positions");
+  checkInput(host, op, k, x, "x");
+  checkIndex(host, op, k, positions, "positions");
   if (x.rank !== 4) {
     throw opError(
       "E_SHAPE",

@@ -41,8 +41,8 @@ export function rmsNorm(
   const op = "rms_norm";
   const k = kernel(host, op);
   const weight = w ?? null;
-  checkInput(host, op, k.dtypes, x, "x");
-  if (weight !== null) checkInput(host, op, k.dtypes, weight, "weight");
+  checkInput(host, op, k, x, "x");
+  if (weight !== null) checkInput(host, op, k, weight, "weight");
   affine(host, op, x, lastDim(host, op, x), weight, "weight", "last dimension");
   const eps = epsOption(host.name, op, options?.eps);
   const unitOffset = booleanOption(host.name, op, "unitOffset", options?.unitOffset, false);
@@ -70,9 +70,9 @@ export function layerNorm(
   const k = kernel(host, op);
   const weight = w ?? null;
   const bias = b ?? null;
-  checkInput(host, op, k.dtypes, x, "x");
-  if (weight !== null) checkInput(host, op, k.dtypes, weight, "weight");
-  if (bias !== null) checkInput(host, op, k.dtypes, bias, "bias");
+  checkInput(host, op, k, x, "x");
+  if (weight !== null) checkInput(host, op, k, weight, "weight");
+  if (bias !== null) checkInput(host, op, k, bias, "bias");
   const d = lastDim(host, op, x);
   affine(host, op, x, d, weight, "weight", "last dimension");
   affine(host, op, x, d, bias, "bias", "last dimension");
@@ -103,9 +103,9 @@ export function groupNorm(
   const k = kernel(host, op);
   const weight = w ?? null;
   const bias = b ?? null;
-  checkInput(host, op, k.dtypes, x, "x");
-  if (weight !== null) checkInput(host, op, k.dtypes, weight, "weight");
-  if (bias !== null) checkInput(host, op, k.dtypes, bias, "bias");
+  checkInput(host, op, k, x, "x");
+  if (weight !== null) checkInput(host, op, k, weight, "weight");
+  if (bias !== null) checkInput(host, op, k, bias, "bias");
   if (x.rank < 2) {
     throw opError(
       "E_SHAPE",

@@ -28,7 +28,7 @@ function rowLength(host: OpHost, op: string, x: Tensor, needValues: boolean): nu
 export function argmax(host: OpHost, x: Tensor): Tensor {
   const op = "argmax";
   const k = kernel(host, op);
-  checkInput(host, op, k.dtypes, x, "x");
+  checkInput(host, op, k, x, "x");
   rowLength(host, op, x, true);
   const out = host.alloc(x.shape.slice(0, -1), INDEX_DTYPE, x.name);
   try {
@@ -47,7 +47,7 @@ export function argmax(host: OpHost, x: Tensor): Tensor {
 export function topK(host: OpHost, x: Tensor, k: number): { values: Tensor; indices: Tensor } {
   const op = "top_k";
   const entry = kernel(host, op);
-  checkInput(host, op, entry.dtypes, x, "x");
+  checkInput(host, op, entry, x, "x");
   const n = rowLength(host, op, x, false);
   const kk = integerOption(host.name, op, "k", k, 0, n);
   if (kk > 0) rowLength(host, op, x, true);
