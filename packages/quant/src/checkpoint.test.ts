@@ -12,6 +12,7 @@ import {
   AUTO_CONVROT_GROUP_SIZES,
   comfyQuantMarker,
   describeAutoGroups,
+  describeQuantizeReport,
   planQuantization,
   quantizeCheckpoint,
 } from "./checkpoint.ts";
@@ -170,6 +171,9 @@ describe("rotation group chosen per layer when none is given", () => {
       const out = join(tmp.dir, `widths_${format}.safetensors`);
       const report = quantizeCheckpoint(src, out, { format, layers });
       expect(report.groups).toEqual({ "256": 1, "64": 1, "16": 3 });
+      expect(describeQuantizeReport(report)).toContain(
+        `: 5 layers ${format} (1×g256, 1×g64, 3×g16), 0 tensors copied`,
+      );
       expect(report.autoGroups).toEqual([
         { layer: "a", k: 768, groupSize: 256 },
         { layer: "b", k: 192, groupSize: 64 },

@@ -604,9 +604,10 @@ export function describeAutoGroups(r: Pick<QuantizeReport, "autoGroups">, names 
   return lines;
 }
 
-/** One line for people: `wrote out.safetensors: 48 layers int8_convrot (groups 256×32, 16×16), …`. */
+/** One line for people, largest group first: `wrote out.safetensors: 48 layers int8_convrot (20×g256, 28×g16), …`. */
 export function describeQuantizeReport(r: QuantizeReport): string {
   const groups = Object.entries(r.groups)
+    .sort(([a], [b]) => Number(b) - Number(a))
     .map(([g, n]) => (g === "0" ? `${n}` : `${n}×g${g}`))
     .join(", ");
   return `wrote ${r.output}: ${r.quantized} layers ${r.format} (${groups}), ${r.copied} tensors copied, ${formatBytes(r.bytesIn)} → ${formatBytes(r.bytesOut)} in ${r.seconds.toFixed(2)} s`;
