@@ -15,6 +15,7 @@ import { TpError } from "@tp/tensor";
 import {
   check,
   checkInt32,
+  checkName,
   checkCount as count,
   NATIVE_WEIGHT_FORMATS,
   type NativeContext,
@@ -667,15 +668,15 @@ export function topKF32(
   check(ctx, ctx.lib.raw.tp_cpu_top_k_f32(ctx.handle, px, pv, pi, rows, n, k));
 }
 
-/** The weight formats with a repacked layout (tp.h tp_weight_repack_bytes). */
-export type RepackFormat = "q8_0" | "q4_0";
+/** The weight formats with a repacked layout (tp.h tp_weight_repack_bytes) and their tp_wformat codes. */
+const REPACK_FORMATS = { q8_0: NATIVE_WEIGHT_FORMATS.q8_0, q4_0: NATIVE_WEIGHT_FORMATS.q4_0 } as const;
 
-/** The tp_wformat code of a {@link RepackFormat}, or E_ARG naming `op`. */
+/** A weight format of {@link REPACK_FORMATS}. */
+export type RepackFormat = keyof typeof REPACK_FORMATS;
+
+/** The tp_wformat code of a {@link RepackFormat}, or E_ARG naming `op` and the two formats. */
 function repackCode(op: string, format: RepackFormat): number {
-  if (format !== "q8_0" && format !== "q4_0") {
-    throw new TpError("E_ARG", `${op}: repacked weights are q8_0 or q4_0, got ${JSON.stringify(format)}`);
-  }
-  return NATIVE_WEIGHT_FORMATS[format];
+  return REPACK_FORMATS[checkName(op, "repacked weight format", REPACK_FORMATS, format)];
 }
 
 /**
