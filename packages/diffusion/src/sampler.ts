@@ -39,12 +39,8 @@ export type VelocityModel = (x: Tensor, sigma: number, cond: CondKind) => Tensor
  */
 export function flowDenoiser(backend: Backend, model: VelocityModel): Denoiser {
   return async (x, sigma, cond) => {
-    const v = await model(x, sigma, cond);
-    const vs = backend.scale(v, sigma);
-    backend.free(v);
-    const den = backend.sub(x, vs);
-    backend.free(vs);
-    return den;
+    using v = await model(x, sigma, cond);
+    return backend.scope(() => backend.sub(x, backend.scale(v, sigma)));
   };
 }
 
@@ -114,44 +110,40 @@ export async function sampleEuler(
   };
 
   let cur = backend.copy(x);
-  for (let i = 0; i < steps; i++) {
-    const sigma = sigmas[i] as number;
-    const sigmaNext = sigmas[i + 1] as number;
-    // 1–2. model call(s) and CFG: den = den_u + (den_c − den_u)·cfg (comfy/samplers.py cfg_function)
-    let den = await denoiser(cur, sigma, "positive");
-    checkShape(den, "positive");
-    if (useCfg) {
-      const denU = await denoiser(cur, sigma, "negative");
-      checkShape(denU, "negative");
-      const diff = backend.sub(den, denU);
-      backend.free(den);
-      const scaled = backend.scale(diff, cfg);
-      backend.free(diff);
-      den = backend.add(denU, scaled);
-      backend.free(denU);
-      backend.free(scaled);
+  try {
+    for (let i = 0; i < steps; i++) {
+      const sigma = sigmas[i] as number;
+      const sigmaNext = sigmas[i + 1] as number;
+      // 1–2. model call(s) and CFG: den = den_u + (den_c − den_u)·cfg (comfy/samplers.py cfg_function)
+      using denC = await denoiser(cur, sigma, "positive");
+      checkShape(denC, "positive");
+      using denU = useCfg ? await denoiser(cur, sigma, "negative") : null;
+      if (denU) checkShape(denU, "negative");
+      using den = denU
+        ? backend.scope(() => backend.add(denU, backend.scale(backend.sub(denC, denU), cfg)))
+        : null;
+      const denoised = den ?? denC;
+      // 3. d = (x − den)/σ (k_diffusion to_d); x = x + d·(σ' − σ), dt = f32(σ' − σ)
+      const next = backend.scope(() => {
+        const d = backend.scale(backend.sub(cur, denoised), Math.fround(1 / sigma));
+        return backend.add(cur, backend.scale(d, Math.fround(sigmaNext - sigma)));
+      });
+      cur[Symbol.dispose]();
+      cur = next;
+      if (options.onStep) await options.onStep({ step: i, steps, sigma, sigmaNext, x: cur, denoised });
     }
-    // 3. d = (x − den)/σ (k_diffusion to_d); x = x + d·(σ' − σ), dt = f32(σ' − σ)
-    const diff = backend.sub(cur, den);
-    const d = backend.scale(diff, Math.fround(1 / sigma));
-    backend.free(diff);
-    const step = backend.scale(d, Math.fround(sigmaNext - sigma));
-    backend.free(d);
-    const next = backend.add(cur, step);
-    backend.free(step);
-    backend.free(cur);
-    cur = next;
-    if (options.onStep) await options.onStep({ step: i, steps, sigma, sigmaNext, x: cur, denoised: den });
-    backend.free(den);
+    const last = sigmas[steps] as number;
+    if (last !== 0) {
+      // CONST.inverse_noise_scaling: x / (1 − σ_last); a no-op for schedules ending in 0.
+      const out = backend.scale(cur, Math.fround(1 / Math.fround(1 - last)));
+      cur[Symbol.dispose]();
+      cur = out;
+    }
+    return cur;
+  } catch (e) {
+    cur[Symbol.dispose]();
+    throw e;
   }
-  const last = sigmas[steps] as number;
-  if (last !== 0) {
-    // CONST.inverse_noise_scaling: x / (1 − σ_last); a no-op for schedules ending in 0.
-    const out = backend.scale(cur, Math.fround(1 / Math.fround(1 - last)));
-    backend.free(cur);
-    cur = out;
-  }
-  return cur;
 }
 
 /**

@@ -488,37 +488,7 @@ export function loadKrea2(path: string, options: LoadKrea2Options): Krea2Dit {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Small helpers: tensor lifetimes and host-side inputs
-
-/**
- * Run `f` with a list that collects the tensors it creates; free them all afterwards except the
- * storage of the result (a tensor, or an object / array of tensors). Views are not tracked: a view
- * lives and dies with the tensor it looks into.
- */
-function scoped<T>(backend: Backend, f: (own: <U extends Tensor>(t: U) => U) => T): T {
-  const owned: Tensor[] = [];
-  const own = <U extends Tensor>(t: U): U => {
-    owned.push(t);
-    return t;
-  };
-  let result: T;
-  try {
-    result = f(own);
-  } catch (e) {
-    for (const t of owned) if (!t.storage.freed) backend.free(t);
-    throw e;
-  }
-  const keep = new Set<unknown>();
-  const visit = (v: unknown): void => {
-    if (v !== null && typeof v === "object") {
-      if ("storage" in v && "layout" in v) keep.add((v as Tensor).storage);
-      else for (const x of Object.values(v)) visit(x);
-    }
-  };
-  visit(result);
-  for (const t of owned) if (!keep.has(t.storage) && !t.storage.freed) backend.free(t);
-  return result;
-}
+// Small helpers: host-side inputs
 
 /**
  * Flux's sinusoidal timestep embedding of `sigmas` in f32 on the host: `s = 1000·σ`,
@@ -581,6 +551,9 @@ export function krea2RopeOptions(config: Pick<Krea2Config, "axes_dim" | "theta" 
 // ---------------------------------------------------------------------------------------------------
 // The network, top to bottom (krea2.md §3.2–3.6)
 
+/** Copies of module outputs made inside a scope, for {@link Krea2ForwardOptions.capture}. */
+type Captured = [Krea2Intermediate, Tensor][];
+
 interface Rope {
   /** i32 [3, L]. */
   readonly positions: Tensor;
@@ -597,31 +570,29 @@ function linear(b: Backend, x: Tensor, l: Linear): Tensor {
  */
 function attention(b: Backend, x: Tensor, p: AttentionParams, eps: number, rope?: Rope): Tensor {
   const [B, L] = x.shape as [number, number, number];
-  return scoped(b, (own) => {
+  return b.scope(() => {
     const norm = { eps, unitOffset: true };
     // [B, L, heads, head_dim]; per-head RMSNorm (1 + scale), then RoPE on q and k
-    let q = own(b.rmsNorm(own(b.matmul(x, p.wq)).reshape(B, L, p.heads, p.headDim), p.qnorm, norm));
-    let k = own(b.rmsNorm(own(b.matmul(x, p.wk)).reshape(B, L, p.kvheads, p.headDim), p.knorm, norm));
-    const v = own(b.matmul(x, p.wv)).reshape(B, L, p.kvheads, p.headDim);
-    const gate = own(b.matmul(x, p.gate)); // [B, L, heads·head_dim]
+    let q = b.rmsNorm(b.matmul(x, p.wq).reshape(B, L, p.heads, p.headDim), p.qnorm, norm);
+    let k = b.rmsNorm(b.matmul(x, p.wk).reshape(B, L, p.kvheads, p.headDim), p.knorm, norm);
+    const v = b.matmul(x, p.wv).reshape(B, L, p.kvheads, p.headDim);
+    const gate = b.matmul(x, p.gate); // [B, L, heads·head_dim]
     if (rope) {
-      q = own(b.rope(q, rope.positions, rope.options));
-      k = own(b.rope(k, rope.positions, rope.options));
+      q = b.rope(q, rope.positions, rope.options);
+      k = b.rope(k, rope.positions, rope.options);
     }
     // [B, heads, L, head_dim]; query head h uses KV head ⌊h / (heads / kvheads)⌋ (repeat_interleave)
-    const o = own(b.attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3)));
+    const o = b.attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3));
     // heads concatenated head-major: [B, L, heads·head_dim]
-    const merged = own(b.copy(o.permute(0, 2, 1, 3))).reshape(B, L, p.heads * p.headDim);
-    const gated = own(b.mul(merged, own(b.sigmoid(gate))));
+    const merged = b.copy(o.permute(0, 2, 1, 3)).reshape(B, L, p.heads * p.headDim);
+    const gated = b.mul(merged, b.sigmoid(gate));
     return b.matmul(gated, p.wo);
   });
 }
 
 /** SwiGLU: down(silu(gate(x)) ⊙ up(x)) (ComfyUI `SwiGLU`). x: [..., D] → [..., D]. */
 function mlp(b: Backend, x: Tensor, p: MlpParams): Tensor {
-  return scoped(b, (own) =>
-    b.matmul(own(b.swiglu(own(b.matmul(x, p.gate)), own(b.matmul(x, p.up)))), p.down),
-  );
+  return b.scope(() => b.matmul(b.swiglu(b.matmul(x, p.gate), b.matmul(x, p.up)), p.down));
 }
 
 /**
@@ -629,10 +600,10 @@ function mlp(b: Backend, x: Tensor, p: MlpParams): Tensor {
  * x += Attn(rmsnorm(x)·(1+prenorm)); x += MLP(rmsnorm(x)·(1+postnorm)). x: [B, L, D] → [B, L, D].
  */
 function textBlock(b: Backend, x: Tensor, p: TextBlockParams, eps: number): Tensor {
-  return scoped(b, (own) => {
+  return b.scope(() => {
     const norm = { eps, unitOffset: true };
-    const h = own(b.add(x, own(attention(b, own(b.rmsNorm(x, p.prenorm, norm)), p.attn, eps))));
-    return b.add(h, own(mlp(b, own(b.rmsNorm(h, p.postnorm, norm)), p.mlp)));
+    const h = b.add(x, attention(b, b.rmsNorm(x, p.prenorm, norm), p.attn, eps));
+    return b.add(h, mlp(b, b.rmsNorm(h, p.postnorm, norm), p.mlp));
   });
 }
 
@@ -650,16 +621,16 @@ function singleStreamBlock(
   rope: Rope,
 ): Tensor {
   const F = x.shape[2] as number;
-  return scoped(b, (own) => {
+  return b.scope(() => {
     const norm = { eps, unitOffset: true };
-    const m = own(b.add(tvec, p.mod)); // [B, 1, 6F]
+    const m = b.add(tvec, p.mod); // [B, 1, 6F]
     const [prescale, preshift, pregate, postscale, postshift, postgate] = [0, 1, 2, 3, 4, 5].map((i) =>
       m.slice(2, i * F, (i + 1) * F),
     ) as [Tensor, Tensor, Tensor, Tensor, Tensor, Tensor];
-    const a = own(b.modulate(own(b.rmsNorm(x, p.prenorm, norm)), prescale, preshift));
-    const h = own(b.add(x, own(b.mul(pregate, own(attention(b, a, p.attn, eps, rope))))));
-    const c = own(b.modulate(own(b.rmsNorm(h, p.postnorm, norm)), postscale, postshift));
-    return b.add(h, own(b.mul(postgate, own(mlp(b, c, p.mlp)))));
+    const a = b.modulate(b.rmsNorm(x, p.prenorm, norm), prescale, preshift);
+    const h = b.add(x, b.mul(pregate, attention(b, a, p.attn, eps, rope)));
+    const c = b.modulate(b.rmsNorm(h, p.postnorm, norm), postscale, postshift);
+    return b.add(h, b.mul(postgate, mlp(b, c, p.mlp)));
   });
 }
 
@@ -768,12 +739,10 @@ export class Krea2Dit implements Disposable {
       throw new TpError("E_ARG", `Krea 2 sigmas must be finite numbers, got [${list.join(", ")}]`);
     }
     const B = list.length;
-    return scoped(b, (own) => {
-      const e = own(
-        b.upload(krea2TimestepEmbedding(list, this.config.tdim), [B, 1, this.config.tdim], "f32"),
-      );
-      const t = linear(b, own(b.gelu(own(linear(b, e, p.tmlp0)), { approximate: "tanh" })), p.tmlp2);
-      const tvec = linear(b, own(b.gelu(t, { approximate: "tanh" })), p.tproj1);
+    return b.scope(() => {
+      const e = b.upload(krea2TimestepEmbedding(list, this.config.tdim), [B, 1, this.config.tdim], "f32");
+      const t = linear(b, b.gelu(linear(b, e, p.tmlp0), { approximate: "tanh" }), p.tmlp2);
+      const tvec = linear(b, b.gelu(t, { approximate: "tanh" }), p.tproj1);
       return { t, tvec };
     });
   }
@@ -791,29 +760,43 @@ export class Krea2Dit implements Disposable {
    */
   encodeText(context: Tensor, capture?: Krea2ForwardOptions["capture"]): Tensor {
     this.live();
-    const b = this.backend;
-    const p = this.params;
-    const { txtlayers: n, txtdim: d, eps } = this.config;
+    this.#checkContext(context);
+    const captured: Captured = [];
+    const txt = this.#textSide(context, capture ? captured : null);
+    for (const [name, t] of captured) capture?.(name, t);
+    return txt;
+  }
+
+  /** @throws TpError E_SHAPE unless `context` is [B, S, txtlayers·txtdim] */
+  #checkContext(context: Tensor): void {
+    const { txtlayers: n, txtdim: d } = this.config;
     if (context.rank !== 3 || context.shape[2] !== n * d) {
       throw new TpError(
         "E_SHAPE",
         `Krea 2 expects conditioning [batch, seq, ${n}×${d} = ${n * d}] (a ${n}-layer Qwen3-VL stack), got [${context.shape}]`,
       );
     }
+  }
+
+  /** {@link encodeText} after its checks; copies of module outputs go to `captured` (when given). */
+  #textSide(context: Tensor, captured: Captured | null): Tensor {
+    const b = this.backend;
+    const p = this.params;
+    const { txtlayers: n, txtdim: d, eps } = this.config;
     const [B, S] = context.shape as [number, number, number];
-    return scoped(b, (own) => {
+    return b.scope(() => {
       // [B·S, taps, txtdim]: each token's taps form one sequence
-      let x = own(b.copy(context)).reshape(B * S, n, d);
-      for (const blk of p.layerwise) x = own(textBlock(b, x, blk, eps));
+      let x = b.copy(context).reshape(B * S, n, d);
+      for (const blk of p.layerwise) x = textBlock(b, x, blk, eps);
       // projector over the tap axis: [B·S, txtdim, taps] · [1, taps]ᵀ → [B, S, txtdim]
-      let u = own(b.matmul(x.permute(0, 2, 1), p.projector)).reshape(B, S, d);
-      for (const blk of p.refiner) u = own(textBlock(b, u, blk, eps));
-      capture?.("txtfusion", b.copy(u));
-      const h = own(linear(b, own(b.rmsNorm(u, p.txtmlpNorm, { eps, unitOffset: true })), p.txtmlp1));
-      const txt = linear(b, own(b.gelu(h, { approximate: "tanh" })), p.txtmlp3);
-      capture?.("txtmlp", b.copy(txt));
-      return txt;
-    });
+      let u = b.matmul(x.permute(0, 2, 1), p.projector).reshape(B, S, d);
+      for (const blk of p.refiner) u = textBlock(b, u, blk, eps);
+      captured?.push(["txtfusion", b.copy(u)]);
+      const h = linear(b, b.rmsNorm(u, p.txtmlpNorm, { eps, unitOffset: true }), p.txtmlp1);
+      const txt = linear(b, b.gelu(h, { approximate: "tanh" }), p.txtmlp3);
+      captured?.push(["txtmlp", b.copy(txt)]);
+      return { txt, captured }; // the copies outlive the scope with the result
+    }).txt;
   }
 
   /**
@@ -854,64 +837,62 @@ export class Krea2Dit implements Disposable {
     const H = x.shape[x.rank - 2] as number;
     const W = x.shape[x.rank - 1] as number;
     const P = c.patch;
-    return scoped(b, (own) => {
+    // Copies of module outputs are made inside the scope and handed to `capture` once it closes.
+    const captured: Captured = [];
+    const keep = capture ? captured : null;
+    const v = b.scope(() => {
       // 1. circular padding of odd sizes (pad_to_patch_size): row H = row 0, column W = column 0
       let img = temporal ? x.reshape(B, c.channels, H, W) : x;
-      if (H % P !== 0) img = own(b.concat([img, img.slice(2, 0, P - (H % P))], 2));
-      if (W % P !== 0) img = own(b.concat([img, img.slice(3, 0, P - (W % P))], 3));
+      if (H % P !== 0) img = b.concat([img, img.slice(2, 0, P - (H % P))], 2);
+      if (W % P !== 0) img = b.concat([img, img.slice(3, 0, P - (W % P))], 3);
       const h = Math.ceil(H / P);
       const w = Math.ceil(W / P);
       // 2. patchify "b c (h ph) (w pw) -> b (h w) (c ph pw)": [B, h·w, channels·P²]
-      const patches = own(b.copy(img.reshape(B, c.channels, h, P, w, P).permute(0, 2, 4, 1, 3, 5))).reshape(
-        B,
-        h * w,
-        c.channels * P * P,
-      );
+      const patches = b
+        .copy(img.reshape(B, c.channels, h, P, w, P).permute(0, 2, 4, 1, 3, 5))
+        .reshape(B, h * w, c.channels * P * P);
       // 3. patch embedding [B, h·w, F]
-      const first = own(linear(b, patches, p.first));
-      capture?.("first", b.copy(first));
+      const first = linear(b, patches, p.first);
+      keep?.push(["first", b.copy(first)]);
       // 4. timestep [B, 1, F] and the AdaLN-single vector [B, 1, 6F]
       const { t, tvec } = this.embedTimestep(sigmaList);
-      own(t);
-      own(tvec);
-      capture?.("tmlp", b.copy(t));
-      capture?.("tproj", b.copy(tvec));
+      keep?.push(["tmlp", b.copy(t)], ["tproj", b.copy(tvec)]);
       // 5. text [B, S, F]
       let txt = options.txt;
       if (txt === undefined) {
         if (context === null) throw new TpError("E_ARG", "Krea 2 forward needs a context or options.txt");
-        txt = own(this.encodeText(context, capture));
+        this.#checkContext(context);
+        txt = this.#textSide(context, keep);
       } else if (txt.rank !== 3 || txt.shape[0] !== B || txt.shape[2] !== c.features) {
         throw new TpError("E_SHAPE", `Krea 2 txt must be [${B}, seq, ${c.features}], got [${txt.shape}]`);
       }
       const S = txt.shape[1] as number;
       // 6–7. joint sequence, text first, and its 3-axis positions
-      let X = own(b.concat([txt, first], 1)); // [B, S + h·w, F]
+      let X = b.concat([txt, first], 1); // [B, S + h·w, F]
       const rope: Rope = {
-        positions: own(b.upload(krea2Positions(S, h, w), [3, S + h * w], "i32")),
+        positions: b.upload(krea2Positions(S, h, w), [3, S + h * w], "i32"),
         options: krea2RopeOptions(c),
       };
       // 8. the single-stream blocks
       p.blocks.forEach((blk, i) => {
-        X = own(singleStreamBlock(b, X, tvec, blk, c.eps, rope));
-        capture?.(`block${i}`, b.copy(X));
+        X = singleStreamBlock(b, X, tvec, blk, c.eps, rope);
+        keep?.push([`block${i}`, b.copy(X)]);
       });
       // 9. final layer on the image rows: scale = t + lin[0], shift = t + lin[1] (t, not tvec)
-      const scale = own(b.add(t, p.lastModulation.slice(0, 0, 1)));
-      const shift = own(b.add(t, p.lastModulation.slice(0, 1, 2)));
-      const normed = own(b.rmsNorm(X.slice(1, S, S + h * w), p.lastNorm, { eps: c.eps, unitOffset: true }));
-      const out = own(linear(b, own(b.modulate(normed, scale, shift)), p.last)); // [B, h·w, P²·channels]
-      capture?.("last", b.copy(out));
+      const scale = b.add(t, p.lastModulation.slice(0, 0, 1));
+      const shift = b.add(t, p.lastModulation.slice(0, 1, 2));
+      const normed = b.rmsNorm(X.slice(1, S, S + h * w), p.lastNorm, { eps: c.eps, unitOffset: true });
+      const out = linear(b, b.modulate(normed, scale, shift), p.last); // [B, h·w, P²·channels]
+      keep?.push(["last", b.copy(out)]);
       // 10. unpatchify "b (h w) (c ph pw) -> b c (h ph) (w pw)" and crop the padding
-      const full = own(b.copy(out.reshape(B, h, w, c.channels, P, P).permute(0, 3, 1, 4, 2, 5))).reshape(
-        B,
-        c.channels,
-        h * P,
-        w * P,
-      );
-      const v = h * P === H && w * P === W ? full : own(b.copy(full.slice(2, 0, H).slice(3, 0, W)));
-      return temporal ? v.reshape(B, c.channels, 1, H, W) : v;
-    });
+      const full = b
+        .copy(out.reshape(B, h, w, c.channels, P, P).permute(0, 3, 1, 4, 2, 5))
+        .reshape(B, c.channels, h * P, w * P);
+      const cropped = h * P === H && w * P === W ? full : b.copy(full.slice(2, 0, H).slice(3, 0, W));
+      return { v: temporal ? cropped.reshape(B, c.channels, 1, H, W) : cropped, captured };
+    }).v;
+    for (const [name, t] of captured) capture?.(name, t);
+    return v;
   }
 
   /** {@link dispose}, for `using`. */
