@@ -640,7 +640,8 @@ function typedPointer(
   allowEmpty = false,
 ): Pointer | null {
   if (!(view instanceof type)) {
-    throw new TpError("E_ARG", `${fn}: ${name} must be a ${type.name}, got ${describe(view)}`);
+    const article = type.name.startsWith("I") ? "an" : "a";
+    throw new TpError("E_ARG", `${fn}: ${name} must be ${article} ${type.name}, got ${describe(view)}`);
   }
   if (view.length < count) {
     throw new TpError("E_ARG", `${fn}: ${name} holds ${view.length} values, ${count} are needed`);

@@ -26,7 +26,10 @@ import {
   cpuFeatureNames,
   loadCpuLibrary,
   type NativeContext,
+  type NativeWeight,
+  type NativeWeightFormat,
 } from "./ffi.ts";
+import { repackBytes } from "./ops/native.ts";
 
 // ---- setup ---------------------------------------------------------------------------------------
 
@@ -766,6 +769,95 @@ describe("argument checks (TpError, never a crash)", () => {
     expect(all.threads).toBe(lib.cpuCount());
     expect(all.isa).toBe("scalar");
     all.destroy();
+  });
+});
+
+describe("the shared argument checks of the wrappers", () => {
+  const ctx = () => ctxFor(BEST_ISA, 2);
+
+  test("a name that selects a tp.h code is E_ARG listing the valid names", () => {
+    const cases: [() => unknown, string][] = [
+      [
+        () => lib.createContext(1, "sse" as CpuIsa),
+        'createContext: unknown maxIsa "sse"; expected one of: scalar, avx2, avx512',
+      ],
+      [
+        () => lib.weightRowBytes("q9_z" as NativeWeightFormat, 32),
+        'weightRowBytes: unknown weight format "q9_z"; expected one of: f32, f16, bf16, f8_e4m3fn, f8_e5m2, ' +
+          "int8_convrot, int4_convrot, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k",
+      ],
+      [
+        () => ctx().quantizeActivations("q8_2" as "q8_0", new Float32Array(32), 1, 32, new Uint8Array(34)),
+        'quantizeActivations: unknown type "q8_2"; expected one of: q8_0, q8_1, q8_k',
+      ],
+      [
+        () => repackBytes(ctx(), "q4_k" as "q4_0", 16, 64),
+        'repack: unknown repacked weight format "q4_k"; expected one of: q8_0, q4_0',
+      ],
+      [
+        () => ctx().cast(new Float32Array(1), "f32", new Uint16Array(1), 7 as unknown as CastDtype, 1),
+        "cast: unknown dstDtype 7; expected one of: f32, f16, bf16, f8_e4m3fn, f8_e5m2",
+      ],
+    ];
+    for (const [fn, message] of cases) {
+      const e = thrown(fn);
+      expect([e.code, e.message]).toEqual(["E_ARG", message]);
+    }
+  });
+
+  test("typed views of the weight wrappers: the type and the element count, before any pointer", () => {
+    const w: NativeWeight = {
+      format: "f32",
+      n: 4,
+      k: 8,
+      data: new Uint8Array(128),
+      scale: null,
+      group: 0,
+    };
+    const out = new Float32Array(16);
+    const cases: [() => unknown, string][] = [
+      [() => ctx().getRows(w, Int32Array.from([0]), 2, out), "getRows: ids holds 1 values, 2 are needed"],
+      [
+        () => ctx().getRows(w, Uint32Array.from([0, 1]) as unknown as Int32Array, 2, out),
+        "getRows: ids must be an Int32Array, got Uint32Array(2)",
+      ],
+      [() => ctx().getRows(w, null, 2, new Float32Array(15)), "getRows: out holds 15 values, 16 are needed"],
+      [
+        () => ctx().getRows(w, null, 5, new Float32Array(40)),
+        "getRows: nIds = 5 rows without ids, but the weight has n = 4",
+      ],
+      [
+        () =>
+          ctx().convRotQuantize(new Float32Array(32), 2, 16, 8, 16, new Int8Array(31), new Float32Array(2)),
+        "convRotQuantize: codes holds 31 values, 32 are needed",
+      ],
+      [
+        () =>
+          ctx().convRotQuantize(
+            new Float32Array(32),
+            2,
+            16,
+            8,
+            16,
+            new Uint8Array(32) as unknown as Int8Array,
+            new Float32Array(2),
+          ),
+        "convRotQuantize: codes must be an Int8Array, got Uint8Array(32)",
+      ],
+      [
+        () => ctx().matmul(new Float32Array(8), 1, w, null, [0, 0, 0, 0] as unknown as Float32Array),
+        "matmul: y must be a Float32Array, got object",
+      ],
+    ];
+    for (const [fn, message] of cases) {
+      const e = thrown(fn);
+      expect([e.code, e.message]).toEqual(["E_ARG", message]);
+    }
+    // n = 0 rows pass no pointer: empty views are fine then
+    ctx().getRows(w, new Int32Array(0), 0, new Float32Array(0));
+    const rows = new Float32Array(8).fill(Number.NaN);
+    ctx().getRows(w, Int32Array.from([3]), 1, rows);
+    expect(Array.from(rows)).toEqual(new Array(8).fill(0));
   });
 });
 
