@@ -5,9 +5,11 @@
  * command batches: many dispatches are recorded, submitted once, and `read` / `synchronize` wait.
  * `loadBackend("vulkan")` in @tp/tensor imports this package and calls {@link createBackend}.
  *
- * An op, dtype or weight format this build lacks is TpError E_UNSUPPORTED naming op, backend and
- * format — never a fallback to another backend. `supports()` and `capabilities()` list exactly what
- * runs here (./ops/capabilities.ts).
+ * The backend is its memory (buffers, upload, read, budget, resident weights) and its kernel table
+ * (./ops/table.ts); @tp/tensor's op front-end checks every op's arguments, allocates the output and
+ * calls the table. An op, dtype or weight format this build lacks is TpError E_UNSUPPORTED naming op,
+ * backend and format — never a fallback to another backend. `supports()` and `capabilities()` are
+ * derived from the table, so they list exactly what runs here.
  *
  * Environment: TP_VULKAN_DEVICE (an index, or part of a device name), TP_VULKAN_LOADER (the loader's
  * path), TP_VULKAN_VALIDATION=1 (Khronos validation layer), TP_VULKAN_STAGING=1 (copy through staging
@@ -15,26 +17,22 @@
  * 1: require the feature, unset: use it where the device has it), TP_VULKAN_LIB / TP_VULKAN_SHADERS
  * (prebuilt files).
  *
- * Source: native/vulkan/tp_vk.h; @tp/tensor backend.ts for the op contracts.
+ * Source: native/vulkan/tp_vk.h; @tp/tensor backend.ts for the op contracts, kernels.ts for the table.
  */
 
 import { existsSync, readdirSync } from "node:fs";
 import {
-  type AttentionOptions,
   BackendBase,
   type BackendCapabilities,
   type BackendOptions,
-  type Conv2dOptions,
-  type DTypeName,
   dtypeBytes,
-  type OpName,
-  type RopeOptions,
+  type KernelTable,
   type Storage,
   storageSpan,
   type Tensor,
   TpError,
+  tableCapabilities,
   type Weight,
-  type WeightFormat,
 } from "@tp/tensor";
 import {
   type ContextOptions,
@@ -46,17 +44,9 @@ import {
   type VulkanDeviceInfo,
 } from "./ffi.ts";
 import { KernelCache, type KernelFeatures } from "./kernels.ts";
-import { attention } from "./ops/attention.ts";
-import { supportsOp, VK_OP_DTYPES, VK_WEIGHT_FORMATS } from "./ops/capabilities.ts";
 import type { BoundTensor, VkOpHost } from "./ops/common.ts";
-import { conv2d } from "./ops/conv.ts";
-import * as elementwise from "./ops/elementwise.ts";
-import * as layout from "./ops/layout.ts";
-import { embedding, matmul, type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
-import * as norm from "./ops/norm.ts";
-import { rope } from "./ops/rope.ts";
-import * as sample from "./ops/sample.ts";
-import { softmax } from "./ops/softmax.ts";
+import { type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
+import { vulkanKernelTable } from "./ops/table.ts";
 
 /** A tensor's storage: a device buffer, or none for 0 bytes. */
 interface DeviceStorage {
@@ -200,6 +190,8 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   readonly storage16: boolean;
   readonly #resident = new Map<Weight, ResidentWeight>();
   #reportAtDispose = false;
+  /** The ops of this backend: ./ops/*.ts, recorded into the context's command batches. */
+  override readonly kernelTable: KernelTable = vulkanKernelTable(this);
 
   /**
    * @throws TpError E_UNSUPPORTED when the backend was not built (naming what the build lacked), or
@@ -268,14 +260,9 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
     }
   }
 
+  /** The ops, weight formats and dtypes of {@link kernelTable}. */
   capabilities(): BackendCapabilities {
-    const dtypes = [...new Set(Object.values(VK_OP_DTYPES).flat())] as DTypeName[];
-    return { ops: Object.keys(VK_OP_DTYPES) as OpName[], weightFormats: VK_WEIGHT_FORMATS, dtypes };
-  }
-
-  /** Per op: the dtypes and weight formats of ./ops/capabilities.ts. */
-  override supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {
-    return supportsOp(op, formats);
+    return tableCapabilities(this.kernelTable);
   }
 
   // ---- storage --------------------------------------------------------------------------------------
@@ -343,11 +330,6 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   override async synchronize(): Promise<void> {
     this.assertUsable();
     this.ctx.wait();
-  }
-
-  /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
-  check(t: Tensor): void {
-    this.own(t);
   }
 
   /**
@@ -422,100 +404,6 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   /** @internal the resident copy of a weight, if any (ops/matmul.ts). */
   residentWeight(w: Weight): ResidentWeight | undefined {
     return this.#resident.get(w);
-  }
-
-  // ---- ops (implementations in ./ops; contracts in @tp/tensor Backend) ----------------------------
-
-  override silu(x: Tensor): Tensor {
-    return elementwise.silu(this, x);
-  }
-  override sigmoid(x: Tensor): Tensor {
-    return elementwise.sigmoid(this, x);
-  }
-  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor {
-    return elementwise.gelu(this, x, options);
-  }
-  override scale(x: Tensor, s: number): Tensor {
-    return elementwise.scale(this, x, s);
-  }
-  override add(a: Tensor, b: Tensor): Tensor {
-    return elementwise.binary(this, "add", a, b);
-  }
-  override sub(a: Tensor, b: Tensor): Tensor {
-    return elementwise.binary(this, "sub", a, b);
-  }
-  override mul(a: Tensor, b: Tensor): Tensor {
-    return elementwise.binary(this, "mul", a, b);
-  }
-  override swiglu(gate: Tensor, up: Tensor): Tensor {
-    return elementwise.swiglu(this, gate, up);
-  }
-  override modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
-    return elementwise.modulate(this, x, scale, shift);
-  }
-  override copy(x: Tensor): Tensor {
-    return layout.copy(this, x);
-  }
-  override set(dst: Tensor, src: Tensor): void {
-    layout.set(this, dst, src);
-  }
-  override slice(x: Tensor, dim: number, start: number, end: number): Tensor {
-    return layout.slice(this, x, dim, start, end);
-  }
-  override concat(tensors: readonly Tensor[], dim: number): Tensor {
-    return layout.concat(this, tensors, dim);
-  }
-  override upsampleNearest2d(x: Tensor, factor: number): Tensor {
-    return layout.upsampleNearest2d(this, x, factor);
-  }
-  override cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean }): Tensor {
-    return layout.cast(this, x, dtype, options);
-  }
-  override softmax(x: Tensor, options?: { dim?: number }): Tensor {
-    return softmax(this, x, options);
-  }
-  override rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
-    return norm.rmsNorm(this, x, weight, options);
-  }
-  override layerNorm(
-    x: Tensor,
-    weight: Tensor | null,
-    bias: Tensor | null,
-    options: { eps: number },
-  ): Tensor {
-    return norm.layerNorm(this, x, weight, bias, options);
-  }
-  override groupNorm(
-    x: Tensor,
-    groups: number,
-    weight: Tensor | null,
-    bias: Tensor | null,
-    options: { eps: number },
-  ): Tensor {
-    return norm.groupNorm(this, x, groups, weight, bias, options);
-  }
-  override rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
-    return rope(this, x, positions, options);
-  }
-  /** y = x · Wᵀ (+ bias) for the weight formats of ./ops/capabilities.ts (./ops/matmul.ts). */
-  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor {
-    return matmul(this, x, w, options);
-  }
-  /** Rows of a weight table at i32 ids, dequantized to f32 (./ops/matmul.ts). */
-  override embedding(table: Weight, ids: Tensor): Tensor {
-    return embedding(this, table, ids);
-  }
-  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions): Tensor {
-    return attention(this, q, k, v, options);
-  }
-  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions): Tensor {
-    return conv2d(this, x, weight, bias, options);
-  }
-  override argmax(x: Tensor): Tensor {
-    return sample.argmax(this, x);
-  }
-  override topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
-    return sample.topK(this, x, k);
   }
 
   override dispose(): void {

@@ -3,8 +3,9 @@
  *
  * libtp_vulkan.so (native/vulkan, a thin C shim over the Vulkan loader, which it opens at run time)
  * is loaded through bun:ffi by `./ffi.ts`; the compute kernels are GLSL compiled to SPIR-V at build
- * time. `./backend.ts` is the `Backend`: device memory with accounting, command batches, and the ops
- * listed by `capabilities()`; everything else is E_UNSUPPORTED naming op, backend and format.
+ * time. `./backend.ts` is the `Backend`: device memory with accounting, command batches, and the
+ * kernel table of ./ops/table.ts (what `capabilities()` lists); @tp/tensor's op front-end checks
+ * arguments and calls it; everything else is E_UNSUPPORTED naming op, backend and format.
  */
 
 export {
@@ -36,4 +37,4 @@ export {
   type VulkanSymbols,
 } from "./ffi.ts";
 export { KERNELS, KernelCache, type KernelName, type KernelSpec } from "./kernels.ts";
-export { VK_OP_DTYPES, VK_WEIGHT_FORMATS } from "./ops/capabilities.ts";
+export { vulkanKernelTable } from "./ops/table.ts";

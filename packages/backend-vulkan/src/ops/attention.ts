@@ -12,23 +12,11 @@
  * once they have run 65535 iterations together (gallivm LP_MAX_TGSI_LOOP_ITERATIONS), which made the
  * one-pass kernel wrong from Skv · (D + Dv) ≈ 64k — and gives decoding (one query) more than one
  * workgroup per head.
+ * Kernel-table entry: arguments arrive checked (@tp/tensor's op front-end).
  * Source: Vaswani et al. 2017 eq. 1; GQA: Ainslie et al. 2023; online softmax: Milakov & Gimelshein 2018.
  */
-import { type AttentionOptions, attentionScalars, formatShape, type Tensor, TpError } from "@tp/tensor";
-import {
-  argError,
-  type BoundTensor,
-  checkTensors,
-  dispatchGroups,
-  integer,
-  type OpScope,
-  Push,
-  produce,
-  scoped,
-  shapeError,
-  unsupported,
-  type VkOpHost,
-} from "./common.ts";
+import { type AttentionParams, type Tensor, TpError } from "@tp/tensor";
+import { type BoundTensor, dispatchGroups, Push, unsupported, type VkOpHost } from "./common.ts";
 import { contiguous } from "./layout.ts";
 
 /** Queries per workgroup (one invocation each): a tile is one (batch, head, block of QUERIES queries). */
@@ -109,154 +97,132 @@ export function attentionPlan(
   };
 }
 
-/** `t` when the kernel can read it in place (last dimension contiguous), else a contiguous copy. */
-function readable(host: VkOpHost, s: OpScope, t: Tensor): Tensor {
+/** `t` when the kernel can read it in place (last dimension contiguous), else a contiguous copy (scratch of the scope). */
+function readable(host: VkOpHost, t: Tensor): Tensor {
   const last = t.rank - 1;
   if (t.shape[last] === 1 || t.layout.strides[last] === 1) return t;
-  return contiguous(host, s, t);
+  return contiguous(host, "attention", t);
 }
 
 /**
  * Scaled dot-product attention. q [B, H, Sq, D], k [B, Hkv, Skv, D], v [B, Hkv, Skv, Dv] f32 (any
- * views) → [B, H, Sq, Dv] f32. `scratchBytes` caps the scratch of partial results (tests make it small
- * to run the paths that fold the ranges in several dispatches and the queries in several groups).
- * @throws TpError E_SHAPE for shapes that do not fit together (H % Hkv ≠ 0, D or batch differ);
- *   E_ARG for a bad option (window without causal, non-finite scale); E_UNSUPPORTED when a block of
- *   keys of this head size does not fit the device's shared memory, or a view spans more than
- *   maxStorageBufferRange
+ * views) → out [B, H, Sq, Dv] f32. `scratchBytes` caps the scratch of partial results (tests make it
+ * small to run the paths that fold the ranges in several dispatches and the queries in several groups).
+ * @throws TpError E_UNSUPPORTED when a block of keys of this head size does not fit the device's
+ *   shared memory, or a view spans more than maxStorageBufferRange
  */
 export function attention(
   host: VkOpHost,
+  out: Tensor,
   q: Tensor,
   k: Tensor,
   v: Tensor,
-  options: AttentionOptions = {},
+  p: AttentionParams,
   scratchBytes = SCRATCH_BYTES,
-): Tensor {
+): void {
   const op = "attention";
-  checkTensors(host, op, ["f32"], { q, k, v });
-  if (q.rank !== 4 || k.rank !== 4 || v.rank !== 4) {
-    throw shapeError(
-      op,
-      `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)} must be 4-D`,
-    );
-  }
-  const [b, h, sq, d] = q.shape as [number, number, number, number];
-  const [bk, hkv, skv, dk] = k.shape as [number, number, number, number];
-  const [bv, hv, sv, dv] = v.shape as [number, number, number, number];
-  if (bk !== b || bv !== b || dk !== d || hv !== hkv || sv !== skv || hkv === 0 || h % hkv !== 0) {
-    throw shapeError(
-      op,
-      `q ${formatShape(q.shape)}, k ${formatShape(k.shape)}, v ${formatShape(v.shape)} do not fit [B, H, Sq, D], [B, Hkv, Skv, D], [B, Hkv, Skv, Dv] with H % Hkv = 0`,
-    );
-  }
-  const o = options ?? {};
-  const { scale, softcap } = attentionScalars("vulkan", op, o, d);
-  const qOffset = integer(op, "qOffset", o.qOffset ?? skv - sq, -(2 ** 31), 2 ** 31 - 1);
-  const window = o.window === undefined ? 0 : integer(op, "window", o.window, 1, 2 ** 31 - 1);
-  if (window > 0 && !o.causal) throw argError(op, "window needs causal");
-  const fullPrefix = integer(op, "fullPrefix", o.fullPrefix ?? 0, 0, 2 ** 31 - 1);
+  const { batch: b, heads: h, kvHeads: hkv, sq, skv, headDim: d, headDimV: dv } = p;
   const plan = attentionPlan(d, dv, skv, host.info.maxComputeSharedMemory, host.info.name);
   const hd = Math.max(d, 1);
   const hdv = Math.max(dv, 1);
-  return scoped(host, op, (s) =>
-    produce(host, [b, h, sq, dv], "f32", undefined, (out) => {
-      if (out.numel === 0) return;
-      const qv = readable(host, s, q);
-      const kv = readable(host, s, k);
-      const vv = readable(host, s, v);
-      const qc = host.bind(qv, op);
-      const kc = host.bind(kv, op);
-      const vc = host.bind(vv, op);
-      const y = host.bind(out, op);
-      const blocks = Math.ceil(sq / QUERIES);
-      const tiles = b * h * blocks;
-      const stride = (t: Tensor, dim: number) => (t.shape[dim] === 1 ? 0 : (t.layout.strides[dim] as number));
-      const pass = (dst: BoundTensor, split0: number, nsplit: number, tile0: number, ntile: number) => {
-        const push = new Push(120).u32(b).u32(h).u32(hkv).u32(sq).u32(skv).u32(dst.offset);
-        for (const [t, c] of [
-          [qv, qc],
-          [kv, kc],
-          [vv, vc],
-        ] as const) {
-          push.u32(c.offset).u32(stride(t, 0)).u32(stride(t, 1)).u32(stride(t, 2));
-        }
-        push
-          .u32(plan.kb)
-          .u32(plan.chunk)
-          .u32(split0)
+  if (out.numel === 0) return;
+  host.scope(() => {
+    const qv = readable(host, q);
+    const kv = readable(host, k);
+    const vv = readable(host, v);
+    const qc = host.bind(qv, op);
+    const kc = host.bind(kv, op);
+    const vc = host.bind(vv, op);
+    const y = host.bind(out, op);
+    const blocks = Math.ceil(sq / QUERIES);
+    const tiles = b * h * blocks;
+    const stride = (t: Tensor, dim: number) => (t.shape[dim] === 1 ? 0 : (t.layout.strides[dim] as number));
+    const pass = (dst: BoundTensor, split0: number, nsplit: number, tile0: number, ntile: number) => {
+      const push = new Push(120).u32(b).u32(h).u32(hkv).u32(sq).u32(skv).u32(dst.offset);
+      for (const [t, c] of [
+        [qv, qc],
+        [kv, kc],
+        [vv, vc],
+      ] as const) {
+        push.u32(c.offset).u32(stride(t, 0)).u32(stride(t, 1)).u32(stride(t, 2));
+      }
+      push
+        .u32(plan.kb)
+        .u32(plan.chunk)
+        .u32(split0)
+        .u32(nsplit)
+        .u32(tile0)
+        .u32(ntile)
+        .u32(p.causal ? 1 : 0)
+        .i32(p.qOffset)
+        .u32(p.window)
+        .u32(p.fullPrefix)
+        .f32(p.scale)
+        .f32(p.softcap);
+      dispatchGroups(
+        host,
+        op,
+        "attention",
+        [QUERIES, plan.kb * (hd + hdv), hd, hdv],
+        [dst.binding, qc.binding, kc.binding, vc.binding],
+        push,
+        ntile * Math.max(nsplit, 1),
+      );
+    };
+    if (plan.chunks <= 1) {
+      pass(y, 0, 0, 0, tiles);
+      return;
+    }
+    // Scratch [1 + nsplit, ntile · QUERIES, 2 + Dv]: slot 0 the running state, then one per range.
+    const tileFloats = QUERIES * (2 + dv);
+    const cap = Math.floor(Math.min(scratchBytes, host.info.maxStorageBufferRange) / 4);
+    const slots = Math.floor(cap / tileFloats); // tile-slots that fit
+    if (slots < 2) {
+      throw unsupported(
+        op,
+        `head_dim_v ${dv} needs ${2 * tileFloats * 4} bytes of scratch per ${QUERIES} queries, past ${cap * 4} bytes on ${host.info.name}`,
+      );
+    }
+    const ntileMax = Math.min(tiles, Math.floor(slots / 2));
+    const nsplitMax = Math.max(1, Math.min(plan.chunks, plan.maxMerge, Math.floor(slots / ntileMax) - 1));
+    const scratch = host.alloc(
+      [(1 + nsplitMax) * ntileMax * tileFloats],
+      "f32",
+      "attention partials (scratch)",
+    );
+    const sc = host.bind(scratch, op);
+    if (sc.offset !== 0) {
+      throw new TpError(
+        "E_INTERNAL",
+        `op attention on backend vulkan: scratch bound at element ${sc.offset}, not 0`,
+      );
+    }
+    for (let tile0 = 0; tile0 < tiles; tile0 += ntileMax) {
+      const ntile = Math.min(ntileMax, tiles - tile0);
+      for (let split0 = 0; split0 < plan.chunks; split0 += nsplitMax) {
+        const nsplit = Math.min(nsplitMax, plan.chunks - split0);
+        pass(sc, split0, nsplit, tile0, ntile);
+        const final = split0 + nsplit === plan.chunks;
+        const push = new Push(36)
+          .u32(ntile * QUERIES)
           .u32(nsplit)
+          .u32(split0 > 0 ? 1 : 0)
+          .u32(final ? 1 : 0)
+          .u32(final ? y.offset : 0)
           .u32(tile0)
-          .u32(ntile)
-          .u32(o.causal ? 1 : 0)
-          .i32(qOffset)
-          .u32(window)
-          .u32(fullPrefix)
-          .f32(scale)
-          .f32(softcap);
+          .u32(QUERIES)
+          .u32(blocks)
+          .u32(sq);
         dispatchGroups(
           host,
           op,
-          "attention",
-          [QUERIES, plan.kb * (hd + hdv), hd, hdv],
-          [dst.binding, qc.binding, kc.binding, vc.binding],
+          "attention_merge",
+          [MERGE_WG, hdv],
+          [final ? y.binding : sc.binding, sc.binding],
           push,
-          ntile * Math.max(nsplit, 1),
-        );
-      };
-      if (plan.chunks <= 1) {
-        pass(y, 0, 0, 0, tiles);
-        return;
-      }
-      // Scratch [1 + nsplit, ntile · QUERIES, 2 + Dv]: slot 0 the running state, then one per range.
-      const tileFloats = QUERIES * (2 + dv);
-      const cap = Math.floor(Math.min(scratchBytes, host.info.maxStorageBufferRange) / 4);
-      const slots = Math.floor(cap / tileFloats); // tile-slots that fit
-      if (slots < 2) {
-        throw unsupported(
-          op,
-          `head_dim_v ${dv} needs ${2 * tileFloats * 4} bytes of scratch per ${QUERIES} queries, past ${cap * 4} bytes on ${host.info.name}`,
+          ntile * QUERIES,
         );
       }
-      const ntileMax = Math.min(tiles, Math.floor(slots / 2));
-      const nsplitMax = Math.max(1, Math.min(plan.chunks, plan.maxMerge, Math.floor(slots / ntileMax) - 1));
-      const scratch = s.keep(
-        host.alloc([(1 + nsplitMax) * ntileMax * tileFloats], "f32", "attention partials (scratch)"),
-      );
-      const sc = host.bind(scratch, op);
-      if (sc.offset !== 0) {
-        throw new TpError(
-          "E_INTERNAL",
-          `op attention on backend vulkan: scratch bound at element ${sc.offset}, not 0`,
-        );
-      }
-      for (let tile0 = 0; tile0 < tiles; tile0 += ntileMax) {
-        const ntile = Math.min(ntileMax, tiles - tile0);
-        for (let split0 = 0; split0 < plan.chunks; split0 += nsplitMax) {
-          const nsplit = Math.min(nsplitMax, plan.chunks - split0);
-          pass(sc, split0, nsplit, tile0, ntile);
-          const final = split0 + nsplit === plan.chunks;
-          const push = new Push(36)
-            .u32(ntile * QUERIES)
-            .u32(nsplit)
-            .u32(split0 > 0 ? 1 : 0)
-            .u32(final ? 1 : 0)
-            .u32(final ? y.offset : 0)
-            .u32(tile0)
-            .u32(QUERIES)
-            .u32(blocks)
-            .u32(sq);
-          dispatchGroups(
-            host,
-            op,
-            "attention_merge",
-            [MERGE_WG, hdv],
-            [final ? y.binding : sc.binding, sc.binding],
-            push,
-            ntile * QUERIES,
-          );
-        }
-      }
-    }),
-  );
+    }
+  });
 }

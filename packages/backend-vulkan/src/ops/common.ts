@@ -1,23 +1,12 @@
 /**
- * What the op implementations of the vulkan backend share: the view of the backend they need
- * ({@link VkOpHost}), argument checks that raise the right TpError (E_STATE for a freed or foreign
- * tensor, E_UNSUPPORTED naming op, backend and dtype, E_SHAPE naming the shapes, E_ARG for a bad
- * option), push-constant packing, dimension merging for strided kernels, grid sizes, and scratch
- * tensors freed when an op returns (their device memory lives on until the queued work that uses it
- * has run: tp_vk_buffer_destroy defers it).
+ * What the kernels of the vulkan backend share: the view of the backend they need ({@link VkOpHost}),
+ * push-constant packing, dimension merging for strided kernels, splits that keep every binding within
+ * maxStorageBufferRange, and grid sizes. Arguments reach a kernel already checked (@tp/tensor's op
+ * front-end); what is left here is what only this device can refuse (E_UNSUPPORTED naming op, backend,
+ * device and limit). Scratch tensors of a kernel live in `host.scope`; their device memory lives on
+ * until the queued work that uses it has run (tp_vk_buffer_destroy defers it).
  */
-import {
-  type DTypeName,
-  dtypeBytes,
-  finiteOption,
-  formatShape,
-  integerOption,
-  opError,
-  type Shape,
-  type Tensor,
-  TpError,
-  type Weight,
-} from "@tp/tensor";
+import { type DTypeName, dtypeBytes, type Shape, type Tensor, TpError, type Weight } from "@tp/tensor";
 import type { Binding, VulkanBuffer, VulkanContext, VulkanDeviceInfo } from "../ffi.ts";
 import type { KernelCache, KernelName } from "../kernels.ts";
 import type { ResidentWeight } from "./matmul.ts";
@@ -40,6 +29,8 @@ export interface VkOpHost {
   readonly workgroup: number;
   /** A new contiguous tensor (accounted). @throws E_OOM */
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
+  /** Run `fn` and free every tensor it allocated except what it returns (BackendBase.scope). */
+  scope<T>(fn: () => T): T;
   /** Free a tensor's storage. @throws E_STATE */
   free(t: Tensor): void;
   /** Upload host data as a new tensor. */
@@ -49,8 +40,6 @@ export interface VkOpHost {
     dtype: DTypeName,
     name?: string,
   ): Tensor;
-  /** @throws TpError E_STATE when `t` is freed or belongs to another backend. */
-  check(t: Tensor): void;
   /** The device buffer of a live tensor with storage (for ops that bind windows of it themselves). */
   bufferOf(t: Tensor, op: string): VulkanBuffer;
   /** The resident device copy of a weight (VulkanBackend.makeResident), if any. */
@@ -64,41 +53,9 @@ export interface VkOpHost {
   bind(t: Tensor, op: string): BoundTensor;
 }
 
-/** A TpError E_SHAPE for op `op`. */
-export function shapeError(op: string, message: string): TpError {
-  return opError("E_SHAPE", "vulkan", op, message);
-}
-
-/** A TpError E_ARG for op `op`. */
-export function argError(op: string, message: string): TpError {
-  return opError("E_ARG", "vulkan", op, message);
-}
-
 /** A TpError E_UNSUPPORTED for op `op`. */
 export function unsupported(op: string, message: string): TpError {
   return new TpError("E_UNSUPPORTED", `op ${op} on backend vulkan: ${message}`);
-}
-
-/**
- * Check that every tensor is live and belongs to `host` (E_STATE), then that its dtype is one of
- * `dtypes` (E_UNSUPPORTED naming op, backend, dtype and what is supported).
- */
-export function checkTensors(
-  host: VkOpHost,
-  op: string,
-  dtypes: readonly DTypeName[],
-  tensors: Record<string, Tensor | null | undefined>,
-): void {
-  for (const [name, t] of Object.entries(tensors)) {
-    if (t === null || t === undefined) continue;
-    host.check(t);
-    if (!dtypes.includes(t.dtype)) {
-      throw new TpError(
-        "E_UNSUPPORTED",
-        `op ${op} on backend vulkan does not support dtype ${t.dtype} (${name} ${formatShape(t.shape)}); supported: ${dtypes.join(", ")}`,
-      );
-    }
-  }
 }
 
 /** Push constants of a kernel, packed in the order of its GLSL block (4-byte scalars, std430). */
@@ -301,74 +258,4 @@ export function dispatchGroups(
   if (groups === 0) return;
   const pipeline = host.kernels.get(kernel, spec);
   host.ctx.dispatch(pipeline, bindings, push.bytes(), grid(host.info, groups, op));
-}
-
-/**
- * Scratch tensors of one op call, freed by {@link release}: contiguous copies of strided inputs and
- * small tables. Use through {@link scoped}.
- */
-export class OpScope {
-  readonly #host: VkOpHost;
-  readonly op: string;
-  readonly #temps: Tensor[] = [];
-
-  constructor(host: VkOpHost, op: string) {
-    this.#host = host;
-    this.op = op;
-  }
-
-  /** Keep `t` until the op returns. */
-  keep(t: Tensor): Tensor {
-    this.#temps.push(t);
-    return t;
-  }
-
-  /** Free the scratch tensors. */
-  release(): void {
-    for (const t of this.#temps.splice(0)) if (!t.storage.freed) this.#host.free(t);
-  }
-}
-
-/** Run `body` with a scope whose scratch tensors are freed afterwards. */
-export function scoped<T>(host: VkOpHost, op: string, body: (s: OpScope) => T): T {
-  const s = new OpScope(host, op);
-  try {
-    return body(s);
-  } finally {
-    s.release();
-  }
-}
-
-/** Allocate the output, run `fill` on it, and return it; the output is freed if `fill` throws. */
-export function produce(
-  host: VkOpHost,
-  shape: Shape,
-  dtype: DTypeName,
-  name: string | undefined,
-  fill: (out: Tensor) => void,
-): Tensor {
-  const out = host.alloc(shape, dtype, name);
-  try {
-    fill(out);
-  } catch (e) {
-    host.free(out);
-    throw e;
-  }
-  return out;
-}
-
-/** `v` as a finite number, else E_ARG naming the option. */
-export function finite(op: string, name: string, v: unknown): number {
-  return finiteOption("vulkan", op, name, v);
-}
-
-/** An integer in [lo, hi], else E_ARG naming the option. */
-export function integer(
-  op: string,
-  name: string,
-  v: unknown,
-  lo: number,
-  hi = Number.MAX_SAFE_INTEGER,
-): number {
-  return integerOption("vulkan", op, name, v, lo, hi);
 }

@@ -11,21 +11,14 @@
  *
  * Numerics: f32 accumulation of x · decode(w) with x in f32 — for GGUF types this is closer to the
  * exact product than ggml's (which also quantizes x to Q8), and within the suite's NMSE 5e-4 of it.
+ *
+ * Kernel-table entries: arguments arrive checked (@tp/tensor's op front-end: shapes, dtypes, a format
+ * the entry lists); what is checked here is what only this backend refuses (a scale it cannot apply,
+ * a rotation group past its shared memory, a row past maxStorageBufferRange).
  */
 import { formatShape, rowBytes, type Tensor, TpError, type Weight, type WeightFormat } from "@tp/tensor";
 import type { Binding } from "../ffi.ts";
-import {
-  checkTensors,
-  dispatch1d,
-  dispatchGroups,
-  grid,
-  type OpScope,
-  Push,
-  produce,
-  scoped,
-  shapeError,
-  type VkOpHost,
-} from "./common.ts";
+import { dispatch1d, dispatchGroups, grid, Push, type VkOpHost } from "./common.ts";
 import { contiguous, copyInto } from "./layout.ts";
 
 /**
@@ -64,12 +57,12 @@ const GGML_ACTIVATION: Readonly<Partial<Record<WeightFormat, { kind: number; blo
 
 /**
  * x [M, K] (contiguous) as ggml quantizes it for a GGUF weight, dequantized to f32 (a scratch tensor
- * of the scope), or x itself for other formats.
+ * of the current scope), or x itself for other formats.
  */
-function ggmlActivations(host: VkOpHost, s: OpScope, x: Tensor, format: WeightFormat, k: number): Tensor {
+function ggmlActivations(host: VkOpHost, x: Tensor, format: WeightFormat, k: number): Tensor {
   const a = GGML_ACTIVATION[format];
   if (a === undefined || k % a.block !== 0) return x;
-  const xq = s.keep(host.alloc([x.numel], "f32", "quantized activations"));
+  const xq = host.alloc([x.numel], "f32", "quantized activations");
   const src = host.bind(x, "matmul");
   const dst = host.bind(xq, "matmul");
   const blocks = x.numel / a.block;
@@ -207,13 +200,9 @@ export function uploadWeight(host: VkOpHost, w: Weight, op: string): ResidentWei
   }
 }
 
-/** The device copy of `w`: resident, or uploaded for this op (freed with the scope). */
-function deviceWeight(host: VkOpHost, s: OpScope, w: Weight): ResidentWeight {
-  const resident = host.residentWeight(w);
-  if (resident !== undefined) return resident;
-  const r = uploadWeight(host, w, s.op);
-  for (const t of r.tensors) s.keep(t);
-  return r;
+/** The device copy of `w`: resident, or uploaded for this op (scratch of the current scope). */
+function deviceWeight(host: VkOpHost, w: Weight, op: string): ResidentWeight {
+  return host.residentWeight(w) ?? uploadWeight(host, w, op);
 }
 
 /**
@@ -253,115 +242,101 @@ function weightWindows(
 }
 
 /**
- * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: [N, K] in a
- * format of {@link WEIGHT_FORMAT_CODES}; bias: [N] f32 → [..., N] f32.
- * @throws TpError E_SHAPE when x does not end in K or the bias is not [N]; E_UNSUPPORTED naming op,
- *   backend and format for a weight format or scale this backend lacks; E_STATE; E_OOM
+ * matmul: out [..., N] = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first);
+ * w: [N, K] in a format of {@link WEIGHT_FORMAT_CODES} or {@link CONVROT_FORMATS}; bias: [N] f32.
+ * @throws TpError E_UNSUPPORTED naming op, backend and format for a scale this backend cannot apply;
+ *   E_OOM for the streamed weight or scratch
  */
-export function matmul(host: VkOpHost, x: Tensor, w: Weight, options: { bias?: Tensor } = {}): Tensor {
+export function matmul(host: VkOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor | null): void {
   const op = "matmul";
-  const bias = options?.bias;
-  checkTensors(host, op, ["f32"], { x, bias });
   const wi = weightInfo(op, w);
   const [n, k] = w.shape;
-  if (x.rank < 1 || x.shape[x.rank - 1] !== k) {
-    throw shapeError(op, `x ${formatShape(x.shape)} does not end in K = ${k} of ${shownWeight(w)}`);
-  }
-  if (bias !== undefined && (bias.rank !== 1 || bias.shape[0] !== n)) {
-    throw shapeError(op, `bias ${formatShape(bias.shape)} is not [N] = [${n}] of ${shownWeight(w)}`);
-  }
   const m = x.numel / Math.max(k, 1);
-  const outShape = [...x.shape.slice(0, -1), n];
-  return scoped(host, op, (s) =>
-    produce(host, outShape, "f32", undefined, (out) => {
-      if (out.numel === 0) return;
-      if (k === 0) {
-        // An empty sum: y = bias, or 0.
-        if (bias !== undefined) copyInto(host, op, bias.broadcastTo(outShape), out);
-        else host.ctx.fill(host.bind(out, op).binding.buffer, 0, Math.ceil(out.byteLength / 4) * 4, 0);
-        return;
-      }
-      const xc = contiguous(host, s, x);
-      const bc = bias === undefined ? null : contiguous(host, s, bias);
-      if (wi.code < 0) {
-        convRotMatmul(host, s, xc, w, bc, out, m);
-        return;
-      }
-      const data = deviceWeight(host, s, w).data;
-      const a = host.bind(ggmlActivations(host, s, xc, w.format, k), op);
-      const y = host.bind(out, op);
-      const b = bc === null ? null : host.bind(bc, op);
-      // Few rows: the split-K kernel; else 32 × 32 tiles.
-      const vec = m <= VEC_ROWS;
-      const pipeline = vec
-        ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m])
-        : host.kernels.get("matmul", [TILE_WORKGROUP, wi.code]);
-      const chunks = kChunks(k, vec ? MATMUL_K_CHUNK.vec : MATMUL_K_CHUNK.tiled);
-      for (const win of weightWindows(host, op, data, n, wi.rowBytes)) {
-        const groups = vec
-          ? grid(host.info, Math.ceil(win.rows / VEC_WEIGHT_ROWS), op)
-          : tiles(host, op, m, win.rows, k, n);
-        chunks.forEach(([lo, hi], c) => {
-          const push = new Push(56)
-            .u32(m)
-            .u32(win.rows)
-            .u32(k)
-            .u32(a.offset)
-            .u32(b?.offset ?? 0)
-            .u32(b === null || c > 0 ? 0 : 1)
-            .u32(win.offset)
-            .u32(wi.rowBytes)
-            .f32(wi.scale)
-            .u32(n)
-            .u32(win.n0)
-            .u32(lo)
-            .u32(hi)
-            .u32(c > 0 ? 1 : 0);
-          host.ctx.dispatch(
-            pipeline,
-            [y.binding, a.binding, win.binding, (b ?? a).binding],
-            push.bytes(),
-            groups,
-          );
-        });
-      }
-    }),
-  );
-}
-
-/**
- * Rows of a weight table ([vocab, D], a format of {@link WEIGHT_FORMAT_CODES}) at i32 ids [...]
- * → [..., D] f32 (ggml get_rows). An id outside [0, vocab) gives a row of NaN (ids are not read back).
- * A table past maxStorageBufferRange is read in windows of whole rows, one dispatch each.
- * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_STATE; E_OOM
- */
-export function embedding(host: VkOpHost, table: Weight, ids: Tensor): Tensor {
-  const op = "embedding";
-  checkTensors(host, op, ["i32"], { ids });
-  const wi = weightInfo(op, table);
-  const [vocab, d] = table.shape;
-  return scoped(host, op, (s) =>
-    produce(host, [...ids.shape, d], "f32", undefined, (out) => {
-      if (out.numel === 0) return;
-      const idc = contiguous(host, s, ids);
-      const data = deviceWeight(host, s, table).data;
-      const i = host.bind(idc, op);
-      const y = host.bind(out, op);
-      for (const win of weightWindows(host, op, data, vocab, wi.rowBytes)) {
-        const push = new Push(36)
-          .u32(out.numel)
-          .u32(d)
-          .u32(vocab)
-          .u32(i.offset)
+  if (out.numel === 0) return;
+  if (k === 0) {
+    // An empty sum: y = bias, or 0.
+    if (bias !== null) copyInto(host, op, bias.broadcastTo(out.shape), out);
+    else host.ctx.fill(host.bind(out, op).binding.buffer, 0, Math.ceil(out.byteLength / 4) * 4, 0);
+    return;
+  }
+  host.scope(() => {
+    const xc = contiguous(host, op, x);
+    const bc = bias === null ? null : contiguous(host, op, bias);
+    if (wi.code < 0) {
+      convRotMatmul(host, xc, w, bc, out, m);
+      return;
+    }
+    const data = deviceWeight(host, w, op).data;
+    const a = host.bind(ggmlActivations(host, xc, w.format, k), op);
+    const y = host.bind(out, op);
+    const b = bc === null ? null : host.bind(bc, op);
+    // Few rows: the split-K kernel; else 32 × 32 tiles.
+    const vec = m <= VEC_ROWS;
+    const pipeline = vec
+      ? host.kernels.get("matmul_vec", [VEC_WORKGROUP, wi.code, m])
+      : host.kernels.get("matmul", [TILE_WORKGROUP, wi.code]);
+    const chunks = kChunks(k, vec ? MATMUL_K_CHUNK.vec : MATMUL_K_CHUNK.tiled);
+    for (const win of weightWindows(host, op, data, n, wi.rowBytes)) {
+      const groups = vec
+        ? grid(host.info, Math.ceil(win.rows / VEC_WEIGHT_ROWS), op)
+        : tiles(host, op, m, win.rows, k, n);
+      chunks.forEach(([lo, hi], c) => {
+        const push = new Push(56)
+          .u32(m)
+          .u32(win.rows)
+          .u32(k)
+          .u32(a.offset)
+          .u32(b?.offset ?? 0)
+          .u32(b === null || c > 0 ? 0 : 1)
           .u32(win.offset)
           .u32(wi.rowBytes)
           .f32(wi.scale)
+          .u32(n)
           .u32(win.n0)
-          .u32(win.rows);
-        dispatch1d(host, op, "embedding", [wi.code], [y.binding, i.binding, win.binding], push, out.numel);
-      }
-    }),
-  );
+          .u32(lo)
+          .u32(hi)
+          .u32(c > 0 ? 1 : 0);
+        host.ctx.dispatch(
+          pipeline,
+          [y.binding, a.binding, win.binding, (b ?? a).binding],
+          push.bytes(),
+          groups,
+        );
+      });
+    }
+  });
+}
+
+/**
+ * embedding: out [..., D] f32 = rows of a weight table ([vocab, D], a format of
+ * {@link WEIGHT_FORMAT_CODES}) at i32 ids [...] (ggml get_rows). An id outside [0, vocab) gives a row
+ * of NaN (ids are not read back). A table past maxStorageBufferRange is read in windows of whole rows,
+ * one dispatch each.
+ * @throws TpError E_UNSUPPORTED for a scale this backend cannot apply; E_OOM
+ */
+export function embedding(host: VkOpHost, out: Tensor, table: Weight, ids: Tensor): void {
+  const op = "embedding";
+  const wi = weightInfo(op, table);
+  const [vocab, d] = table.shape;
+  if (out.numel === 0) return;
+  host.scope(() => {
+    const i = host.bind(contiguous(host, op, ids), op);
+    const data = deviceWeight(host, table, op).data;
+    const y = host.bind(out, op);
+    for (const win of weightWindows(host, op, data, vocab, wi.rowBytes)) {
+      const push = new Push(36)
+        .u32(out.numel)
+        .u32(d)
+        .u32(vocab)
+        .u32(i.offset)
+        .u32(win.offset)
+        .u32(wi.rowBytes)
+        .f32(wi.scale)
+        .u32(win.n0)
+        .u32(win.rows);
+      dispatch1d(host, op, "embedding", [wi.code], [y.binding, i.binding, win.binding], push, out.numel);
+    }
+  });
 }
 
 /** Columns per Hadamard group the quantize kernel holds in shared memory. */
@@ -370,11 +345,11 @@ const MAX_ROTATION_GROUP = 4096;
 /**
  * y = x · Wᵀ (+ bias) for an INT8 / INT4 ConvRot weight, as ComfyUI's W8A8 / W4A4 linear: rotate and
  * quantize x per row (shaders/convrot_quantize.comp, bit for bit as @tp/quant), then integer dot
- * products and the rescale (shaders/matmul_convrot.comp). x: contiguous [M, K] f32.
+ * products and the rescale (shaders/matmul_convrot.comp). x: contiguous [M, K] f32; runs inside the
+ * caller's scope (its scratch is freed there).
  */
 function convRotMatmul(
   host: VkOpHost,
-  s: OpScope,
   x: Tensor,
   w: Weight,
   bias: Tensor | null,
@@ -391,10 +366,10 @@ function convRotMatmul(
     );
   }
   const bits = w.format === "int8_convrot" ? 8 : 4;
-  const dw = deviceWeight(host, s, w);
-  const codes = s.keep(host.alloc([m, k], "i32", "activation codes"));
-  const rotated = s.keep(host.alloc([m, k], "f32", "rotated activations"));
-  const sx = s.keep(host.alloc([m], "f32", "activation scales"));
+  const dw = deviceWeight(host, w, op);
+  const codes = host.alloc([m, k], "i32", "activation codes");
+  const rotated = host.alloc([m, k], "f32", "rotated activations");
+  const sx = host.alloc([m], "f32", "activation scales");
   const a = host.bind(x, op);
   const c = host.bind(codes, op);
   const r = host.bind(rotated, op);
@@ -420,7 +395,7 @@ function convRotMatmul(
   const b = bias === null ? null : host.bind(bias, op);
   const y = host.bind(out, op);
   const chunks = kChunks(k, MATMUL_K_CHUNK.tiled);
-  const part = chunks.length > 1 ? host.bind(s.keep(host.alloc([m, n], "i32", "partial sums")), op) : y;
+  const part = chunks.length > 1 ? host.bind(host.alloc([m, n], "i32", "partial sums"), op) : y;
   chunks.forEach(([lo, hi], i) => {
     const push = new Push(48)
       .u32(m)
