@@ -12,8 +12,13 @@ import type { Backend, RopeOptions, Tensor, Weight } from "@tp/tensor";
 import type { KvCache } from "../kv-cache.ts";
 import type { LlmConfig } from "../model.ts";
 
-/** What one forward computes; built by the {@link LanguageModel} entry points, read by an architecture's forward. */
-export interface ForwardPassOptions {
+/**
+ * One forward's state. Hidden-state indices follow transformers' `output_hidden_states`:
+ * hidden_states[k] is the residual stream entering block k — [0] the token embeddings,
+ * [num_hidden_layers] the last block's output, before the final norm.
+ */
+export class ForwardPass {
+  readonly backend: Backend;
   /** New rows (tokens) in this forward. */
   readonly n: number;
   /** Rows already in the KV cache: the first new row's position. 0 without a cache. */
@@ -26,27 +31,11 @@ export interface ForwardPassOptions {
   readonly blocks: number;
   /** Rows that go through the final norm and the head: the last one, all, or none (return the hidden state). */
   readonly head: "last" | "all" | null;
-  /** hidden_states[k] to keep (k < blocks): the input of block k; null keeps none. */
-  readonly collect: ReadonlySet<number> | null;
-}
-
-/**
- * One forward's state. Hidden-state indices follow transformers' `output_hidden_states`:
- * hidden_states[k] is the residual stream entering block k — [0] the token embeddings,
- * [num_hidden_layers] the last block's output, before the final norm.
- */
-export class ForwardPass {
-  readonly backend: Backend;
-  readonly n: number;
-  readonly offset: number;
-  readonly positions: Tensor;
-  readonly cache: KvCache | null;
-  readonly blocks: number;
-  readonly head: "last" | "all" | null;
   readonly #collect: ReadonlySet<number> | null;
   /** hidden_states[k] kept by {@link ForwardPass.next}; null when none is asked for. */
   readonly collected: Map<number, Tensor> | null;
 
+  /** @param o.collect hidden_states[k] to keep (k < blocks): the input of block k; null keeps none */
   constructor(backend: Backend, o: ForwardPassOptions) {
     this.backend = backend;
     this.n = o.n;
@@ -74,6 +63,14 @@ export class ForwardPass {
     return this.head === "all" ? h : h.slice(0, this.n - 1, this.n);
   }
 }
+
+/** What a {@link ForwardPass} is built from (built by the {@link LanguageModel} entry points). */
+export type ForwardPassOptions = Pick<
+  ForwardPass,
+  "n" | "offset" | "positions" | "cache" | "blocks" | "head"
+> & {
+  readonly collect: ReadonlySet<number> | null;
+};
 
 /** RoPE options of a config, built once per model (`rope` runs twice per block per step). */
 export function ropeOptions(c: LlmConfig): RopeOptions {

@@ -131,41 +131,46 @@ export function readLlamaFamilyWeights<A extends LlamaAttentionWeights>(
 // ---------------------------------------------------------------------------------------------------
 // Forward
 
-/** Llama: input_ids → logits (or hidden states), see the module comment. */
-export class LlamaModel implements DecoderModel {
+/**
+ * Llama: input_ids → logits (or hidden states), see the module comment. An architecture that only
+ * changes the attention (Qwen3's QK-norm) subclasses it and overrides {@link LlamaModel.attention}.
+ */
+export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights> implements DecoderModel {
   readonly backend: Backend;
   readonly config: LlmConfig;
-  readonly weights: LlamaWeights;
-  readonly #rope: RopeOptions;
-  readonly #norm: { readonly eps: number };
-  readonly #scale: number;
+  readonly weights: LlamaWeights<A>;
+  /** Built once per model: these run several times per block per step. */
+  protected readonly rope: RopeOptions;
+  protected readonly norm: { readonly eps: number };
+  /** 1/√head_dim */
+  protected readonly scale: number;
 
-  constructor(backend: Backend, config: LlmConfig, weights: LlamaWeights) {
+  constructor(backend: Backend, config: LlmConfig, weights: LlamaWeights<A>) {
     this.backend = backend;
     this.config = config;
     this.weights = weights;
-    this.#rope = ropeOptions(config);
-    this.#norm = { eps: config.rms_norm_eps };
-    this.#scale = 1 / Math.sqrt(config.head_dim);
+    this.rope = ropeOptions(config);
+    this.norm = { eps: config.rms_norm_eps };
+    this.scale = 1 / Math.sqrt(config.head_dim);
   }
 
   /** Attention of block i: x [n, H] (normed) → [n, H]. */
   attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = (this.weights.layers[i] as LlamaLayerWeights).self_attn;
+    const w = (this.weights.layers[i] as LlamaLayerWeights<A>).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
-    const q = b.rope(b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd), f.positions, this.#rope); // [1, n, n_head, hd]
-    const k = b.rope(b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd), f.positions, this.#rope); // [1, n, n_kv, hd]
+    const q = b.rope(b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd), f.positions, this.rope); // [1, n, n_head, hd]
+    const k = b.rope(b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd), f.positions, this.rope); // [1, n, n_kv, hd]
     const v = b.matmul(x, w.v_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
-    return b.matmul(attend(b, f, i, q, k, v, this.#scale), w.o_proj); // [n, n_head·hd] → [n, H]
+    return b.matmul(attend(b, f, i, q, k, v, this.scale), w.o_proj); // [n, n_head·hd] → [n, H]
   }
 
   /** Block i: x [n, H] → [n, H], two pre-norm residuals. */
   block(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = this.weights.layers[i] as LlamaLayerWeights;
-    const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.#norm), f));
-    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.#norm)));
+    const w = this.weights.layers[i] as LlamaLayerWeights<A>;
+    const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.norm), f));
+    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.norm)));
   }
 
   /** input_ids i32 [n] → logits [rows, vocab] (see {@link DecoderModel.forward}). */
@@ -180,7 +185,7 @@ export class LlamaModel implements DecoderModel {
         b.scope(() => this.block(i, h, f)),
       );
     if (f.head === null) return h;
-    return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.#norm), w.lm_head); // [rows, vocab]
+    return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.norm), w.lm_head); // [rows, vocab]
   }
 }
 

@@ -15,20 +15,21 @@
  *               h = h + down_proj(silu(gate_proj(m)) ⊙ up_proj(m)),  m = RMSNorm(h, post_attention_layernorm)
  *   logits = lm_head(RMSNorm(h, norm))
  *
- * Arguments and weight names are Llama's (models/llama.ts) plus `self_attn.q_norm` / `k_norm`, as
- * transformers' `modular_qwen3.py` derives Qwen3 from Llama; the layout follows ml-explore/mlx-lm
- * `mlx_lm/models/qwen3.py`.
+ * This file holds what differs from Llama (models/llama.ts) — RoPE layout, `self_attn.q_norm` /
+ * `k_norm`, the attention with QK-norm — and takes the arguments' keys, the other weight names, the
+ * block and the model loop from it, as transformers' `modular_qwen3.py` derives Qwen3 from Llama.
  */
 import type { GgufMetadata } from "@tp/formats";
-import type { Backend, RopeOptions, Tensor } from "@tp/tensor";
+import type { Tensor } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
 import { ggufArgs, hfArgs } from "./args.ts";
 import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
-import type { Architecture, DecoderModel } from "./language-model.ts";
-import { attend, type ForwardPass, ropeOptions, swiglu } from "./layers.ts";
+import type { Architecture } from "./language-model.ts";
+import { attend, type ForwardPass } from "./layers.ts";
 import {
   type LlamaAttentionWeights,
   type LlamaLayerWeights,
+  LlamaModel,
   type LlamaWeights,
   readLlamaAttention,
   readLlamaFamilyWeights,
@@ -76,58 +77,22 @@ export function readQwen3Weights(w: WeightReader, c: LlmConfig): Qwen3Weights {
 // ---------------------------------------------------------------------------------------------------
 // Forward
 
-/** Qwen3: input_ids → logits (or hidden states), see the module comment. */
-export class Qwen3Model implements DecoderModel {
-  readonly backend: Backend;
-  readonly config: LlmConfig;
-  readonly weights: Qwen3Weights;
-  readonly #rope: RopeOptions;
-  readonly #norm: { readonly eps: number };
-  readonly #scale: number;
-
-  constructor(backend: Backend, config: LlmConfig, weights: Qwen3Weights) {
-    this.backend = backend;
-    this.config = config;
-    this.weights = weights;
-    this.#rope = ropeOptions(config);
-    this.#norm = { eps: config.rms_norm_eps };
-    this.#scale = 1 / Math.sqrt(config.head_dim);
-  }
-
+/**
+ * Qwen3: input_ids → logits (or hidden states), see the module comment. Block and model are Llama's
+ * ({@link LlamaModel.block}, {@link LlamaModel.forward}); the attention adds QK-norm.
+ */
+export class Qwen3Model extends LlamaModel<Qwen3AttentionWeights> {
   /** Attention of block i: x [n, H] (normed) → [n, H]; QK-norm over head_dim, then RoPE. */
-  attention(i: number, x: Tensor, f: ForwardPass): Tensor {
+  override attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
     const w = (this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights>).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
     const q = b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd); // [1, n, n_head, hd]
     const k = b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
     const v = b.matmul(x, w.v_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]
-    const qr = b.rope(b.rmsNorm(q, w.q_norm, this.#norm), f.positions, this.#rope);
-    const kr = b.rope(b.rmsNorm(k, w.k_norm, this.#norm), f.positions, this.#rope);
-    return b.matmul(attend(b, f, i, qr, kr, v, this.#scale), w.o_proj); // [n, n_head·hd] → [n, H]
-  }
-
-  /** Block i: x [n, H] → [n, H], two pre-norm residuals (as Llama's). */
-  block(i: number, x: Tensor, f: ForwardPass): Tensor {
-    const b = this.backend;
-    const w = this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights>;
-    const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.#norm), f));
-    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.#norm)));
-  }
-
-  /** input_ids i32 [n] → logits [rows, vocab] (see {@link DecoderModel.forward}). */
-  forward(inputIds: Tensor, f: ForwardPass): Tensor {
-    const b = this.backend;
-    const w = this.weights;
-    let h = b.embedding(w.embed_tokens, inputIds); // [n, H]
-    for (let i = 0; i < f.blocks; i++)
-      h = f.next(
-        i,
-        h,
-        b.scope(() => this.block(i, h, f)),
-      );
-    if (f.head === null) return h;
-    return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.#norm), w.lm_head); // [rows, vocab]
+    const qr = b.rope(b.rmsNorm(q, w.q_norm, this.norm), f.positions, this.rope); // QK-norm, then RoPE
+    const kr = b.rope(b.rmsNorm(k, w.k_norm, this.norm), f.positions, this.rope);
+    return b.matmul(attend(b, f, i, qr, kr, v, this.scale), w.o_proj); // [n, n_head·hd] → [n, H]
   }
 }
 
