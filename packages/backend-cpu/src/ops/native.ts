@@ -1,6 +1,6 @@
 /**
- * Checked wrappers of the op kernels of libtp_cpu.so (symbols in `./symbols.ts`, loaded by
- * `../ffi.ts`). Each wrapper checks, before anything crosses bun:ffi, that every count is a
+ * Checked wrappers of the op kernels of libtp_cpu.so (symbols in `../symbols.ts`, loaded by
+ * `../ffi.ts`, whose checks they share). Each wrapper checks, before anything crosses bun:ffi, that every count is a
  * non-negative safe integer (and every `int32_t` argument an integer of its range: bun:ffi would wrap
  * it modulo 2^32), that every region holds what the kernel will touch (for strided views:
  * the farthest element the strides reach), that f32 / i32 pointers are 4-byte aligned and that no
