@@ -3,9 +3,9 @@
  * ops run as C kernels on a native context (a thread pool and an ISA level chosen at run time).
  * `loadBackend("cpu")` in @tp/tensor imports this package and calls {@link createBackend}.
  *
- * This build implements memory (alloc / free / upload / read of any view, with accounting and
- * budgets) and the `cast` op. Every other op of the Backend interface throws E_UNSUPPORTED naming the
- * op until its kernel lands (the CPU-backend issue).
+ * A backend here is its memory (64-byte-aligned native blocks, upload, read, budget, a cache of freed
+ * blocks) and its kernel table (./ops, @tp/tensor KernelTable); the op methods — argument checks,
+ * output allocation — are @tp/tensor's front-end, and `supports` / `capabilities` come from the table.
  *
  * Source: native/include/tp.h; @tp/tensor backend.ts for the op semantics.
  */
@@ -13,33 +13,17 @@
 import { type Pointer, toArrayBuffer } from "bun:ffi";
 import { readFileSync } from "node:fs";
 import {
-  type AttentionOptions,
   BackendBase,
   type BackendCapabilities,
   type BackendOptions,
-  type Conv2dOptions,
-  DTYPE_NAMES,
-  type DTypeName,
   dtypeBytes,
-  type OpName,
-  type RopeOptions,
+  type KernelTable,
   type Tensor,
   TpError,
-  type Weight,
-  type WeightFormat,
+  tableCapabilities,
 } from "@tp/tensor";
-import {
-  CAST_DTYPES,
-  CAST_SATURATE,
-  type CastDtype,
-  type CpuIsa,
-  type CpuLibrary,
-  loadCpuLibrary,
-  type NativeContext,
-} from "./ffi.ts";
-import { embedding } from "./ops/embedding.ts";
+import { type CpuIsa, type CpuLibrary, loadCpuLibrary, type NativeContext } from "./ffi.ts";
 import * as ops from "./ops/index.ts";
-import { CPU_WEIGHT_FORMATS, matmul, supportsWeightOp } from "./ops/matmul.ts";
 
 /** A block of native memory and a JS view over it (empty for 0 bytes). */
 interface HostBlock {
@@ -113,8 +97,6 @@ export interface CpuBackendOptions extends BackendOptions {
  */
 export const CPU_BLOCK_CACHE_BYTES = 256 * 2 ** 20;
 
-const isCastDtype = (d: DTypeName): d is CastDtype => Object.hasOwn(CAST_DTYPES, d);
-
 /**
  * The CPU backend. Create it with {@link createBackend} or `loadBackend("cpu", options)`.
  * @see BackendBase for memory semantics; Backend (in @tp/tensor) for the op contracts.
@@ -150,17 +132,12 @@ export class CpuBackend extends BackendBase {
     if (options.verbose) console.error(`cpu backend: ${this.device}`);
   }
 
-  capabilities(): BackendCapabilities {
-    const opNames = ["cast", "matmul", "embedding", ...Object.keys(ops.CPU_OP_DTYPES)] as OpName[];
-    return { ops: opNames, weightFormats: CPU_WEIGHT_FORMATS, dtypes: DTYPE_NAMES };
-  }
+  /** The kernels (./ops); built once, they read `ctx` when they run. */
+  override readonly kernelTable: KernelTable = ops.cpuKernels(this);
 
-  /** Per op: the ops of ops/capabilities.ts answer from their dtype table; others as BackendBase. */
-  override supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {
-    if (op === "matmul" || op === "embedding") return supportsWeightOp(op, formats);
-    const dtypes = ops.CPU_OP_DTYPES[op];
-    if (dtypes === undefined) return super.supports(op, formats);
-    return formats.every((f) => (dtypes as readonly string[]).includes(f));
+  /** What the kernel table holds (ops, weight formats of matmul / embedding, dtypes). */
+  capabilities(): BackendCapabilities {
+    return tableCapabilities(this.kernelTable);
   }
 
   protected allocStorage(bytes: number): HostBlock {
@@ -261,148 +238,6 @@ export class CpuBackend extends BackendBase {
         `op ${op} on backend cpu: ${t.describe()} is a strided view; copy it first`,
       );
     }
-  }
-
-  /**
-   * Elementwise dtype conversion (tp_cpu_cast): f32 ⇄ f16 / bf16 / f8_e4m3fn / f8_e5m2, or a copy to
-   * the same dtype. Rounding and NaN rules are those of @tp/tensor convert.ts, bit for bit.
-   * @param options.saturate f32 → fp8: clamp overflow to ±max finite instead of NaN / inf (a boolean,
-   *   default false; `options` null or undefined: the default)
-   * @throws TpError E_ARG for a dtype that is not one of @tp/tensor's DTYPE_NAMES or a saturate that is
-   *   not a boolean (naming op cast); E_UNSUPPORTED for another pair of known dtypes or a
-   *   non-contiguous view; E_STATE for a freed or foreign tensor
-   */
-  override cast(x: Tensor, dtype: DTypeName, options?: { saturate?: boolean } | null): Tensor {
-    if (typeof dtype !== "string" || !(DTYPE_NAMES as readonly string[]).includes(dtype)) {
-      throw new TpError(
-        "E_ARG",
-        `op cast on backend cpu: unknown dtype ${typeof dtype === "string" ? JSON.stringify(dtype) : String(dtype)}; expected one of: ${DTYPE_NAMES.join(", ")}`,
-      );
-    }
-    const saturate = options?.saturate ?? false;
-    if (typeof saturate !== "boolean") {
-      throw new TpError(
-        "E_ARG",
-        `op cast on backend cpu: saturate must be a boolean, got ${typeof saturate === "string" ? JSON.stringify(saturate) : String(saturate)}`,
-      );
-    }
-    const from = x.dtype;
-    const pairOk =
-      from === dtype || (isCastDtype(from) && isCastDtype(dtype) && (from === "f32" || dtype === "f32"));
-    if (!pairOk) {
-      throw new TpError(
-        "E_UNSUPPORTED",
-        `op cast on backend cpu: no conversion ${from} → ${dtype} (f32 ⇄ f16, bf16, f8_e4m3fn, f8_e5m2)`,
-      );
-    }
-    const src = this.elementBytes(x, "cast");
-    const out = this.alloc(x.shape, dtype, x.name);
-    if (x.numel === 0) return out;
-    const dst = this.elementBytes(out, "cast");
-    if (from === dtype) dst.set(src);
-    else {
-      const flags = saturate ? CAST_SATURATE : 0;
-      this.ctx.cast(src, from as CastDtype, dst, dtype as CastDtype, x.numel, flags);
-    }
-    return out;
-  }
-
-  // ---- ops (implementations in ./ops; contracts in @tp/tensor Backend) ----------------------------
-
-  override attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions | null): Tensor {
-    return ops.attention(this, q, k, v, options);
-  }
-  override rmsNorm(x: Tensor, weight: Tensor | null, options: { eps: number; unitOffset?: boolean }): Tensor {
-    return ops.rmsNorm(this, x, weight, options);
-  }
-  override layerNorm(
-    x: Tensor,
-    weight: Tensor | null,
-    bias: Tensor | null,
-    options: { eps: number },
-  ): Tensor {
-    return ops.layerNorm(this, x, weight, bias, options);
-  }
-  override groupNorm(
-    x: Tensor,
-    groups: number,
-    weight: Tensor | null,
-    bias: Tensor | null,
-    options: { eps: number },
-  ): Tensor {
-    return ops.groupNorm(this, x, groups, weight, bias, options);
-  }
-  override rope(x: Tensor, positions: Tensor, options: RopeOptions): Tensor {
-    return ops.rope(this, x, positions, options);
-  }
-  override silu(x: Tensor): Tensor {
-    return ops.silu(this, x);
-  }
-  override gelu(x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
-    return ops.gelu(this, x, options);
-  }
-  override sigmoid(x: Tensor): Tensor {
-    return ops.sigmoid(this, x);
-  }
-  override swiglu(gate: Tensor, up: Tensor): Tensor {
-    return ops.swiglu(this, gate, up);
-  }
-  override softmax(x: Tensor, options?: { dim?: number } | null): Tensor {
-    return ops.softmax(this, x, options);
-  }
-  override add(a: Tensor, b: Tensor): Tensor {
-    return ops.binary(this, "add", a, b);
-  }
-  override sub(a: Tensor, b: Tensor): Tensor {
-    return ops.binary(this, "sub", a, b);
-  }
-  override mul(a: Tensor, b: Tensor): Tensor {
-    return ops.binary(this, "mul", a, b);
-  }
-  override scale(x: Tensor, s: number): Tensor {
-    return ops.scale(this, x, s);
-  }
-  override modulate(x: Tensor, scale: Tensor, shift: Tensor): Tensor {
-    return ops.modulate(this, x, scale, shift);
-  }
-  override conv2d(x: Tensor, weight: Tensor, bias: Tensor | null, options?: Conv2dOptions | null): Tensor {
-    return ops.conv2d(this, x, weight, bias, options);
-  }
-  override upsampleNearest2d(x: Tensor, factor: number): Tensor {
-    return ops.upsampleNearest2d(this, x, factor);
-  }
-  override concat(tensors: readonly Tensor[], dim: number): Tensor {
-    return ops.concat(this, tensors, dim);
-  }
-  override slice(x: Tensor, dim: number, start: number, end: number): Tensor {
-    return ops.slice(this, x, dim, start, end);
-  }
-  override copy(x: Tensor): Tensor {
-    return ops.copy(this, x);
-  }
-  override set(dst: Tensor, src: Tensor): void {
-    ops.set(this, dst, src);
-  }
-  override argmax(x: Tensor): Tensor {
-    return ops.argmax(this, x);
-  }
-  override topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
-    return ops.topK(this, x, k);
-  }
-
-  /**
-   * y = x · Wᵀ (+ bias) for every weight format of CPU_WEIGHT_FORMATS (./ops/matmul.ts).
-   * @throws TpError E_ARG when w is not a Weight; E_SHAPE, E_UNSUPPORTED, E_STATE, E_OOM (see there)
-   */
-  override matmul(x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
-    return matmul(this, x, w, options);
-  }
-  /**
-   * Rows of a weight table at i32 ids, dequantized to f32 (./ops/embedding.ts).
-   * @throws TpError E_ARG when table is not a Weight or an id is outside [0, V); E_UNSUPPORTED, E_STATE
-   */
-  override embedding(table: Weight, ids: Tensor): Tensor {
-    return embedding(this, table, ids);
   }
 
   override dispose(): void {

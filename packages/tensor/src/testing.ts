@@ -5,6 +5,7 @@ import { decodeToF32, encodeFromF32 } from "./convert.ts";
 import { dtypeBytes } from "./dtype.ts";
 import { isTpError, TpError, type TpErrorCode } from "./errors.ts";
 import { type KernelTable, tableCapabilities } from "./kernels.ts";
+import { elementOffsets } from "./shape.ts";
 import type { Tensor } from "./tensor.ts";
 
 /**
@@ -66,4 +67,42 @@ export function errorCode(fn: () => unknown): TpErrorCode {
     throw e;
   }
   throw new Error("expected a TpError");
+}
+
+/**
+ * A host-memory backend whose kernel table the test writes (`new TableBackend((b) => ({ ... }))`), for
+ * the front-end tests: `f32(t)` reads any f32 view synchronously, `write(t, values)` fills a
+ * contiguous f32 tensor.
+ */
+export class TableBackend extends BackendBase {
+  readonly name = "table";
+  readonly device = "test host memory with a kernel table";
+  override readonly kernelTable: KernelTable;
+  constructor(table: (b: TableBackend) => KernelTable, options: BackendOptions = {}) {
+    super("table", options);
+    this.kernelTable = table(this);
+  }
+  capabilities(): BackendCapabilities {
+    return tableCapabilities(this.kernelTable);
+  }
+  /** The f32 elements of any view, in row-major order. */
+  f32(t: Tensor): Float32Array {
+    const all = new Float32Array((t.storage.handle as Uint8Array).buffer);
+    const offsets = elementOffsets(t.layout);
+    return Float32Array.from(offsets, (o) => all[o] as number);
+  }
+  /** Fill a contiguous f32 tensor. */
+  write(t: Tensor, values: ArrayLike<number>): void {
+    new Float32Array((t.storage.handle as Uint8Array).buffer, t.layout.offset * 4, t.numel).set(values);
+  }
+  protected allocStorage(bytes: number): Uint8Array {
+    return new Uint8Array(Math.ceil(bytes / 8) * 8);
+  }
+  protected freeStorage(): void {}
+  protected writeStorage(h: unknown, offset: number, data: Uint8Array): void {
+    (h as Uint8Array).set(data, offset);
+  }
+  protected async readStorage(h: unknown, offset: number, length: number): Promise<Uint8Array> {
+    return (h as Uint8Array).slice(offset, offset + length);
+  }
 }

@@ -1,131 +1,107 @@
 /**
- * Elementwise ops of the cpu backend on f32: silu, gelu (erf / tanh), sigmoid, swiglu, scale
- * (contiguous kernels; strided inputs are copied first) and add / sub / mul / modulate, whose
- * kernels read strided and broadcast inputs directly. Semantics: @tp/tensor `Backend`.
+ * The elementwise kernels of the cpu backend on f32: silu, gelu (erf / tanh), sigmoid, swiglu, scale
+ * and softmax (contiguous kernels; strided inputs are copied first), and add / sub / mul / modulate,
+ * whose kernels read strided and broadcast operands directly. Arguments are checked by @tp/tensor's
+ * front-end; kernels: native/cpu/elementwise.c, softmax.c.
  */
-import { broadcastShapes, formatShape, type Shape, sameShape, type Tensor, TpError } from "@tp/tensor";
-import { argError, type CpuOpHost, checkTensors, produce, scoped, shapeError, shown } from "./common.ts";
-import { binaryF32, modulateF32, scaleF32, swigluF32, type UnaryKernel, unary } from "./native.ts";
+import type { DTypeName, KernelTable, Tensor } from "@tp/tensor";
+import { type CpuOpHost, dense, region } from "./common.ts";
+import {
+  binaryF32,
+  modulateF32,
+  scaleF32,
+  softmaxF32,
+  swigluF32,
+  type UnaryKernel,
+  unary,
+} from "./native.ts";
 
-const F32 = ["f32"] as const;
+const F32: readonly DTypeName[] = ["f32"];
 
-function unaryOp(host: CpuOpHost, op: string, kernel: UnaryKernel, x: Tensor): Tensor {
-  checkTensors(host, op, F32, { x });
-  return scoped(host, op, (s) => {
-    const src = s.contiguous(x);
-    return produce(host, op, x.shape, "f32", x.name, (out) => unary(host.ctx, kernel, src, out, x.numel));
-  });
-}
-
-/** x · σ(x). @throws TpError E_STATE, E_UNSUPPORTED (not f32) */
-export function silu(host: CpuOpHost, x: Tensor): Tensor {
-  return unaryOp(host, "silu", "silu", x);
-}
-
-/** 1 / (1 + e^−x). @throws TpError E_STATE, E_UNSUPPORTED (not f32) */
-export function sigmoid(host: CpuOpHost, x: Tensor): Tensor {
-  return unaryOp(host, "sigmoid", "sigmoid", x);
-}
-
-/**
- * GELU: "none" x·Φ(x) with erf, "tanh" the tanh approximation (`options` null or undefined: "none").
- * @throws TpError E_ARG for another `approximate`; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function gelu(host: CpuOpHost, x: Tensor, options?: { approximate?: "none" | "tanh" } | null): Tensor {
-  const approximate = options?.approximate ?? "none";
-  if (approximate !== "none" && approximate !== "tanh") {
-    throw argError("gelu", `approximate must be "none" or "tanh", got ${JSON.stringify(approximate)}`);
+function unaryKernel(host: CpuOpHost, op: string, kernel: UnaryKernel, out: Tensor, x: Tensor): void {
+  if (!x.isContiguous) {
+    host.scope(() => unaryKernel(host, op, kernel, out, dense(host, x, op)));
+    return;
   }
-  return unaryOp(host, "gelu", approximate === "tanh" ? "gelu_tanh" : "gelu_erf", x);
+  unary(host.ctx, kernel, region(host, x, op), region(host, out, op), x.numel);
 }
 
-/** silu(gate) · up, same shapes. @throws TpError E_SHAPE naming both shapes; E_STATE, E_UNSUPPORTED */
-export function swiglu(host: CpuOpHost, gate: Tensor, up: Tensor): Tensor {
+function swiglu(host: CpuOpHost, out: Tensor, gate: Tensor, up: Tensor): void {
   const op = "swiglu";
-  checkTensors(host, op, F32, { gate, up });
-  if (!sameShape(gate.shape, up.shape)) {
-    throw shapeError(
-      op,
-      `gate ${formatShape(gate.shape)} and up ${formatShape(up.shape)} must have the same shape`,
-    );
+  if (!gate.isContiguous || !up.isContiguous) {
+    host.scope(() => swiglu(host, out, dense(host, gate, op), dense(host, up, op)));
+    return;
   }
-  return scoped(host, op, (s) => {
-    const g = s.contiguous(gate);
-    const u = s.contiguous(up);
-    return produce(host, op, gate.shape, "f32", gate.name, (out) =>
-      swigluF32(host.ctx, g, u, out, gate.numel),
-    );
-  });
+  swigluF32(host.ctx, region(host, gate, op), region(host, up, op), region(host, out, op), gate.numel);
 }
 
-/** x · s for a host number s (rounded to f32). @throws TpError E_ARG for a non-number; E_STATE, E_UNSUPPORTED */
-export function scale(host: CpuOpHost, x: Tensor, s: number): Tensor {
+function scale(host: CpuOpHost, out: Tensor, x: Tensor, s: number): void {
   const op = "scale";
-  if (typeof s !== "number") throw argError(op, `the scale must be a number, got ${typeof s}`);
-  checkTensors(host, op, F32, { x });
-  return scoped(host, op, (sc) => {
-    const src = sc.contiguous(x);
-    return produce(host, op, x.shape, "f32", x.name, (out) => scaleF32(host.ctx, src, out, x.numel, s));
-  });
-}
-
-/** The broadcast shape of a and b, or E_SHAPE naming op and both shapes. */
-function broadcast(op: string, a: Tensor, b: Tensor): number[] {
-  try {
-    return broadcastShapes(a.shape, b.shape);
-  } catch (e) {
-    if (e instanceof TpError) throw shapeError(op, `${shown(a, "a")} and ${shown(b, "b")}: ${e.message}`);
-    throw e;
+  if (!x.isContiguous) {
+    host.scope(() => scale(host, out, dense(host, x, op), s));
+    return;
   }
+  scaleF32(host.ctx, region(host, x, op), region(host, out, op), x.numel, s);
 }
 
-/** Strides of `t` broadcast to `shape`, or E_SHAPE naming op and shapes. */
-function stridesTo(op: string, t: Tensor, shape: Shape, what: string): readonly number[] {
-  try {
-    return t.broadcastTo(shape).strides;
-  } catch (e) {
-    if (e instanceof TpError) {
-      throw shapeError(op, `${what} ${formatShape(t.shape)} does not broadcast to ${formatShape(shape)}`);
-    }
-    throw e;
+function softmax(host: CpuOpHost, out: Tensor, x: Tensor, dim: number): void {
+  const op = "softmax";
+  if (!x.isContiguous) {
+    host.scope(() => softmax(host, out, dense(host, x, op), dim));
+    return;
   }
+  let outer = 1;
+  for (let i = 0; i < dim; i++) outer *= x.shape[i] as number;
+  let inner = 1;
+  for (let i = dim + 1; i < x.rank; i++) inner *= x.shape[i] as number;
+  softmaxF32(host.ctx, region(host, x, op), region(host, out, op), outer, x.shape[dim] as number, inner);
 }
 
-/**
- * a ∘ b with NumPy broadcasting; inputs may be any views (read with their strides).
- * @throws TpError E_SHAPE naming both shapes; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function binary(host: CpuOpHost, op: "add" | "sub" | "mul", a: Tensor, b: Tensor): Tensor {
-  checkTensors(host, op, F32, { a, b });
-  const shape = broadcast(op, a, b);
-  const sa = stridesTo(op, a, shape, "a");
-  const sb = stridesTo(op, b, shape, "b");
-  return produce(host, op, shape, "f32", a.name, (out) =>
-    binaryF32(
-      host.ctx,
-      op,
-      { region: host.viewRegion(a), strides: sa },
-      { region: host.viewRegion(b), strides: sb },
-      out,
-      shape,
-    ),
+/** a, b: views broadcast to out's shape (the front-end made them). */
+function binary(host: CpuOpHost, op: "add" | "sub" | "mul", out: Tensor, a: Tensor, b: Tensor): void {
+  binaryF32(
+    host.ctx,
+    op,
+    { region: host.viewRegion(a), strides: a.strides },
+    { region: host.viewRegion(b), strides: b.strides },
+    region(host, out, op),
+    out.shape,
   );
 }
 
-/**
- * x · (1 + scale) + shift, scale and shift broadcast to x's shape (adaLN modulation).
- * @throws TpError E_SHAPE when scale or shift does not broadcast to x; E_STATE, E_UNSUPPORTED
- */
-export function modulate(host: CpuOpHost, x: Tensor, scaleT: Tensor, shift: Tensor): Tensor {
-  const op = "modulate";
-  checkTensors(host, op, F32, { x, scale: scaleT, shift });
-  const shape = x.shape;
-  const operand = (t: Tensor, what: string) => ({
-    region: host.viewRegion(t),
-    strides: stridesTo(op, t, shape, what),
-  });
-  const ox = operand(x, "x");
-  const os = operand(scaleT, "scale");
-  const oh = operand(shift, "shift");
-  return produce(host, op, shape, "f32", x.name, (out) => modulateF32(host.ctx, ox, os, oh, out, shape));
+/** scale, shift: views broadcast to x's shape. */
+function modulate(host: CpuOpHost, out: Tensor, x: Tensor, scaleT: Tensor, shift: Tensor): void {
+  modulateF32(
+    host.ctx,
+    { region: host.viewRegion(x), strides: x.strides },
+    { region: host.viewRegion(scaleT), strides: scaleT.strides },
+    { region: host.viewRegion(shift), strides: shift.strides },
+    region(host, out, "modulate"),
+    out.shape,
+  );
+}
+
+/** The kernel-table entries of the elementwise ops (f32). */
+export function elementwiseKernels(
+  host: CpuOpHost,
+): Pick<
+  KernelTable,
+  "silu" | "gelu" | "sigmoid" | "swiglu" | "softmax" | "add" | "sub" | "mul" | "scale" | "modulate"
+> {
+  return {
+    silu: { dtypes: F32, run: (out, x) => unaryKernel(host, "silu", "silu", out, x) },
+    sigmoid: { dtypes: F32, run: (out, x) => unaryKernel(host, "sigmoid", "sigmoid", out, x) },
+    gelu: {
+      dtypes: F32,
+      run: (out, x, approximate) =>
+        unaryKernel(host, "gelu", approximate === "tanh" ? "gelu_tanh" : "gelu_erf", out, x),
+    },
+    swiglu: { dtypes: F32, run: (out, gate, up) => swiglu(host, out, gate, up) },
+    softmax: { dtypes: F32, run: (out, x, dim) => softmax(host, out, x, dim) },
+    add: { dtypes: F32, run: (out, a, b) => binary(host, "add", out, a, b) },
+    sub: { dtypes: F32, run: (out, a, b) => binary(host, "sub", out, a, b) },
+    mul: { dtypes: F32, run: (out, a, b) => binary(host, "mul", out, a, b) },
+    scale: { dtypes: F32, run: (out, x, s) => scale(host, out, x, s) },
+    modulate: { dtypes: F32, run: (out, x, s, shift) => modulate(host, out, x, s, shift) },
+  };
 }

@@ -1,15 +1,35 @@
 /**
- * The op implementations of the cpu backend (CpuBackend delegates each op method here), the table of
- * dtypes per op, and the checked native wrappers. Re-exports only.
+ * The kernel table of the cpu backend: one entry per op (@tp/tensor KernelTable), assembled from the
+ * op families of this folder. The op methods themselves (checks, output allocation) are @tp/tensor's.
  */
-export { attention } from "./attention.ts";
-export { CPU_OP_DTYPES } from "./capabilities.ts";
+import type { KernelTable } from "@tp/tensor";
+import { attentionKernels } from "./attention.ts";
+import type { CpuOpHost } from "./common.ts";
+import { conv2dKernels } from "./conv2d.ts";
+import { elementwiseKernels } from "./elementwise.ts";
+import { embeddingKernels } from "./embedding.ts";
+import { type CpuCastHost, layoutKernels } from "./layout.ts";
+import { matmulKernels } from "./matmul.ts";
+import { normKernels } from "./norm.ts";
+import { ropeKernels } from "./rope.ts";
+import { sampleKernels } from "./sample.ts";
+
 export type { CpuOpHost } from "./common.ts";
-export { conv2d } from "./conv2d.ts";
-export { binary, gelu, modulate, scale, sigmoid, silu, swiglu } from "./elementwise.ts";
-export { concat, copy, set, slice, upsampleNearest2d } from "./layout.ts";
+export type { CpuCastHost } from "./layout.ts";
 export type { NativeRegion } from "./native.ts";
-export { groupNorm, layerNorm, rmsNorm } from "./norm.ts";
-export { rope } from "./rope.ts";
-export { argmax, topK } from "./sample.ts";
-export { softmax } from "./softmax.ts";
+
+/** Every kernel of the cpu backend, bound to `host` (built once per backend; entries allocate nothing). */
+export function cpuKernels(host: CpuCastHost): KernelTable {
+  const h: CpuOpHost = host;
+  return {
+    ...matmulKernels(h),
+    ...attentionKernels(h),
+    ...normKernels(h),
+    ...ropeKernels(h),
+    ...elementwiseKernels(h),
+    ...embeddingKernels(h),
+    ...conv2dKernels(h),
+    ...layoutKernels(host),
+    ...sampleKernels(h),
+  };
+}

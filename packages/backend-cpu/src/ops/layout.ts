@@ -1,146 +1,77 @@
 /**
- * Layout ops of the cpu backend: copy (materialise any view, any dtype), slice (a contiguous copy of a
- * range along one dimension), concat (any dtype; inputs may be views) and upsampleNearest2d (f32).
- * copy / slice / concat run the strided copy kernel (native/cpu/layout.c).
+ * The layout kernels of the cpu backend: copy (materialise any view, any dtype), slice, concat and set
+ * (the strided copy kernel, native/cpu/layout.c), cast (tp_cpu_cast) and upsample_nearest2d (f32).
+ * Arguments are checked by @tp/tensor's front-end.
  */
-import { checkSetArgs, dtypeBytes, formatShape, normalizeDim, type Tensor, TpError } from "@tp/tensor";
-import {
-  argError,
-  type CpuOpHost,
-  checkTensors,
-  copyInto,
-  integer,
-  produce,
-  scoped,
-  shapeError,
-} from "./common.ts";
+import { DTYPE_NAMES, type DTypeName, type KernelTable, type Tensor, TpError } from "@tp/tensor";
+import { CAST_DTYPES, CAST_SATURATE, type CastDtype } from "../ffi.ts";
+import { type CpuOpHost, copyInto, dense, region } from "./common.ts";
 import { upsampleNearest2dF32 } from "./native.ts";
 
-/** Element sizes the copy kernel moves (every dtype of @tp/tensor). */
-function checkCopyable(host: CpuOpHost, op: string, t: Tensor): void {
-  host.viewRegion(t);
-  const size = dtypeBytes(t.dtype);
-  if (size !== 1 && size !== 2 && size !== 4 && size !== 8) {
-    throw new TpError("E_UNSUPPORTED", `op ${op} on backend cpu does not support dtype ${t.dtype}`);
-  }
+const isCastDtype = (d: DTypeName): d is CastDtype => Object.hasOwn(CAST_DTYPES, d);
+
+/** The parts of CpuBackend cast uses besides those of every kernel. */
+export interface CpuCastHost extends CpuOpHost {
+  /**
+   * The bytes of a contiguous tensor's elements (a view on native memory).
+   * @throws TpError E_UNSUPPORTED for a strided view, E_STATE
+   */
+  elementBytes(t: Tensor, op: string): Uint8Array;
 }
 
 /**
- * A contiguous copy of any view (permute, transpose, slice, broadcast), any dtype.
- * @throws TpError E_ARG for a rank above 16; E_STATE
+ * Elementwise dtype conversion (tp_cpu_cast): f32 ⇄ f16 / bf16 / f8_e4m3fn / f8_e5m2, or a copy to the
+ * same dtype; rounding and NaN rules of @tp/tensor convert.ts, bit for bit.
+ * @throws TpError E_UNSUPPORTED for another pair of dtypes, or a strided x (copy it first)
  */
-export function copy(host: CpuOpHost, x: Tensor): Tensor {
-  return copyAs(host, "copy", x);
+function cast(host: CpuCastHost, out: Tensor, x: Tensor, saturate: boolean): void {
+  const from = x.dtype;
+  const to = out.dtype;
+  if (!(from === to || (isCastDtype(from) && isCastDtype(to) && (from === "f32" || to === "f32")))) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `op cast on backend cpu: no conversion ${from} → ${to} (f32 ⇄ f16, bf16, f8_e4m3fn, f8_e5m2)`,
+    );
+  }
+  const src = host.elementBytes(x, "cast");
+  if (x.numel === 0) return;
+  const dst = host.elementBytes(out, "cast");
+  if (from === to) dst.set(src);
+  else host.ctx.cast(src, from as CastDtype, dst, to as CastDtype, x.numel, saturate ? CAST_SATURATE : 0);
 }
 
-/** {@link copy} on behalf of `op` (named in errors). */
-function copyAs(host: CpuOpHost, op: string, x: Tensor): Tensor {
-  checkCopyable(host, op, x);
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    copyInto(host, x, out, op);
-  } catch (e) {
-    host.free(out);
-    throw e;
+function concat(host: CpuOpHost, out: Tensor, inputs: readonly Tensor[], dim: number): void {
+  let at = 0;
+  for (const t of inputs) {
+    const size = t.shape[dim] as number;
+    if (t.numel > 0) copyInto(host, t, out.slice(dim, at, at + size), "concat");
+    at += size;
   }
-  return out;
 }
 
-/**
- * Backend.set: write `src` into the view `dst` in place (same shape and dtype, any dtype) with the
- * strided copy kernel.
- * @throws TpError E_SHAPE, E_ARG (see @tp/tensor checkSetArgs: dtypes, a broadcast dst or one whose
- *   elements overlap, shared storage); E_STATE
- */
-export function set(host: CpuOpHost, dst: Tensor, src: Tensor): void {
-  const op = "set";
-  checkCopyable(host, op, dst);
-  checkCopyable(host, op, src);
-  checkSetArgs("cpu", dst, src);
-  if (src.numel > 0) copyInto(host, src, dst, op);
-}
-
-/**
- * A contiguous copy of elements [start, end) along `dim`, with the rules of Tensor.slice (negative
- * indices count from the end, both are clamped to the size).
- * @throws TpError E_SHAPE for a bad dim; E_ARG for non-integer bounds; E_STATE
- */
-export function slice(host: CpuOpHost, x: Tensor, dim: number, start: number, end: number): Tensor {
-  const op = "slice";
-  checkCopyable(host, op, x);
-  if (!Number.isInteger(start) || !Number.isInteger(end)) {
-    throw argError(op, `start and end must be integers, got ${start} and ${end}`);
-  }
-  let view: Tensor;
-  try {
-    view = x.slice(normalizeDim(dim, x.rank), start, end);
-  } catch (e) {
-    if (e instanceof TpError) throw shapeError(op, `x ${formatShape(x.shape)}: ${e.message}`);
-    throw e;
-  }
-  return copyAs(host, op, view);
-}
-
-/**
- * Join tensors along `dim` (negative counts from the end); all share dtype, rank and the other sizes.
- * @throws TpError E_ARG for an empty list or mixed dtypes; E_SHAPE naming the shapes that differ; E_STATE
- */
-export function concat(host: CpuOpHost, tensors: readonly Tensor[], dim: number): Tensor {
-  const op = "concat";
-  if (!Array.isArray(tensors as unknown) || tensors.length === 0)
-    throw argError(op, "needs at least one tensor");
-  const first = tensors[0] as Tensor;
-  for (const t of tensors) checkCopyable(host, op, t);
-  const shapes = tensors.map((t) => formatShape(t.shape)).join(", ");
-  if (tensors.some((t) => t.dtype !== first.dtype)) {
-    throw argError(op, `all tensors must share a dtype, got ${tensors.map((t) => t.dtype).join(", ")}`);
-  }
-  let d: number;
-  try {
-    d = normalizeDim(dim, first.rank);
-  } catch (e) {
-    if (e instanceof TpError) throw shapeError(op, `${shapes}: ${e.message}`);
-    throw e;
-  }
-  for (const t of tensors) {
-    if (t.rank !== first.rank || t.shape.some((n, i) => i !== d && n !== first.shape[i])) {
-      throw shapeError(op, `${shapes}: sizes must match except along dim ${d}`);
-    }
-  }
-  const shape = [...first.shape];
-  shape[d] = tensors.reduce((a, t) => a + (t.shape[d] as number), 0);
-  const out = host.alloc(shape, first.dtype, first.name);
-  try {
-    let at = 0;
-    for (const t of tensors) {
-      const size = t.shape[d] as number;
-      if (t.numel > 0) copyInto(host, t, out.slice(d, at, at + size), op);
-      at += size;
-    }
-  } catch (e) {
-    host.free(out);
-    throw e;
-  }
-  return out;
-}
-
-/**
- * Nearest-neighbour upsampling by an integer factor on the last two dimensions of an f32 tensor.
- * @throws TpError E_SHAPE for rank < 2; E_ARG for a bad factor; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function upsampleNearest2d(host: CpuOpHost, x: Tensor, factor: number): Tensor {
+function upsampleNearest2d(host: CpuOpHost, out: Tensor, x: Tensor, factor: number): void {
   const op = "upsample_nearest2d";
-  checkTensors(host, op, ["f32"], { x });
-  if (x.rank < 2) throw shapeError(op, `x ${formatShape(x.shape)} needs at least two dimensions`);
-  const f = integer(op, "factor", factor, 1, 2 ** 16);
+  if (!x.isContiguous) {
+    host.scope(() => upsampleNearest2d(host, out, dense(host, x, op), factor));
+    return;
+  }
   const h = x.shape[x.rank - 2] as number;
   const w = x.shape[x.rank - 1] as number;
   const planes = x.numel === 0 ? 0 : x.numel / (h * w);
-  const shape = [...x.shape.slice(0, -2), h * f, w * f];
-  return scoped(host, op, (s) => {
-    const xr = s.contiguous(x);
-    return produce(host, op, shape, "f32", x.name, (out) =>
-      upsampleNearest2dF32(host.ctx, xr, out, planes, h, w, f),
-    );
-  });
+  upsampleNearest2dF32(host.ctx, region(host, x, op), region(host, out, op), planes, h, w, factor);
+}
+
+/** The kernel-table entries of the layout ops: copy / slice / concat / set move every dtype. */
+export function layoutKernels(
+  host: CpuCastHost,
+): Pick<KernelTable, "copy" | "slice" | "concat" | "set" | "cast" | "upsample_nearest2d"> {
+  return {
+    copy: { dtypes: DTYPE_NAMES, run: (out, x) => copyInto(host, x, out, "copy") },
+    slice: { dtypes: DTYPE_NAMES, run: (out, view) => copyInto(host, view, out, "slice") },
+    concat: { dtypes: DTYPE_NAMES, run: (out, inputs, dim) => concat(host, out, inputs, dim) },
+    set: { dtypes: DTYPE_NAMES, run: (dst, src) => copyInto(host, src, dst, "set") },
+    // one JS view over native memory spans at most 4 GiB (bun:ffi toArrayBuffer)
+    cast: { dtypes: DTYPE_NAMES, maxBytes: 2 ** 32, run: (out, x, saturate) => cast(host, out, x, saturate) },
+    upsample_nearest2d: { dtypes: ["f32"], run: (out, x, f) => upsampleNearest2d(host, out, x, f) },
+  };
 }

@@ -22,16 +22,16 @@
  */
 import { toArrayBuffer } from "bun:ffi";
 import {
-  type DTypeName,
   formatShape,
+  type KernelTable,
   type OpName,
   type Tensor,
   TpError,
-  Weight,
+  type Weight,
   type WeightFormat,
 } from "@tp/tensor";
 import { CPU_FEATURES, NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
-import { type CpuOpHost, checkTensors, produce, scoped, shapeError } from "./common.ts";
+import { type CpuOpHost, dense, denseOrNull, optionalRegion, region, strided } from "./common.ts";
 import {
   matmulRepacked,
   matmulWeight,
@@ -95,53 +95,18 @@ export const CPU_WEIGHT_FORMATS: readonly WeightFormat[] = Object.keys(
   NATIVE_WEIGHT_FORMATS,
 ) as WeightFormat[];
 
-/** Tensor dtypes besides the weight formats: f32 activations and bias (matmul), i32 ids (embedding). */
-const WEIGHT_OP_DTYPES: Readonly<Record<"matmul" | "embedding", readonly DTypeName[]>> = {
-  matmul: ["f32"],
-  embedding: ["i32"],
-};
-
-/**
- * supports("matmul" | "embedding", formats): every entry is a weight format of
- * {@link CPU_WEIGHT_FORMATS} or a tensor dtype the op takes (f32 x and bias; i32 ids).
- */
-export function supportsWeightOp(op: "matmul" | "embedding", formats: readonly string[]): boolean {
-  return formats.every(
-    (f) =>
-      (CPU_WEIGHT_FORMATS as readonly string[]).includes(f) || WEIGHT_OP_DTYPES[op].includes(f as DTypeName),
-  );
-}
-
 /** "weight blk.0.ffn_up.weight q4_k [N, K]" in messages. */
 export function shownWeight(w: Weight): string {
   return `weight ${w.name} ${w.format} ${formatShape(w.shape)}`;
 }
 
 /**
- * The native view of a weight: format, shape, bytes, scales and rotation group.
- * @throws TpError E_ARG naming op and backend when `w` is not a {@link Weight} (only its constructor
- *   checks bytes, shape, scales and group against each other); E_UNSUPPORTED naming op, backend and
- *   format for a format this backend lacks, or for scales the kernels do not take (a row-scaled fp8
- *   weight, a scaled bf16 / GGUF weight)
+ * The native view of a weight (the front-end has checked that it is a Weight of a format listed in
+ * {@link CPU_WEIGHT_FORMATS}): format, shape, bytes, scales and rotation group.
+ * @throws TpError E_UNSUPPORTED naming op, backend and format for scales the kernels do not take (a
+ *   row-scaled fp8 weight, a scaled bf16 / GGUF weight)
  */
 export function nativeWeight(op: OpName, w: Weight): NativeWeight {
-  const value: unknown = w;
-  if (!(value instanceof Weight)) {
-    const given =
-      value === null || typeof value !== "object"
-        ? String(value)
-        : `an object of class ${(value as { constructor?: { name?: string } }).constructor?.name ?? "(none)"}`;
-    throw new TpError(
-      "E_ARG",
-      `op ${op} on backend cpu: the weight must be a Weight of @tp/tensor (new Weight({ ... }) checks its bytes against its shape), got ${given}`,
-    );
-  }
-  if (!Object.hasOwn(NATIVE_WEIGHT_FORMATS, w.format)) {
-    throw new TpError(
-      "E_UNSUPPORTED",
-      `op ${op} on backend cpu does not support weight format ${w.format} (${shownWeight(w)}); supported: ${CPU_WEIGHT_FORMATS.join(", ")}`,
-    );
-  }
   const format = w.format as NativeWeightFormat;
   const convrot = format === "int8_convrot" || format === "int4_convrot";
   const fp8 = format === "f8_e4m3fn" || format === "f8_e5m2";
@@ -168,37 +133,37 @@ export function f32View(r: NativeRegion, count: number): Float32Array {
 }
 
 /**
- * y = x · Wᵀ (+ bias). x: [..., K] f32 (any view; a strided one is copied first); w: a {@link Weight}
- * [N, K]; bias: [N] f32 → [..., N] f32. `options` null or undefined: no bias.
- * @throws TpError E_ARG when w is not a Weight; E_SHAPE when x's last dimension is not K or the bias is
- *   not [N] (naming the shapes); E_UNSUPPORTED naming op, backend and format for a weight format or
- *   scale this backend lacks, or a non-f32 x / bias; E_STATE for a freed or foreign tensor; E_OOM
+ * out [..., N] = x [..., K] · Wᵀ (+ bias [N]), f32; a strided x or bias is copied first.
+ * @throws TpError E_UNSUPPORTED for scales the kernels do not take; E_OOM
  */
-export function matmul(host: CpuOpHost, x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
+function matmul(host: CpuOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor | null): void {
   const op = "matmul";
-  const bias = options?.bias;
-  checkTensors(host, op, ["f32"], { x, bias });
+  if (strided(x, bias)) {
+    host.scope(() => matmul(host, out, dense(host, x, op), w, denseOrNull(host, bias, op)));
+    return;
+  }
   const nw = nativeWeight(op, w);
   const [n, k] = w.shape;
-  if (x.rank < 1 || x.shape[x.rank - 1] !== k) {
-    throw shapeError(op, `x ${formatShape(x.shape)} does not end in K = ${k} of ${shownWeight(w)}`);
-  }
-  if (bias !== undefined && (bias.rank !== 1 || bias.shape[0] !== n)) {
-    throw shapeError(op, `bias ${formatShape(bias.shape)} is not [N] = [${n}] of ${shownWeight(w)}`);
-  }
   let m = 1;
   for (let d = 0; d < x.rank - 1; d++) m *= x.shape[d] as number;
-  const outShape = [...x.shape.slice(0, -1), n];
+  const xr = region(host, x, op);
+  const br = optionalRegion(host, bias, op);
   const packed = m <= REPACK_MAX_M && m * n > 0 ? repackedWeight(host, w) : null;
-  return scoped(host, op, (s) => {
-    const xr = s.contiguous(x);
-    const br = bias === undefined ? null : s.contiguous(bias);
-    if (packed !== null) {
-      const pr = { ptr: host.elementPointer(packed, op), bytes: packed.byteLength };
-      return produce(host, op, outShape, "f32", undefined, (out) =>
-        matmulRepacked(host.ctx, w.format as RepackFormat, xr, m, k, pr, n, br, out),
-      );
-    }
-    return produce(host, op, outShape, "f32", undefined, (out) => matmulWeight(host.ctx, xr, m, nw, br, out));
-  });
+  if (packed !== null) {
+    const pr = { ptr: host.elementPointer(packed, op), bytes: packed.byteLength };
+    matmulRepacked(host.ctx, w.format as RepackFormat, xr, m, k, pr, n, br, region(host, out, op));
+    return;
+  }
+  matmulWeight(host.ctx, xr, m, nw, br, region(host, out, op));
+}
+
+/** The kernel-table entry of matmul: f32 activations and bias, every weight format of CPU_WEIGHT_FORMATS. */
+export function matmulKernels(host: CpuOpHost): Pick<KernelTable, "matmul"> {
+  return {
+    matmul: {
+      dtypes: ["f32"],
+      weightFormats: CPU_WEIGHT_FORMATS,
+      run: (out, x, w, bias) => matmul(host, out, x, w, bias),
+    },
+  };
 }

@@ -1,138 +1,123 @@
 /**
- * Normalisations of the cpu backend on f32: rmsNorm (with the `1 + weight` convention as an option),
- * layerNorm (affine parts optional) and groupNorm. Strided inputs are copied first. Semantics:
- * @tp/tensor `Backend`; kernels: native/cpu/norm.c.
+ * The normalisation kernels of the cpu backend on f32: rms_norm (with the `1 + weight` convention),
+ * layer_norm (affine parts optional) and group_norm. Strided inputs are copied first. Arguments are
+ * checked by @tp/tensor's front-end; kernels: native/cpu/norm.c.
  */
-import { formatShape, type Tensor } from "@tp/tensor";
-import {
-  argError,
-  booleanOption,
-  type CpuOpHost,
-  checkTensors,
-  finite,
-  produce,
-  scoped,
-  shapeError,
-  shown,
-} from "./common.ts";
+import type { DTypeName, KernelTable, Tensor } from "@tp/tensor";
+import { type CpuOpHost, dense, denseOrNull, optionalRegion, region, strided } from "./common.ts";
 import { groupNormF32, layerNormF32, rmsNormF32 } from "./native.ts";
 
-const F32 = ["f32"] as const;
+const F32: readonly DTypeName[] = ["f32"];
 
-function eps(op: string, v: unknown): number {
-  const e = finite(op, "eps", v);
-  if (e < 0) throw argError(op, `eps must be >= 0, got ${e}`);
-  return e;
+/** Rows of D values in x [..., D] (0 when D is 0). */
+function rowsOf(x: Tensor, d: number): number {
+  return d === 0 ? 0 : x.numel / d;
 }
 
-/** x: [..., D] with D ≥ 1, and the affine tensors (weight, bias; null when absent) [D]. */
-function lastDim(op: string, x: Tensor, weight: Tensor | null, bias: Tensor | null = null): number {
-  if (x.rank < 1) throw shapeError(op, `x ${formatShape(x.shape)} needs at least one dimension`);
-  const d = x.shape[x.rank - 1] as number;
-  affineDim(op, x, d, weight, "weight");
-  affineDim(op, x, d, bias, "bias");
-  return d;
-}
-
-function affineDim(op: string, x: Tensor, d: number, t: Tensor | null, name: string): void {
-  if (t !== null && (t.rank !== 1 || t.shape[0] !== d)) {
-    throw shapeError(op, `${shown(t, name)} must be [${d}], the last dimension of x ${formatShape(x.shape)}`);
-  }
-}
-
-/**
- * RMSNorm over the last dimension; weight [D] or null; `unitOffset` (a boolean, default false) scales
- * by 1 + weight.
- * @throws TpError E_SHAPE naming x and weight; E_ARG naming the option for a bad eps or a unitOffset
- *   that is not a boolean; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function rmsNorm(
+function rmsNorm(
   host: CpuOpHost,
+  out: Tensor,
   x: Tensor,
   weight: Tensor | null,
-  options: { eps: number; unitOffset?: boolean },
-): Tensor {
+  eps: number,
+  unitOffset: boolean,
+): void {
   const op = "rms_norm";
-  checkTensors(host, op, F32, { x, weight });
-  const d = lastDim(op, x, weight);
-  const e = eps(op, options?.eps);
-  const unitOffset = booleanOption(op, "unitOffset", options.unitOffset, false);
-  return scoped(host, op, (s) => {
-    const xr = s.contiguous(x);
-    const wr = s.optional(weight);
-    return produce(host, op, x.shape, "f32", x.name, (out) =>
-      rmsNormF32(host.ctx, xr, wr, out, d === 0 ? 0 : x.numel / d, d, e, unitOffset),
-    );
-  });
+  if (strided(x, weight)) {
+    host.scope(() => rmsNorm(host, out, dense(host, x, op), denseOrNull(host, weight, op), eps, unitOffset));
+    return;
+  }
+  const d = x.shape[x.rank - 1] as number;
+  rmsNormF32(
+    host.ctx,
+    region(host, x, op),
+    optionalRegion(host, weight, op),
+    region(host, out, op),
+    rowsOf(x, d),
+    d,
+    eps,
+    unitOffset,
+  );
 }
 
-/**
- * LayerNorm over the last dimension (biased variance); weight, bias [D] or null.
- * @throws TpError E_SHAPE naming the shapes; E_ARG for a bad eps; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function layerNorm(
+function layerNorm(
   host: CpuOpHost,
+  out: Tensor,
   x: Tensor,
   weight: Tensor | null,
   bias: Tensor | null,
-  options: { eps: number },
-): Tensor {
+  eps: number,
+): void {
   const op = "layer_norm";
-  checkTensors(host, op, F32, { x, weight, bias });
-  const d = lastDim(op, x, weight, bias);
-  const e = eps(op, options?.eps);
-  return scoped(host, op, (s) => {
-    const xr = s.contiguous(x);
-    const wr = s.optional(weight);
-    const br = s.optional(bias);
-    return produce(host, op, x.shape, "f32", x.name, (out) =>
-      layerNormF32(host.ctx, xr, wr, br, out, d === 0 ? 0 : x.numel / d, d, e),
+  if (strided(x, weight, bias)) {
+    host.scope(() =>
+      layerNorm(
+        host,
+        out,
+        dense(host, x, op),
+        denseOrNull(host, weight, op),
+        denseOrNull(host, bias, op),
+        eps,
+      ),
     );
-  });
+    return;
+  }
+  const d = x.shape[x.rank - 1] as number;
+  layerNormF32(
+    host.ctx,
+    region(host, x, op),
+    optionalRegion(host, weight, op),
+    optionalRegion(host, bias, op),
+    region(host, out, op),
+    rowsOf(x, d),
+    d,
+    eps,
+  );
 }
 
-/**
- * GroupNorm of x [batch, channels, ...spatial] over (channels of a group × spatial); weight, bias
- * [channels] or null.
- * @throws TpError E_SHAPE when x has fewer than 2 dimensions, groups does not divide channels, or an
- *   affine tensor is not [channels]; E_ARG for bad groups or eps; E_STATE, E_UNSUPPORTED (not f32)
- */
-export function groupNorm(
+function groupNorm(
   host: CpuOpHost,
+  out: Tensor,
   x: Tensor,
   groups: number,
   weight: Tensor | null,
   bias: Tensor | null,
-  options: { eps: number },
-): Tensor {
+  eps: number,
+): void {
   const op = "group_norm";
-  checkTensors(host, op, F32, { x, weight, bias });
-  if (x.rank < 2) throw shapeError(op, `x ${formatShape(x.shape)} must be [batch, channels, ...spatial]`);
+  if (strided(x, weight, bias)) {
+    host.scope(() =>
+      groupNorm(
+        host,
+        out,
+        dense(host, x, op),
+        groups,
+        denseOrNull(host, weight, op),
+        denseOrNull(host, bias, op),
+        eps,
+      ),
+    );
+    return;
+  }
   const [batch, channels] = x.shape as [number, number];
-  if (!Number.isSafeInteger(groups) || groups < 1)
-    throw argError(op, `groups must be a positive integer, got ${groups}`);
-  if (channels % groups !== 0) {
-    throw shapeError(
-      op,
-      `${channels} channels of x ${formatShape(x.shape)} do not split into ${groups} groups`,
-    );
-  }
-  for (const [name, t] of Object.entries({ weight, bias })) {
-    if (t !== null && (t.rank !== 1 || t.shape[0] !== channels)) {
-      throw shapeError(
-        op,
-        `${shown(t, name)} must be [${channels}], the channels of x ${formatShape(x.shape)}`,
-      );
-    }
-  }
-  const e = eps(op, options?.eps);
-  const spatial = x.shape.slice(2).reduce((a, b) => a * b, 1);
-  return scoped(host, op, (s) => {
-    const xr = s.contiguous(x);
-    const wr = s.optional(weight);
-    const br = s.optional(bias);
-    return produce(host, op, x.shape, "f32", x.name, (out) =>
-      groupNormF32(host.ctx, xr, wr, br, out, { batch, channels, spatial, groups }, e),
-    );
-  });
+  let spatial = 1;
+  for (let i = 2; i < x.rank; i++) spatial *= x.shape[i] as number;
+  groupNormF32(
+    host.ctx,
+    region(host, x, op),
+    optionalRegion(host, weight, op),
+    optionalRegion(host, bias, op),
+    region(host, out, op),
+    { batch, channels, spatial, groups },
+    eps,
+  );
+}
+
+/** The kernel-table entries of the normalisations (f32). */
+export function normKernels(host: CpuOpHost): Pick<KernelTable, "rms_norm" | "layer_norm" | "group_norm"> {
+  return {
+    rms_norm: { dtypes: F32, run: (out, x, w, eps, unitOffset) => rmsNorm(host, out, x, w, eps, unitOffset) },
+    layer_norm: { dtypes: F32, run: (out, x, w, b, eps) => layerNorm(host, out, x, w, b, eps) },
+    group_norm: { dtypes: F32, run: (out, x, g, w, b, eps) => groupNorm(host, out, x, g, w, b, eps) },
+  };
 }
