@@ -224,6 +224,55 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     expect(b().memory.current).toBe(before);
   });
 
+  test("kernel entries run after the front-end's checks; their scratch goes with the op's scope", async () => {
+    const v = b();
+    const before = v.memory.current;
+    const dispatches = () => v.ctx.stats().dispatches;
+    // A strided x: rms_norm copies it to contiguous scratch, which the op's scope frees.
+    const rows = 3;
+    const d = 5;
+    const xs = Float32Array.from({ length: rows * d }, (_, i) => Math.sin(i) * 2);
+    const base = v.upload(xs, [d, rows], "f32");
+    const xt = base.transpose(0, 1); // [rows, d], strides [1, rows]
+    const y = v.rmsNorm(xt, null, { eps: 1e-6 });
+    expect(v.memory.current - before).toBe(base.byteLength + y.byteLength);
+    const got = (await v.read(y)) as Float32Array;
+    for (let r = 0; r < rows; r++) {
+      let ss = 0;
+      for (let j = 0; j < d; j++) ss += (xs[j * rows + r] as number) ** 2;
+      const inv = 1 / Math.sqrt(ss / d + 1e-6);
+      for (let j = 0; j < d; j++)
+        expect(Math.abs((got[r * d + j] as number) - (xs[j * rows + r] as number) * inv)).toBeLessThan(1e-5);
+    }
+    // A bad argument is refused before the kernel records anything or an output is kept.
+    const w = v.upload(new Float32Array(d + 1), [d + 1], "f32");
+    const n0 = dispatches();
+    const m0 = v.memory.current;
+    expect(errorOf(() => v.rmsNorm(xt, w, { eps: 1e-6 })).code).toBe("E_SHAPE");
+    expect(errorOf(() => v.rmsNorm(xt, null, { eps: -1 })).code).toBe("E_ARG");
+    expect(dispatches()).toBe(n0);
+    expect(v.memory.current).toBe(m0);
+    // A kernel that throws after making scratch (a contiguous copy of x, then a ConvRot rotation group
+    // past the quantize kernel's shared memory): the scratch and the output are both freed.
+    const k = 16384;
+    const wide = v.upload(new Float32Array(2 * 2 * k), [2, 2 * k], "f32");
+    const convrot = new Weight({
+      name: "w_convrot",
+      format: "int8_convrot",
+      shape: [1, k],
+      data: new Uint8Array(k),
+      scale: { kind: "row", values: new Float32Array(1) },
+      rotationGroup: k,
+    });
+    const m1 = v.memory.current;
+    const e = errorOf(() => v.matmul(wide.slice(1, 0, k), convrot));
+    expect(e.code).toBe("E_UNSUPPORTED");
+    expect(e.message).toContain("op matmul on backend vulkan: ConvRot rotation group 16384");
+    expect(v.memory.current).toBe(m1);
+    for (const t of [base, y, w, wide]) v.free(t);
+    expect(v.memory.current).toBe(before);
+  });
+
   test("ops are recorded and run at read; freeing an input before that is safe", async () => {
     const stats0 = b().ctx.stats();
     const x = b().upload(Float32Array.from([1, -1, 2, -2]), [4], "f32");
