@@ -3,10 +3,18 @@ import { expect, test } from "bun:test";
 import { resolve } from "node:path";
 
 const cli = resolve(import.meta.dir, "index.ts");
-const run = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "pipe", stderr: "pipe" });
+const spawn = (args: string[], env: Record<string, string>) => {
+  const r = Bun.spawnSync([process.execPath, cli, ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, ...env },
+  });
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
 };
+const run = (...args: string[]) => spawn(args, {});
+// FORCE_COLOR=1: Bun colours console.error on a pipe as on a terminal (error lines are red on purpose).
+const runColoured = (...args: string[]) => spawn(args, { FORCE_COLOR: "1" });
+const COMMANDS = ["generate", "decode", "encode", "backends", "inspect", "quantize"];
 
 test("backends --json lists every backend; cpu starts here, the others start or say why not", () => {
   const r = run("backends", "--json", "--threads", "1");
@@ -42,7 +50,29 @@ test("usage errors are one line on stderr with exit status 2", () => {
       ["backends", "--threads", "x"],
       "error E_ARG: --threads must be an integer from 0 (all CPUs) to 256, got 'x'\n",
     ],
-    [["backends", "--bogus"], "error E_ARG: Unknown option '--bogus'\n"],
+    [
+      ["backends", "--bogus"],
+      "error E_ARG: unknown flag --bogus for backends; see 'bun apps/cli backends --help'\n",
+    ],
+    [
+      ["backends", "--thread", "2"],
+      "error E_ARG: unknown flag --thread for backends; did you mean --threads?\n",
+    ],
+    [["backends", "--jsno"], "error E_ARG: unknown flag --jsno for backends; did you mean --json?\n"],
+    [
+      ["inspect", "--arraylimit", "2", "x"],
+      "error E_ARG: unknown flag --arraylimit for inspect; did you mean --array-limit?\n",
+    ],
+    [["inpsect", "x"], "error E_ARG: unknown command 'inpsect'; did you mean inspect?\n"],
+    [["quantise"], "error E_ARG: unknown command 'quantise'; did you mean quantize?\n"],
+    [
+      ["generate", "--bogus"],
+      "error E_ARG: unknown flag --bogus for generate; see 'bun apps/cli generate --help'\n",
+    ],
+    [
+      ["help", "frob"],
+      "error E_ARG: help takes at most one COMMAND, one of: generate, decode, encode, backends, inspect, quantize; got 'frob'\n",
+    ],
   ] as const) {
     const r = run(...args);
     expect(r.err).toBe(message);
@@ -51,15 +81,48 @@ test("usage errors are one line on stderr with exit status 2", () => {
   expect(run("help").out).toStartWith("usage: bun apps/cli <command>");
 });
 
-test("no command is a usage error: the usage on stderr, exit 2; help / --help / -h: stdout, exit 0", () => {
-  const none = run();
+test("no command is a usage error: the usage on stderr (not red), exit 2; help / --help / -h: stdout, exit 0", () => {
+  const none = runColoured();
   expect(none.code).toBe(2);
   expect(none.out).toBe("");
   expect(none.err).toStartWith("usage: bun apps/cli <command>");
+  expect(none.err).not.toContain("\x1b[");
   for (const h of ["help", "--help", "-h"]) {
     const r = run(h);
     expect(r.code).toBe(0);
     expect(r.out).toStartWith("usage: bun apps/cli <command>");
     expect(r.err).toBe("");
   }
+});
+
+test("every command answers --help, -h and help COMMAND with its own usage on stdout, exit 0", () => {
+  const all = run("help").out;
+  for (const command of COMMANDS) {
+    expect(all).toContain(`\n  ${command} `);
+    for (const args of [
+      [command, "--help"],
+      [command, "-h"],
+      ["help", command],
+    ]) {
+      const r = run(...args);
+      expect([args, r.code, r.err]).toEqual([args, 0, ""]);
+      expect(r.out).toStartWith("usage: bun apps/cli\n");
+      expect(r.out).toContain(`\n  ${command} `);
+      expect(r.out).not.toContain("<command>"); // not the global usage
+      expect(r.out).not.toContain("../shared");
+    }
+  }
+  expect(run("backends", "--help").out).toBe(
+    "usage: bun apps/cli\n" +
+      "  backends [--threads N] [--json] [--verbose]\n" +
+      "                                    list the compute backends and whether each can start here\n" +
+      "                                    (--threads 0: all CPUs, the default; --verbose: each backend\n" +
+      "                                    prints its device and limits on stderr, e.g. vulkan's device\n" +
+      "                                    choice, memory, limits, features and kernel variants)\n",
+  );
+  // --help wins over missing arguments
+  expect(run("inspect", "--help").code).toBe(0);
+  expect(run("quantize", "-h").code).toBe(0);
+  expect(all).not.toContain("../shared");
+  expect(all).not.toMatch(/\bmodels\b|\bbench\b/); // commands that do not exist yet are not listed
 });

@@ -1,36 +1,70 @@
 #!/usr/bin/env bun
 /**
  * `bun apps/cli <command>` — TensorPencil's command line: generate / decode / encode (Krea 2,
- * generate.ts), backends, inspect, quantize (quantize.ts); models and bench arrive with their issues.
- * This file only parses the command and prints every
- * failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors; no command
- * at all prints the usage on stderr with status 2, `help` / `--help` on stdout with status 0).
+ * generate.ts), backends, inspect, quantize (quantize.ts). This file only parses the command and
+ * prints every failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors;
+ * no command at all prints the usage on stderr with status 2; `help`, `--help`, `-h` print it on
+ * stdout with status 0, and `help <command>` or `<command> --help` that command's usage).
  */
-import { parseArgs } from "node:util";
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
 import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
+import { flagError, parseFlags, suggestFlag } from "./args.ts";
 import { decode, encode, GENERATE_USAGE, generate } from "./generate.ts";
 import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
+
+/** Help lines of `backends` (indented as in the CLI's usage text). */
+const BACKENDS_USAGE = `  backends [--threads N] [--json] [--verbose]
+                                    list the compute backends and whether each can start here
+                                    (--threads 0: all CPUs, the default; --verbose: each backend
+                                    prints its device and limits on stderr, e.g. vulkan's device
+                                    choice, memory, limits, features and kernel variants)`;
+
+/** Help lines of `inspect`. */
+const INSPECT_USAGE = `  inspect PATH [--json] [--array-limit N]
+                                    what a checkpoint file or directory is: the detected layout,
+                                    metadata (a safetensors file's __metadata__, or the GGUF keys
+                                    with long arrays abridged to N elements, default 8) and the
+                                    tensor table (name, dtype, shape, bytes, offset); --json for machines`;
 
 const USAGE = `usage: bun apps/cli <command> [options]
 
 commands:
 ${GENERATE_USAGE}
-  backends [--threads N] [--json] [--verbose]
-                                    list the compute backends and whether each can start here
-                                    (--threads 0: all CPUs, the default; --verbose: each backend
-                                    prints its device and limits on stderr, e.g. vulkan's device
-                                    choice, memory, limits, features and kernel variants)
-  inspect PATH [--json] [--array-limit N]
-                                    what a checkpoint file or directory is: the detected layout,
-                                    metadata (long arrays abridged to N elements, default 8) and the
-                                    tensor table (name, dtype, shape, bytes, offset); --json for machines
+${BACKENDS_USAGE}
+${INSPECT_USAGE}
 ${QUANTIZE_USAGE}
-  help                              this text`;
+  help [COMMAND]                    this text, or one command's usage (also: COMMAND --help)`;
+
+/** Each command's usage lines, for `help COMMAND` and `COMMAND --help`. */
+const COMMAND_USAGE: Readonly<Record<string, string>> = {
+  generate: GENERATE_USAGE,
+  decode: GENERATE_USAGE,
+  encode: GENERATE_USAGE,
+  backends: BACKENDS_USAGE,
+  inspect: INSPECT_USAGE,
+  quantize: QUANTIZE_USAGE,
+};
+
+/** The commands, for messages. */
+const COMMANDS = [...Object.keys(COMMAND_USAGE), "help"];
+
+/** One command's usage, as `COMMAND --help` prints it. */
+function commandUsage(command: string): string {
+  return `usage: bun apps/cli\n${COMMAND_USAGE[command]}`;
+}
+
+/** `did you mean X?` for a mistyped command, or undefined when none is close. */
+function suggestion(typed: string, known: readonly string[]): string | undefined {
+  const guess = typed.startsWith("-") ? undefined : suggestFlag(typed, known);
+  return guess === undefined ? undefined : `did you mean ${guess}?`;
+}
+
+/** Where a command's flags are listed, for parse errors. */
+const flagsOf = (command: string) => ({ command, help: `bun apps/cli ${command} --help` });
 
 /** `backends`: try to start every registered backend and report its device or the reason it cannot. */
 async function backends(args: string[]): Promise<number> {
-  const { values } = parseArgs({
+  const { values } = parseFlags(flagsOf("backends"), {
     args,
     options: {
       threads: { type: "string" },
@@ -41,7 +75,7 @@ async function backends(args: string[]): Promise<number> {
     strict: true,
   });
   if (values.help) {
-    console.log(USAGE);
+    console.log(commandUsage("backends"));
     return 0;
   }
   const options: BackendOptions = values.verbose ? { verbose: true } : {};
@@ -75,12 +109,20 @@ async function backends(args: string[]): Promise<number> {
 
 /** `inspect PATH`: layout, metadata and tensor table of a safetensors/GGUF file or a model directory. */
 function inspect(args: string[]): number {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseFlags(flagsOf("inspect"), {
     args,
-    options: { json: { type: "boolean", default: false }, "array-limit": { type: "string" } },
+    options: {
+      json: { type: "boolean", default: false },
+      "array-limit": { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
     allowPositionals: true,
     strict: true,
   });
+  if (values.help) {
+    console.log(commandUsage("inspect"));
+    return 0;
+  }
   if (positionals.length !== 1) {
     throw new TpError(
       "E_ARG",
@@ -96,6 +138,23 @@ function inspect(args: string[]): number {
   }
   const report = inspectCheckpoint(positionals[0] as string, { arrayLimit: limit });
   console.log(values.json ? JSON.stringify(report, null, 2) : renderInspect(report));
+  return 0;
+}
+
+/** `help [COMMAND]`: the usage, or one command's. */
+function help(args: string[]): number {
+  const [command, ...extra] = args;
+  if (command === undefined) {
+    console.log(USAGE);
+    return 0;
+  }
+  if (extra.length > 0 || COMMAND_USAGE[command] === undefined) {
+    throw new TpError(
+      "E_ARG",
+      `help takes at most one COMMAND, one of: ${Object.keys(COMMAND_USAGE).join(", ")}; got '${args.join(" ")}'`,
+    );
+  }
+  console.log(commandUsage(command));
   return 0;
 }
 
@@ -116,25 +175,21 @@ await runCli(async () => {
       case "encode":
         return await encode(rest);
       case undefined:
-        // No command is a usage error: the usage on stderr, exit status 2.
-        console.error(USAGE);
+        // No command is a usage error: the usage on stderr (not as an error line), exit status 2.
+        process.stderr.write(`${USAGE}\n`);
         return 2;
       case "help":
       case "--help":
       case "-h":
-        console.log(USAGE);
-        return 0;
+        return help(rest);
       default:
         throw new TpError(
           "E_ARG",
-          `unknown command '${command}'; expected one of: generate, decode, encode, backends, inspect, quantize, help`,
+          `unknown command '${command}'; ${suggestion(command, COMMANDS) ?? `expected one of: ${COMMANDS.join(", ")}`}`,
         );
     }
   } catch (e) {
-    // node:util parseArgs reports unknown flags as TypeError with code ERR_PARSE_ARGS_*.
-    if (e instanceof TypeError && String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
-      throw new TpError("E_ARG", e.message);
-    }
-    throw e;
+    // generate / decode / encode parse with node:util parseArgs (no flag table here to suggest from).
+    throw flagError(e, {}, flagsOf(command as string)) ?? e;
   }
 });

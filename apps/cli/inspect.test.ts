@@ -1,6 +1,6 @@
 // `bun apps/cli inspect`: text and --json reports, exit 0; one-line errors with exit 1 (bad file) or 2 (usage).
 import { afterAll, expect, test } from "bun:test";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { GgufArray, ggufKv, writeGguf, writeSafetensors } from "@tp/formats";
@@ -60,6 +60,47 @@ test("an unrecognised but valid safetensors file is still inspected (layout unkn
   const r = run("--json", p);
   expect(r.code).toBe(0);
   expect(JSON.parse(r.out).layout.kind).toBe("unknown");
+});
+
+test("a safetensors file's __metadata__ is shown whole: text under its key, JSON indented", () => {
+  const p = join(dir, "meta.safetensors");
+  const description =
+    "a description longer than the hundred characters that a GGUF string value shows before it is cut";
+  writeSafetensors(p, [{ name: "foo", dtype: "F32", shape: [1], data: new Uint8Array(4) }], {
+    metadata: { description, config: '{"hidden_size":256,"num_blocks":2}' },
+  });
+  const r = run(p);
+  expect(r.code).toBe(0);
+  expect(r.out).toContain(
+    `\n__metadata__ (2):\n  description  ${description}\n  config\n    {\n      "hidden_size": 256,\n      "num_blocks": 2\n    }\n\ntensors (1, 4 B):`,
+  );
+  expect(JSON.parse(run("--json", p).out).metadata).toEqual({
+    description: { type: "str", value: description },
+    config: { type: "str", value: '{"hidden_size":256,"num_blocks":2}' },
+  });
+});
+
+const tinyDit = resolve(
+  import.meta.dir,
+  "../../../shared/testdata/krea2-tiny/checkpoints/krea2_tiny_bf16.safetensors",
+);
+test.skipIf(!existsSync(tinyDit))(
+  `a Krea 2 DiT: the layout's names come from ComfyUI's code, not a path into ../shared${existsSync(tinyDit) ? "" : ` [skipped: ${tinyDit} is missing]`}`,
+  () => {
+    const r = run(tinyDit);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain("\n  names: ComfyUI comfy/ldm/krea2/model.py names\n");
+    expect(r.out.replaceAll(tinyDit, "")).not.toContain("shared/");
+  },
+);
+
+test("inspect --help / -h: its usage on stdout, exit 0", () => {
+  for (const h of ["--help", "-h"]) {
+    const r = run(h);
+    expect([r.code, r.err]).toEqual([0, ""]);
+    expect(r.out).toStartWith("usage: bun apps/cli\n  inspect PATH [--json] [--array-limit N]\n");
+    expect(r.out).toContain("__metadata__");
+  }
 });
 
 test("errors: a broken file exits 1 with one line; usage errors exit 2", () => {

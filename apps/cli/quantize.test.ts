@@ -3,8 +3,9 @@
 // krea2_tiny_int8_convrot and krea2_tiny_int4_convrot files beside it — the same tensors, markers and
 // shapes, scales within 1e-6 relative, codes equal except on rounding boundaries (≤ 1 apart, ≤ 0.1 %) —
 // for every layer whose group size there is 256 with the default --group-size, and for every layer
-// when --group-size GLOB=N gives the 64 / 16 layers their groups. fp8-scaled reproduces that file too.
-// Then the errors: one line, exit 1 (2 for usage errors), nothing written.
+// when --group-size GLOB=N gives the 64 / 16 layers their groups — or, for the K = 80 layers, when no
+// group is given and each layer takes the largest of 256, 64, 16 dividing its K. fp8-scaled reproduces
+// that file too. Then --help, and the errors: one line, exit 1 (2 for usage errors), nothing written.
 import { afterAll, describe, expect, test } from "bun:test";
 import {
   existsSync,
@@ -26,13 +27,21 @@ import {
   type SafetensorsFile,
   writeSafetensors,
 } from "@tp/formats";
-import { convRotCodes, convRotFromWeight } from "@tp/quant";
+import { convRotCodes, convRotFromWeight, quantizeConvRot } from "@tp/quant";
 
 const cli = resolve(import.meta.dir, "index.ts");
-const run = (...args: string[]) => {
-  const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "pipe", stderr: "pipe" });
+const spawn = (args: string[], env: Record<string, string>) => {
+  const r = Bun.spawnSync([process.execPath, cli, ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, ...env },
+  });
   return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
 };
+const run = (...args: string[]) => spawn(args, {});
+// FORCE_COLOR=1: Bun colours console.error on a pipe as on a terminal, so a status line written as an
+// error shows escape codes here (error lines are coloured on purpose).
+const runColoured = (...args: string[]) => spawn(args, { FORCE_COLOR: "1" });
 const tmp = mkdtempSync(join(tmpdir(), "tp-cli-quantize-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
@@ -135,6 +144,33 @@ describe("krea2-tiny: quantize reproduces ComfyUI's files", () => {
     });
   }
 
+  test.skipIf(skip)(
+    `int8-convrot: every layer with only blocks.1's group given; K = 80 takes 16 by itself${note}`,
+    () => {
+      const out = join(tmp, "int8_auto.safetensors");
+      const r = runColoured(
+        "quantize",
+        "--format",
+        "int8-convrot",
+        "--group-size",
+        "blocks.1.*=64",
+        bf16,
+        out,
+      );
+      expect(r.code).toBe(0);
+      // 28 text-fusion linears have K = 80 (the 4 mlp.down ones K = 256)
+      expect(r.err).toStartWith(
+        "note: rotation group 16 for 28 layers whose K (80) is not a multiple of 256 or 64: txtfusion.",
+      );
+      expect(r.err).not.toContain("\x1b[");
+      expect(r.err.trimEnd().split("\n").length).toBe(1);
+      expect(r.out).toStartWith(`wrote ${out}: 48 layers int8_convrot (12×g256, 8×g64, 28×g16)`);
+      const got = compare(open(out), open(join(tiny, "krea2_tiny_int8_convrot.safetensors")), () => true);
+      expect(got.layers).toBe(48);
+      expect(got.offByOne).toBe(0);
+    },
+  );
+
   test.skipIf(skip)(`fp8-scaled: the same tensors, fp8 codes and scales bit for bit${note}`, () => {
     const out = join(tmp, "fp8.safetensors");
     expect(run("quantize", "--format", "fp8-scaled", bf16, out).code).toBe(0);
@@ -145,6 +181,84 @@ describe("krea2-tiny: quantize reproduces ComfyUI's files", () => {
     );
     for (const t of theirs.tensors)
       expect(Buffer.from(ours.data(t.name)).equals(Buffer.from(theirs.data(t.name)))).toBe(true);
+  });
+});
+
+describe("rotation groups chosen per layer (no checkpoint fixture needed)", () => {
+  test("each layer takes the largest of 256, 64, 16 dividing K; the narrower ones noted on stderr", () => {
+    // K = 512 → 256, 192 → 64, 80 and 48 → 16; rows drawn from a fixed LCG, BF16
+    const layers: [string, number, number][] = [
+      ["w512", 4, 512],
+      ["w192", 4, 192],
+      ["w80", 3, 80],
+      ["w48", 2, 48],
+    ];
+    let x = 7;
+    const bf16Row = (n: number) => {
+      const f = new Float32Array(n);
+      for (let i = 0; i < n; i++) {
+        x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+        f[i] = x / 2 ** 32 - 0.5;
+      }
+      return new Uint8Array(Uint16Array.from(new Uint32Array(f.buffer), (u) => u >>> 16).buffer);
+    };
+    const input = join(tmp, "widths.safetensors");
+    writeSafetensors(
+      input,
+      layers.map(([name, n, k]) => ({
+        name: `${name}.weight`,
+        dtype: "BF16",
+        shape: [n, k],
+        data: bf16Row(n * k),
+      })),
+    );
+    const src = open(input);
+    for (const [format, flag] of [
+      ["int8_convrot", "int8-convrot"],
+      ["int4_convrot", "int4-convrot"],
+    ] as const) {
+      const out = join(tmp, `widths_${format}.safetensors`);
+      const r = runColoured("quantize", "--format", flag, "--layers", "w*", input, out);
+      expect(r.err).toBe(
+        "note: rotation group 64 for 1 layer whose K (192) is not a multiple of 256: w192\n" +
+          "note: rotation group 16 for 2 layers whose K (48, 80) is not a multiple of 256 or 64: w48, w80\n",
+      );
+      expect(r.code).toBe(0);
+      expect(r.out).toStartWith(`wrote ${out}: 4 layers ${format} (1×g256, 1×g64, 2×g16), 0 tensors copied`);
+      const q = open(out);
+      for (const [name, n, k] of layers) {
+        const group = k === 512 ? 256 : k === 192 ? 64 : 16;
+        expect(new TextDecoder().decode(q.data(`${name}.comfy_quant`))).toContain(
+          `"convrot_groupsize": ${group}}`,
+        );
+        const want = convRotCodes(
+          quantizeConvRot({ bytes: src.data(`${name}.weight`), dtype: "bf16" }, [n, k], {
+            format,
+            groupSize: group,
+          }),
+        );
+        expect(Array.from(convRotCodes(convRotFromWeight(loadWeight(q, `${name}.weight`))))).toEqual(
+          Array.from(want),
+        );
+      }
+    }
+    // a group given for every layer is not lowered: K = 192 is then an error naming the layer
+    const r = run(
+      "quantize",
+      "--format",
+      "int8-convrot",
+      "--group-size",
+      "256",
+      "--layers",
+      "w*",
+      input,
+      join(tmp, "no.safetensors"),
+    );
+    expect(r.err).toStartWith(
+      "error E_SHAPE: K = 192 input columns is not a multiple of the rotation group 256; use --group-size 'w192=64' or --keep 'w192'",
+    );
+    expect(r.code).toBe(1);
+    expect(existsSync(join(tmp, "no.safetensors"))).toBe(false);
   });
 });
 
@@ -176,7 +290,17 @@ describe("errors: one line, exit 1 (2 for usage), nothing written", () => {
     [
       ["quantize", "--format", "int8-convrot", "--bogus", odd, join(dir, "a.safetensors")],
       2,
-      "error E_ARG: Unknown option '--bogus'",
+      "error E_ARG: unknown flag --bogus for quantize; see 'bun apps/cli quantize --help'\n",
+    ],
+    [
+      ["quantize", "--formt", "int8-convrot", odd, join(dir, "a.safetensors")],
+      2,
+      "error E_ARG: unknown flag --formt for quantize; did you mean --format?\n",
+    ],
+    [
+      ["quantize", "--format", "int8-convrot", "--group_size", "16", odd, join(dir, "a.safetensors")],
+      2,
+      "error E_ARG: unknown flag --group_size for quantize; did you mean --group-size?\n",
     ],
     [
       ["quantize", "--format", "int4-convrot", "--layers", "x", odd, join(dir, "a.safetensors")],
@@ -186,7 +310,7 @@ describe("errors: one line, exit 1 (2 for usage), nothing written", () => {
     [
       ["quantize", "--format", "int8-convrot", "--layers", "x", odd, join(dir, "a.safetensors")],
       1,
-      "error E_SHAPE: K = 7 input columns is not a multiple of the rotation group 256",
+      "error E_SHAPE: K = 7 input columns is not a multiple of any ConvRot rotation group (256, 64, 16); use --keep 'x' to leave it unquantized",
     ],
     [
       ["quantize", "--format", "fp8-scaled", odd, `${tmp}/./odd.safetensors`],
@@ -249,7 +373,22 @@ describe("errors: one line, exit 1 (2 for usage), nothing written", () => {
     expect(existsSync(join(tmp, "junk_out.safetensors"))).toBe(false);
   });
 
-  test("help lists quantize", () => {
+  test("help lists quantize; quantize --help / -h / help quantize print its usage, exit 0", () => {
     expect(run("help").out).toContain("quantize --format int8-convrot|int4-convrot|fp8-scaled");
+    for (const args of [
+      ["quantize", "--help"],
+      ["quantize", "-h"],
+      ["help", "quantize"],
+      ["quantize", "--format", "x", "-h"],
+    ]) {
+      const r = run(...args);
+      expect(r.out).toStartWith(
+        "usage: bun apps/cli\n  quantize --format int8-convrot|int4-convrot|fp8-scaled",
+      );
+      expect(r.out).toContain("largest of 256, 64,");
+      expect(r.out).not.toContain("generate");
+      expect(r.err).toBe("");
+      expect(r.code).toBe(0);
+    }
   });
 });

@@ -2,14 +2,14 @@
  * `bun apps/cli quantize --format int8-convrot|int4-convrot|fp8-scaled [--group-size N | GLOB=N]...
  * [--layers GLOB]... [--keep GLOB]... [--threads N] [--quantizer native|typescript] IN.safetensors
  * OUT.safetensors`: a ComfyUI-loadable quantized copy of a float checkpoint, through @tp/quant's
- * `quantizeCheckpoint` (written to a temporary name and renamed; a progress bar on a terminal; one
- * summary line on stdout). The quantizer is @tp/backend-cpu's native one on `--threads` threads
+ * `quantizeCheckpoint` (written to a temporary name and renamed; a progress bar on a terminal; a note
+ * on stderr per rotation group chosen below 256; one summary line on stdout). The quantizer is @tp/backend-cpu's native one on `--threads` threads
  * (default: every CPU), or the TypeScript reference; both write the same bytes.
  */
-import { parseArgs } from "node:util";
 import { createNativeQuantizer, resolveThreads } from "@tp/backend-cpu";
 import {
   type CheckpointQuantFormat,
+  describeAutoGroups,
   describeQuantizeReport,
   type GroupSizeRule,
   quantizeCheckpoint,
@@ -18,6 +18,7 @@ import {
   type WeightQuantizer,
 } from "@tp/quant";
 import { TpError } from "@tp/tensor";
+import { parseFlags } from "./args.ts";
 import { checkDistinctPaths, checkOutputFolder } from "./paths.ts";
 
 /** The help lines of the command (indented as in the CLI's usage text). */
@@ -26,8 +27,9 @@ export const QUANTIZE_USAGE = `  quantize --format int8-convrot|int4-convrot|fp8
            IN.safetensors OUT.safetensors
                                     write a checkpoint ComfyUI loads: the layout's linears quantized
                                     (comfy_quant markers + weight_scale), the rest copied; --group-size:
-                                    ConvRot rotation group (default 256), GLOB=N per layer (last match
-                                    wins); --layers: quantize these instead of the layout's table;
+                                    ConvRot rotation group (default: per layer the largest of 256, 64,
+                                    16 dividing its K, noted on stderr when not 256), GLOB=N per layer
+                                    (last match wins); --layers: quantize these instead of the layout's table;
                                     --keep: leave these unquantized (flags repeat); --threads: native
                                     quantizer threads (default 0: every CPU, or $TP_THREADS);
                                     --quantizer: native (default) or the TypeScript reference (same bytes)`;
@@ -115,19 +117,27 @@ export function parseGroupSizes(values: readonly string[]): {
  *   (exit 1)
  */
 export function quantize(args: string[]): number {
-  const { values, positionals } = parseArgs({
-    args,
-    options: {
-      format: { type: "string" },
-      "group-size": { type: "string", multiple: true },
-      layers: { type: "string", multiple: true },
-      keep: { type: "string", multiple: true },
-      threads: { type: "string" },
-      quantizer: { type: "string" },
+  const { values, positionals } = parseFlags(
+    { command: "quantize", help: "bun apps/cli quantize --help" },
+    {
+      args,
+      options: {
+        format: { type: "string" },
+        "group-size": { type: "string", multiple: true },
+        layers: { type: "string", multiple: true },
+        keep: { type: "string", multiple: true },
+        threads: { type: "string" },
+        quantizer: { type: "string" },
+        help: { type: "boolean", short: "h", default: false },
+      },
+      allowPositionals: true,
+      strict: true,
     },
-    allowPositionals: true,
-    strict: true,
-  });
+  );
+  if (values.help) {
+    console.log(`usage: bun apps/cli\n${QUANTIZE_USAGE}`);
+    return 0;
+  }
   const known = Object.keys(QUANT_FORMAT_FLAGS).join(", ");
   if (values.format === undefined) throw new TpError("E_ARG", `quantize needs --format, one of: ${known}`);
   const format = QUANT_FORMAT_FLAGS[values.format];
@@ -156,6 +166,7 @@ export function quantize(args: string[]): number {
       quantizer,
       hints: "cli",
     });
+    for (const line of describeAutoGroups(report)) process.stderr.write(`note: ${line}\n`);
     console.log(`${describeQuantizeReport(report)} (${quantizer.name} quantizer)`);
   } finally {
     dispose();
