@@ -6,9 +6,10 @@
  * Flag names follow llama.cpp's `llama-cli` (`-n`, `--temp`, `--top-k`, `--top-p`, `--min-p`,
  * `--repeat-penalty`, `--seed`, `--ctx`, `--threads`); see ../shared/spec/llm.md §9.
  */
-import { parseArgs } from "node:util";
 import { DEFAULT_SAMPLING, type SamplingParams } from "@tp/llm";
 import { TpError } from "@tp/tensor";
+// The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
+import { parseFlags } from "../cli/args.ts";
 
 /** Usage text (printed by --help). */
 export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
@@ -23,7 +24,7 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
   -n, --n-predict N       most new tokens per answer (default 256)
   --temp T                temperature; 0 = greedy (default ${DEFAULT_SAMPLING.temperature})
   --top-k K               0 = off (default ${DEFAULT_SAMPLING.topK})
-  --top-p P               1 = off (default ${DEFAULT_SAMPLING.topP})
+  --top-p P               0 … 1; 1 = off, 0 = the most likely token only (default ${DEFAULT_SAMPLING.topP})
   --min-p P               0 = off (default ${DEFAULT_SAMPLING.minP})
   --repeat-penalty R      1 = off (default ${DEFAULT_SAMPLING.repeatPenalty})
   --repeat-last-n N       tokens the penalty scans; 0 = off, -1 = all (default ${DEFAULT_SAMPLING.repeatLastN})
@@ -146,13 +147,13 @@ export function ctxRange(ceiling?: number): string {
 
 /**
  * Parse `argv` (without `bun apps/llm`).
- * @throws TpError E_ARG for an unknown flag, a missing --model, a bad value, --json without --prompt,
+ * @throws TpError E_ARG for an unknown flag (with a "did you mean" when one is close), a missing --model, a bad value, --json without --prompt,
  *   or --think together with --no-think
  */
 export function parseLlmArgs(argv: string[]): LlmArgs {
-  let values: Record<string, string | boolean | undefined>;
-  try {
-    ({ values } = parseArgs({
+  const { values } = parseFlags(
+    { command: "bun apps/llm", help: "bun apps/llm --help" },
+    {
       args: joinNegativeValues(argv),
       options: {
         model: { type: "string", short: "m" },
@@ -177,14 +178,9 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
       },
       strict: true,
       allowPositionals: false,
-    }));
-  } catch (e) {
-    // node:util parseArgs reports unknown flags as TypeError with code ERR_PARSE_ARGS_*.
-    if (e instanceof TypeError && String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS"))
-      throw new TpError("E_ARG", `${e.message.replace(/\s*\n\s*/g, " ")}; see --help`);
-    throw e;
-  }
-  const s = (k: string) => values[k] as string | undefined;
+    },
+  );
+  const s = (k: string) => (values as Record<string, string | boolean | undefined>)[k] as string | undefined;
   const help = values.help === true;
   const model = s("model");
   if (model === undefined && !help) throw new TpError("E_ARG", "--model FILE is required; see --help");
@@ -196,7 +192,14 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   const sampling: SamplingParams = { ...DEFAULT_SAMPLING };
   sampling.temperature = num("--temp", s("temp"), (x) => x >= 0, "a number ≥ 0") ?? sampling.temperature;
   sampling.topK = int("--top-k", s("top-k"), (x) => x >= 0, "an integer ≥ 0") ?? sampling.topK;
-  sampling.topP = num("--top-p", s("top-p"), (x) => x > 0 && x <= 1, "a number in (0, 1]") ?? sampling.topP;
+  // 0 keeps only the most likely token, as llama.cpp's and transformers' top-p 0 do.
+  sampling.topP =
+    num(
+      "--top-p",
+      s("top-p"),
+      (x) => x >= 0 && x <= 1,
+      "a number in [0, 1] (0: the most likely token only)",
+    ) ?? sampling.topP;
   sampling.minP = num("--min-p", s("min-p"), (x) => x >= 0 && x <= 1, "a number in [0, 1]") ?? sampling.minP;
   sampling.repeatPenalty =
     num("--repeat-penalty", s("repeat-penalty"), (x) => x > 0, "a number > 0") ?? sampling.repeatPenalty;

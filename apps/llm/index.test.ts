@@ -25,11 +25,15 @@ interface Run {
   stderr: string;
 }
 
-async function run(args: string[], stdin?: string): Promise<Run> {
+/** ESC: Bun colours console.error red (FORCE_COLOR=1 makes it do so on a pipe as on a terminal). */
+const ESC = "\x1b[";
+
+async function run(args: string[], stdin?: string, env: Record<string, string> = {}): Promise<Run> {
   const p = Bun.spawn(["bun", APP, ...args], {
     stdin: stdin === undefined ? "ignore" : new TextEncoder().encode(stdin),
     stdout: "pipe",
     stderr: "pipe",
+    env: { ...process.env, ...env },
   });
   const [stdout, stderr, code] = await Promise.all([
     new Response(p.stdout).text(),
@@ -98,6 +102,9 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm --prompt", () => {
       expect(b.text).toBe(a.text as string);
       expect(a.seed).not.toBe(c.seed);
       expect(c.ids).not.toEqual(a.ids); // 16 draws at T = 1.5 from a random model's 4122 tokens
+      // --top-p 0 keeps only the most likely token: the greedy answer at any temperature and seed
+      const top = await json([...base, "--temp", "1.5", "--top-k", "0", "--top-p", "0", "--seed", "43"]);
+      expect(top.ids).toEqual(g1.ids);
     },
     T,
   );
@@ -123,20 +130,14 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm --prompt", () => {
   );
 
   test(
-    "text mode: the answer on stdout, the banner and a summary with tok/s and memory on stderr",
+    "text mode: the answer on stdout, the banner and a summary with tok/s and memory on stderr (not red)",
     async () => {
-      const r = await run([
-        "-m",
-        STORIES,
-        "-p",
-        "Once upon a time",
-        "--temp",
-        "0",
-        "-n",
-        "8",
-        "--threads",
-        "1",
-      ]);
+      const r = await run(
+        ["-m", STORIES, "-p", "Once upon a time", "--temp", "0", "-n", "8", "--threads", "1"],
+        undefined,
+        { FORCE_COLOR: "1" },
+      );
+      expect(r.stderr).not.toContain(ESC);
       expect(r.code).toBe(0);
       const o = await json([
         "-m",
@@ -283,6 +284,29 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm REPL", () => {
   );
 });
 
+describe("bun apps/llm --help and flag errors (no model needed)", () => {
+  test(
+    "--help and -h print the usage on stdout, exit 0; an unknown flag is one line, exit 2",
+    async () => {
+      for (const h of ["--help", "-h"]) {
+        const r = await run([h]);
+        expect(r.code).toBe(0);
+        expect(r.stdout).toStartWith("usage: bun apps/llm --model FILE");
+        expect(r.stdout).toContain("--top-p P");
+        expect(r.stdout).not.toContain("../shared");
+        expect(r.stderr).toBe("");
+      }
+      const r = await run(["-m", "x.gguf", "--n-predicts", "3"]);
+      expect(r.stderr).toBe(
+        "error E_ARG: unknown flag --n-predicts for bun apps/llm; did you mean --n-predict?\n",
+      );
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe("");
+    },
+    T,
+  );
+});
+
 /** A copy of a GGUF with metadata replaced or added (same key) and tensors rewritten. */
 function rewriteGguf(
   src: string,
@@ -327,6 +351,27 @@ describe("flags: decimal numbers, negative values, one range message per flag", 
     );
     // the text flags still refuse a missing value rather than eat the next flag
     expect(err(["-p", "--json"]).message).toContain("--prompt");
+  });
+
+  test("--top-p: 0 (the most likely token only, as llama.cpp and transformers) … 1", () => {
+    expect(parseLlmArgs(["-m", "x", "--top-p", "0"]).sampling.topP).toBe(0);
+    expect(parseLlmArgs(["-m", "x", "--top-p", "1"]).sampling.topP).toBe(1);
+    const range = "a number in [0, 1] (0: the most likely token only)";
+    expect(err(["--top-p", "-0.1"]).message).toBe(`--top-p must be ${range}, got '-0.1'`);
+    expect(err(["--top-p", "1.5"]).message).toBe(`--top-p must be ${range}, got '1.5'`);
+  });
+
+  test("an unknown flag is one E_ARG line with a 'did you mean' when a flag is close", () => {
+    expect(err(["--top_p", "0.5"]).message).toBe(
+      "unknown flag --top_p for bun apps/llm; did you mean --top-p?",
+    );
+    expect(err(["--temperature", "0.5"]).message).toBe(
+      "unknown flag --temperature for bun apps/llm; did you mean --temp?",
+    );
+    expect(err(["--thread", "2"]).message).toBe(
+      "unknown flag --thread for bun apps/llm; did you mean --threads?",
+    );
+    expect(err(["--bogus"]).message).toBe("unknown flag --bogus for bun apps/llm; see 'bun apps/llm --help'");
   });
 
   test("--seed: 0 … 2^64 − 1, decimal; integers are decimal everywhere; --ctx has one range message", () => {

@@ -4,7 +4,8 @@
  * --prompt (text streamed to stdout, or one JSON object with --json), else a REPL reading one message
  * per line from stdin. A thin driver over @tp/llm (`loadModel`, `GenerationSession`, `ChatSession`);
  * every failure is one `error E_CODE: …` line on stderr and a non-zero exit (runCli).
- * Flags: ./args.ts; behaviour: ../shared/spec/llm.md §9.
+ * Flags: ./args.ts; behaviour: ../shared/spec/llm.md §9. Status lines (banner, summaries) go to stderr
+ * as plain text; errors through console.error.
  */
 import {
   ChatSession,
@@ -23,6 +24,11 @@ import { ctxRange, type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
 /** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
 export function peakRssBytes(): number {
   return process.resourceUsage().maxRSS * 1024;
+}
+
+/** A status line on stderr: written plainly, since Bun colours console.error as an error. */
+function status(line: string): void {
+  process.stderr.write(`${line}\n`);
 }
 
 const MiB = 1024 * 1024;
@@ -112,7 +118,7 @@ async function main(args: LlmArgs): Promise<number> {
     if (args.prompt !== undefined) {
       const promptIds = chat.promptIds(args.prompt);
       checkPromptFits(model, promptIds.length);
-      if (!args.json) console.error(banner(promptIds.length));
+      if (!args.json) status(banner(promptIds.length));
       current = new AbortController();
       const r = await chat.send(args.prompt, {
         ...genOptions,
@@ -141,7 +147,7 @@ async function main(args: LlmArgs): Promise<number> {
         );
       } else {
         process.stdout.write("\n");
-        console.error(summary(r, model.cached, model.maxContext, model.kvBytes));
+        status(summary(r, model.cached, model.maxContext, model.kvBytes));
       }
       return 0;
     }
@@ -165,8 +171,8 @@ async function repl(
 ): Promise<number> {
   const tty = process.stdin.isTTY === true;
   const model = chat.session.model;
-  console.error(banner);
-  console.error(
+  status(banner);
+  status(
     "[one message per line; /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops an answer]",
   );
   if (tty) process.stderr.write("> ");
@@ -175,7 +181,7 @@ async function repl(
     if (text === "/exit" || text === "/quit") break;
     if (text === "/reset") {
       chat.reset();
-      console.error("[conversation cleared]");
+      status("[conversation cleared]");
     } else if (text !== "") {
       const c = new AbortController();
       setCurrent(c);
@@ -186,7 +192,7 @@ async function repl(
           onText: (t: string) => process.stdout.write(t),
         });
         process.stdout.write("\n");
-        console.error(summary(r, model.cached, model.maxContext, model.kvBytes));
+        status(summary(r, model.cached, model.maxContext, model.kvBytes));
       } catch (e) {
         if (!(e instanceof TpError) || e.code !== "E_ARG") throw e;
         // e.g. context window full: /reset and go on
