@@ -126,3 +126,14 @@ test("every command answers --help, -h and help COMMAND with its own usage on st
   expect(all).not.toContain("../shared");
   expect(all).not.toMatch(/\bmodels\b|\bbench\b/); // commands that do not exist yet are not listed
 });
+
+test("the default --out of generate / decode (out.png) is git-ignored, wherever it is written", () => {
+  const root = resolve(import.meta.dir, "../..");
+  const isRepo = Bun.spawnSync(["git", "rev-parse", "--is-inside-work-tree"], { cwd: root, stdout: "pipe" });
+  if (isRepo.exitCode !== 0) return; // a copy without git: nothing to check
+  for (const p of ["out.png", "apps/cli/out.png"]) {
+    const r = Bun.spawnSync(["git", "check-ignore", "--no-index", "-q", p], { cwd: root });
+    expect([p, r.exitCode]).toEqual([p, 0]);
+  }
+  expect(Bun.spawnSync(["git", "check-ignore", "--no-index", "-q", "x.png"], { cwd: root }).exitCode).toBe(1);
+});
