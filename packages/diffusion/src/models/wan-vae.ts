@@ -50,12 +50,11 @@ function channelTensor(backend: Backend, x: Tensor, values: readonly number[], n
  * Source: comfy/latent_formats.py `Wan21.process_out` (scale factor 1); krea2.md §4.3, §5.2.
  */
 export function wan21ProcessOut(backend: Backend, x: Tensor): Tensor {
-  const std = channelTensor(backend, x, WAN21_LATENT_STD, "wan21 latent std");
-  const mean = channelTensor(backend, x, WAN21_LATENT_MEAN, "wan21 latent mean");
-  const scaled = backend.mul(x, std);
-  const z = backend.add(scaled, mean);
-  for (const t of [std, mean, scaled]) backend.free(t);
-  return z;
+  return backend.scope(() => {
+    const std = channelTensor(backend, x, WAN21_LATENT_STD, "wan21 latent std");
+    const mean = channelTensor(backend, x, WAN21_LATENT_MEAN, "wan21 latent mean");
+    return backend.add(backend.mul(x, std), mean);
+  });
 }
 
 /**
@@ -66,17 +65,16 @@ export function wan21ProcessOut(backend: Backend, x: Tensor): Tensor {
  * Source: comfy/latent_formats.py `Wan21.process_in`.
  */
 export function wan21ProcessIn(backend: Backend, z: Tensor): Tensor {
-  const inv = channelTensor(
-    backend,
-    z,
-    WAN21_LATENT_STD.map((s) => 1 / Math.fround(s)),
-    "wan21 latent 1/std",
-  );
-  const mean = channelTensor(backend, z, WAN21_LATENT_MEAN, "wan21 latent mean");
-  const centred = backend.sub(z, mean);
-  const x = backend.mul(centred, inv);
-  for (const t of [inv, mean, centred]) backend.free(t);
-  return x;
+  return backend.scope(() => {
+    const inv = channelTensor(
+      backend,
+      z,
+      WAN21_LATENT_STD.map((s) => 1 / Math.fround(s)),
+      "wan21 latent 1/std",
+    );
+    const mean = channelTensor(backend, z, WAN21_LATENT_MEAN, "wan21 latent mean");
+    return backend.mul(backend.sub(z, mean), inv);
+  });
 }
 
 // ---------------------------------------------------------------------------------- weights
@@ -159,12 +157,12 @@ export class WanVaeDecoder implements Disposable {
   readonly #upsamples: readonly Block[];
   readonly #headNorm: Tensor;
   readonly #headConv: Conv;
-  readonly #owned: Tensor[];
+  /** Every uploaded weight, freed by {@link dispose}. */
+  readonly #weights: Tensor[] = [];
 
   /** @internal use {@link loadWanVae} */
   constructor(backend: Backend, src: TensorSource) {
     this.backend = backend;
-    this.#owned = [];
     try {
       checkWan21(src);
       this.#postQuant = this.#conv(src, "conv2");
@@ -203,8 +201,8 @@ export class WanVaeDecoder implements Disposable {
 
   // ---- loading ------------------------------------------------------------------------------
 
-  /** Upload a tensor as f32 (casting BF16/F16 on the backend). */
-  #tensor(src: TensorSource, name: string): Tensor {
+  /** Upload a tensor as f32 (casting BF16/F16 on the backend), owned by the caller. */
+  #upload(src: TensorSource, name: string): Tensor {
     const e = src.tensor(name);
     const dtype = dtypeFromSafetensors(e.dtype);
     if (dtype !== "f32" && dtype !== "bf16" && dtype !== "f16") {
@@ -214,15 +212,20 @@ export class WanVaeDecoder implements Disposable {
       });
     }
     const raw = this.backend.upload(src.data(name), e.shape, dtype, name);
-    if (dtype === "f32") return this.#own(raw);
-    const f = this.backend.cast(raw, "f32");
-    this.backend.free(raw);
-    return this.#own(f);
+    if (dtype === "f32") return raw;
+    using half = raw;
+    return this.backend.cast(half, "f32");
   }
 
-  #own(t: Tensor): Tensor {
-    this.#owned.push(t);
+  /** A weight this decoder owns until {@link dispose}. */
+  #keep(t: Tensor): Tensor {
+    this.#weights.push(t);
     return t;
+  }
+
+  /** {@link #upload}, kept. */
+  #tensor(src: TensorSource, name: string): Tensor {
+    return this.#keep(this.#upload(src, name));
   }
 
   /** RMS-norm gamma [C, 1, 1(, 1)] → [C]. */
@@ -237,13 +240,9 @@ export class WanVaeDecoder implements Disposable {
    */
   #conv(src: TensorSource, p: string): Conv {
     const entry = src.tensor(`${p}.weight`);
-    let w = this.#tensor(src, `${p}.weight`);
-    if (w.rank === 5) {
-      const kt = w.shape[2] as number;
-      const last = this.backend.slice(w, 2, kt - 1, kt); // [C_out, C_in, 1, kh, kw], krea2.md §5.4
-      this.#release(w);
-      w = this.#own(last.reshape(last.shape[0] as number, last.shape[1] as number, ...last.shape.slice(3)));
-    } else if (w.rank !== 4) {
+    const w =
+      entry.shape.length === 5 ? this.#lastTimeSlice(src, `${p}.weight`) : this.#tensor(src, `${p}.weight`);
+    if (w.rank !== 4) {
       throw new TpError("E_FORMAT", `conv weight [${entry.shape.join(", ")}] must have rank 4 or 5`, {
         file: src.path,
         tensor: `${p}.weight`,
@@ -254,10 +253,15 @@ export class WanVaeDecoder implements Disposable {
     return { weight: w, bias, padding: Math.floor(kh / 2) };
   }
 
-  #release(t: Tensor): void {
-    const i = this.#owned.indexOf(t);
-    if (i >= 0) this.#owned.splice(i, 1);
-    this.backend.free(t);
+  /** A CausalConv3d weight's last time slice as a Conv2d weight [C_out, C_in, kh, kw] (krea2.md §5.4). */
+  #lastTimeSlice(src: TensorSource, name: string): Tensor {
+    const kt = src.tensor(name).shape[2] as number;
+    return this.#keep(
+      this.backend.scope(() => {
+        const last = this.backend.slice(this.#upload(src, name), 2, kt - 1, kt); // [C_out, C_in, 1, kh, kw]
+        return last.reshape(last.shape[0] as number, last.shape[1] as number, ...last.shape.slice(3));
+      }),
+    );
   }
 
   #block(src: TensorSource, p: string): Block {
@@ -306,70 +310,52 @@ export class WanVaeDecoder implements Disposable {
   #rmsNorm(x: Tensor, gamma: Tensor): Tensor {
     const b = this.backend;
     const c = x.shape[1] as number;
-    const nhwc = x.permute(0, 2, 3, 1); // [B, H, W, C]
-    const normed = b.rmsNorm(nhwc, gamma, { eps: 1e-24 / c });
-    const out = b.copy(normed.permute(0, 3, 1, 2)); // [B, C, H, W]
-    b.free(normed);
-    return out;
+    using normed = b.rmsNorm(x.permute(0, 2, 3, 1), gamma, { eps: 1e-24 / c }); // [B, H, W, C]
+    return b.copy(normed.permute(0, 3, 1, 2)); // [B, C, H, W]
   }
 
   /** norm → SiLU. */
   #normSilu(x: Tensor, gamma: Tensor): Tensor {
-    const n = this.#rmsNorm(x, gamma);
-    const s = this.backend.silu(n);
-    this.backend.free(n);
-    return s;
+    using n = this.#rmsNorm(x, gamma);
+    return this.backend.silu(n);
   }
 
   /** Residual block: conv6(silu(norm3(conv2(silu(norm0(x)))))) + shortcut(x). Dropout is inert. */
   #res(x: Tensor, blk: ResBlock): Tensor {
-    const b = this.backend;
-    const h0 = this.#normSilu(x, blk.norm0);
-    const h1 = this.#applyConv(h0, blk.conv2);
-    b.free(h0);
-    const h2 = this.#normSilu(h1, blk.norm3);
-    b.free(h1);
-    const h3 = this.#applyConv(h2, blk.conv6);
-    b.free(h2);
-    const skip = blk.shortcut ? this.#applyConv(x, blk.shortcut) : x;
-    const out = b.add(h3, skip);
-    b.free(h3);
-    if (skip !== x) b.free(skip);
-    return out;
+    using h = sequential(x, [
+      (t) => this.#normSilu(t, blk.norm0),
+      (t) => this.#applyConv(t, blk.conv2),
+      (t) => this.#normSilu(t, blk.norm3),
+      (t) => this.#applyConv(t, blk.conv6),
+    ]);
+    if (!blk.shortcut) return this.backend.add(h, x);
+    using skip = this.#applyConv(x, blk.shortcut);
+    return this.backend.add(h, skip);
   }
 
   /** Attention block: x + proj(softmax(q kᵀ / √C) v), one head over all H·W positions. */
   #attn(x: Tensor, blk: AttnBlock): Tensor {
     const b = this.backend;
     const [batch, c, h, w] = x.shape as [number, number, number, number];
-    const t = this.#rmsNorm(x, blk.norm);
-    const qkv = this.#applyConv(t, blk.toQkv); // [B, 3C, H, W]
-    b.free(t);
-    // q, k, v: channels [0, C), [C, 2C), [2C, 3C) → [B, 1, H·W, C]
-    const heads = [0, 1, 2].map((i) => b.slice(qkv, 1, i * c, (i + 1) * c));
-    b.free(qkv);
-    const [q, k, v] = heads.map((s) => s.reshape(batch, 1, c, h * w).permute(0, 1, 3, 2)) as [
-      Tensor,
-      Tensor,
-      Tensor,
-    ];
-    const o = b.attention(q, k, v, { scale: 1 / Math.sqrt(c) }); // [B, 1, H·W, C]
-    for (const s of heads) b.free(s);
-    const oc = b.copy(o.permute(0, 1, 3, 2)); // [B, 1, C, H·W]
-    b.free(o);
-    const p = this.#applyConv(oc.reshape(batch, c, h, w), blk.proj);
-    b.free(oc);
-    const out = b.add(p, x);
-    b.free(p);
-    return out;
+    return b.scope(() => {
+      const qkv = this.#applyConv(this.#rmsNorm(x, blk.norm), blk.toQkv); // [B, 3C, H, W]
+      // q, k, v: channels [0, C), [C, 2C), [2C, 3C) → [B, 1, H·W, C]
+      const [q, k, v] = [0, 1, 2].map((i) =>
+        b
+          .slice(qkv, 1, i * c, (i + 1) * c)
+          .reshape(batch, 1, c, h * w)
+          .permute(0, 1, 3, 2),
+      ) as [Tensor, Tensor, Tensor];
+      const o = b.attention(q, k, v, { scale: 1 / Math.sqrt(c) }); // [B, 1, H·W, C]
+      const oc = b.copy(o.permute(0, 1, 3, 2)); // [B, 1, C, H·W]
+      return b.add(this.#applyConv(oc.reshape(batch, c, h, w), blk.proj), x);
+    });
   }
 
   /** Upsampler: nearest 2× ("nearest-exact" equals nearest for factor 2), then the 3×3 conv. */
   #up(x: Tensor, blk: UpBlock): Tensor {
-    const u = this.backend.upsampleNearest2d(x, 2);
-    const out = this.#applyConv(u, blk.conv);
-    this.backend.free(u);
-    return out;
+    using u = this.backend.upsampleNearest2d(x, 2);
+    return this.#applyConv(u, blk.conv);
   }
 
   #apply(x: Tensor, blk: Block): Tensor {
@@ -380,18 +366,13 @@ export class WanVaeDecoder implements Disposable {
 
   /** The whole decoder on one latent [B, z_dim, h, w] → [B, 3, h·s, w·s]. */
   #decodeWhole(z: Tensor): Tensor {
-    const b = this.backend;
-    let x = this.#applyConv(z, this.#postQuant); // conv2, 1×1
-    const step = (next: Tensor): void => {
-      b.free(x);
-      x = next;
-    };
-    step(this.#applyConv(x, this.#convIn)); // [B, top_dim, h, w]
-    for (const blk of this.#middle) step(this.#apply(x, blk));
-    for (const blk of this.#upsamples) step(this.#apply(x, blk));
-    step(this.#normSilu(x, this.#headNorm));
-    step(this.#applyConv(x, this.#headConv)); // [B, 3, H, W]
-    return x;
+    return sequential(z, [
+      (t) => this.#applyConv(t, this.#postQuant), // conv2, 1×1
+      (t) => this.#applyConv(t, this.#convIn), // [B, top_dim, h, w]
+      ...[...this.#middle, ...this.#upsamples].map((blk) => (t: Tensor) => this.#apply(t, blk)),
+      (t) => this.#normSilu(t, this.#headNorm),
+      (t) => this.#applyConv(t, this.#headConv), // [B, 3, H, W]
+    ]);
   }
 
   /**
@@ -456,17 +437,17 @@ export class WanVaeDecoder implements Disposable {
     const H = h * s;
     const W = w * s;
     const wsum = new Float32Array(H * W);
-    const acc = b.upload(new Float32Array(batch * 3 * H * W), [batch, 3, H, W], "f32", "vae tiles");
+    using acc = b.upload(new Float32Array(batch * 3 * H * W), [batch, 3, H, W], "f32", "vae tiles");
     const ramp = overlap * s;
     for (const [yi, y0] of ys.entries()) {
       for (const [xi, x0] of xs.entries()) {
         const th = Math.min(size, h);
         const tw = Math.min(size, w);
-        const rows = b.slice(z, 2, y0, y0 + th);
-        const tile = b.slice(rows, 3, x0, x0 + tw);
-        b.free(rows);
-        const px = this.#decodeWhole(tile); // [B, 3, th·s, tw·s]
-        b.free(tile);
+        using px = sequential(z, [
+          (t) => b.slice(t, 2, y0, y0 + th),
+          (t) => b.slice(t, 3, x0, x0 + tw),
+          (t) => this.#decodeWhole(t), // [B, 3, th·s, tw·s]
+        ]);
         const PH = th * s;
         const PW = tw * s;
         const edge = (i: number, n: number, lo: boolean, hi: boolean): number => {
@@ -485,24 +466,17 @@ export class WanVaeDecoder implements Disposable {
             wsum[at] = (wsum[at] as number) + m;
           }
         }
-        const mt = b.upload(mask, [1, 1, PH, PW], "f32", "vae tile mask");
-        const weighted = b.mul(px, mt);
-        b.free(px);
-        b.free(mt);
-        const region = acc.slice(2, y0 * s, y0 * s + PH).slice(3, x0 * s, x0 * s + PW);
-        const before = b.copy(region);
-        const sum = b.add(before, weighted);
-        b.set(region, sum);
-        for (const t of [before, weighted, sum]) b.free(t);
+        b.scope(() => {
+          const weighted = b.mul(px, b.upload(mask, [1, 1, PH, PW], "f32", "vae tile mask"));
+          const region = acc.slice(2, y0 * s, y0 * s + PH).slice(3, x0 * s, x0 * s + PW);
+          b.set(region, b.add(b.copy(region), weighted));
+        });
       }
     }
     const inv = new Float32Array(H * W);
     for (let i = 0; i < inv.length; i++) inv[i] = 1 / (wsum[i] as number);
-    const invT = b.upload(inv, [1, 1, H, W], "f32", "vae tile 1/weights");
-    const out = b.mul(acc, invT);
-    b.free(acc);
-    b.free(invT);
-    return out;
+    using invT = b.upload(inv, [1, 1, H, W], "f32", "vae tile 1/weights");
+    return b.mul(acc, invT);
   }
 
   /** {@link dispose}, for `using`. */
@@ -512,7 +486,7 @@ export class WanVaeDecoder implements Disposable {
 
   /** Free every weight this decoder uploaded; it is unusable afterwards. */
   dispose(): void {
-    for (const t of this.#owned.splice(0)) if (!t.storage.freed) this.backend.free(t);
+    for (const t of this.#weights.splice(0)) t[Symbol.dispose]();
   }
 }
 
@@ -556,6 +530,21 @@ export function loadWanVae(backend: Backend, source: string | TensorSource): Wan
   } finally {
     src.close();
   }
+}
+
+/**
+ * Apply `layers` in order, freeing each intermediate once the next exists (never `x`): a chain holds
+ * two activations at a time, as torch's `nn.Sequential` does under `no_grad` — at 1024² one
+ * [1, 96, 1024, 1024] f32 activation is 384 MiB, so a scope over the chain would be too coarse.
+ */
+function sequential(x: Tensor, layers: readonly ((t: Tensor) => Tensor)[]): Tensor {
+  let cur = x;
+  for (const layer of layers) {
+    const next = layer(cur);
+    if (cur !== x && next !== cur) cur[Symbol.dispose]();
+    cur = next;
+  }
+  return cur;
 }
 
 // ---------------------------------------------------------------------------------- to pixels
