@@ -306,7 +306,17 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     expect([...((await b().read(y2)) as Float32Array)]).toEqual([10, 26]);
     b().evict(w);
     expect(b().memory.current - before).toBe(16);
-    for (const t of [x, y1, y2]) b().free(t);
+    // A copy made inside a scope belongs to it: once the scope closes, using the weight says so.
+    b().scope(() => b().makeResident(w));
+    expect(b().isResident(w)).toBe(false);
+    expect(b().memory.current - before).toBe(16);
+    const e = errorOf(() => b().matmul(x, w));
+    expect(e.code).toBe("E_STATE");
+    expect(e.message).toContain("resident copy of weight w was freed by the backend.scope");
+    expect(b().memory.current - before).toBe(16);
+    const y3 = b().matmul(x, w); // streamed again
+    expect([...((await b().read(y3)) as Float32Array)]).toEqual([10, 26]);
+    for (const t of [x, y1, y2, y3]) b().free(t);
   });
 
   test("views of a buffer past maxStorageBufferRange are bound in windows, work split to fit", async () => {

@@ -396,14 +396,27 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
     for (const t of r.tensors) if (!t.storage.freed) this.free(t);
   }
 
-  /** True when {@link makeResident} holds `w`. */
+  /** True when {@link makeResident} holds `w` (and no closed scope has freed its copy). */
   isResident(w: Weight): boolean {
-    return this.#resident.has(w);
+    const r = this.#resident.get(w);
+    return r !== undefined && !r.data.storage.freed;
   }
 
-  /** @internal the resident copy of a weight, if any (ops/matmul.ts). */
+  /**
+   * @internal the resident copy of a weight, if any (ops/matmul.ts).
+   * @throws TpError E_STATE naming the weight when its copy was freed: makeResident ran inside a
+   *   `backend.scope` that has closed since (the copy belonged to it)
+   */
   residentWeight(w: Weight): ResidentWeight | undefined {
-    return this.#resident.get(w);
+    const r = this.#resident.get(w);
+    if (r?.data.storage.freed) {
+      this.evict(w);
+      throw new TpError(
+        "E_STATE",
+        `backend vulkan: the resident copy of weight ${w.name} was freed by the backend.scope that makeResident ran in; call makeResident outside scopes`,
+      );
+    }
+    return r;
   }
 
   override dispose(): void {

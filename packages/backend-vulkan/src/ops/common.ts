@@ -31,8 +31,6 @@ export interface VkOpHost {
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
   /** Run `fn` and free every tensor it allocated except what it returns (BackendBase.scope). */
   scope<T>(fn: () => T): T;
-  /** Free a tensor's storage. @throws E_STATE */
-  free(t: Tensor): void;
   /** Upload host data as a new tensor. */
   upload(
     data: Float32Array | Int32Array | Uint32Array | Uint8Array,

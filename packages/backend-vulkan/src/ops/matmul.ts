@@ -179,25 +179,22 @@ function weightInfo(op: string, w: Weight): WeightInfo {
 }
 
 /**
- * Upload a weight's bytes as a device tensor (u8 [bytes]).
+ * Upload a weight's bytes as a device tensor (u8 [bytes]), with ConvRot's row scales (f32 [N]); both
+ * belong to the caller's scope, and neither stays when one upload fails.
  * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_OOM over the budget
  */
 export function uploadWeight(host: VkOpHost, w: Weight, op: string): ResidentWeight {
   weightInfo(op, w);
-  const bytes = Math.max(w.data.byteLength, 1);
-  const data =
-    w.data.byteLength === 0
-      ? host.alloc([bytes], "u8", `${w.name} (weight)`)
-      : host.upload(w.data, [w.data.byteLength], "u8", `${w.name} (weight)`);
-  if (w.scale?.kind !== "row" || !CONVROT_FORMATS.includes(w.format))
-    return { data, scale: null, tensors: [data] };
-  try {
+  return host.scope(() => {
+    const data =
+      w.data.byteLength === 0
+        ? host.alloc([1], "u8", `${w.name} (weight)`)
+        : host.upload(w.data, [w.data.byteLength], "u8", `${w.name} (weight)`);
+    if (w.scale?.kind !== "row" || !CONVROT_FORMATS.includes(w.format))
+      return { data, scale: null, tensors: [data] };
     const scale = host.upload(w.scale.values, [w.scale.values.length], "f32", `${w.name} (row scales)`);
     return { data, scale, tensors: [data, scale] };
-  } catch (e) {
-    host.free(data);
-    throw e;
-  }
+  });
 }
 
 /** The device copy of `w`: resident, or uploaded for this op (scratch of the current scope). */
