@@ -236,7 +236,8 @@ export class GenerationSession {
    * (all but the last one), so the next call with a longer conversation prefills only what is new.
    * @param promptIds the whole prompt (BOS included where the model needs it), ids in [0, vocab)
    * @returns see {@link GenerateResult}
-   * @throws TpError E_ARG for an empty prompt, ids outside the vocabulary, maxNewTokens < 1, or a prompt
+   * @throws TpError E_ARG for an empty prompt, ids outside the vocabulary (from `model.step`),
+   *   maxNewTokens < 1, or a prompt
    *   that fills the context window ("context window full", naming --ctx); E_STATE for a concurrent call;
    *   E_FORMAT naming the model file when the model produces NaN or infinite logits
    */
@@ -260,9 +261,7 @@ export class GenerationSession {
     if (!Number.isInteger(chunk) || chunk < 1)
       throw new TpError("E_ARG", `prefillChunk must be a positive integer, got ${chunk}`);
     if (prompt.length === 0) throw new TpError("E_ARG", "the prompt is empty (no token ids)");
-    for (const id of prompt)
-      if (!Number.isInteger(id) || id < 0 || id >= vocab)
-        throw new TpError("E_ARG", `prompt token id ${id} is outside the vocabulary [0, ${vocab})`);
+    // Ids are checked once, by the model's step (an id outside the vocabulary is E_ARG from there).
     checkPromptFits(model, prompt.length);
     const sampler = this.#sampler(options.sampling);
     const greedy = plainGreedy(sampler);

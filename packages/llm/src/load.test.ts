@@ -302,3 +302,24 @@ describe("non-finite logits: one E_FORMAT naming the model file, however the row
   }
   test("nothing was left allocated", () => expect(backend.memory.current).toBe(0));
 });
+
+describe("token ids are checked once, by the model", () => {
+  test("a prompt id outside the vocabulary: E_ARG from step naming the id and the vocabulary size", async () => {
+    const { model, tokenizer } = loadModel(gguf(), { backend });
+    try {
+      const session = new GenerationSession(model, tokenizer, { seed: 1 });
+      let err: unknown;
+      try {
+        await session.generate([1, 5, 96], { maxNewTokens: 2 });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(TpError);
+      expectError(err as TpError, "E_ARG", "token id 96", "[0, 96)");
+      expect(model.cached).toBe(0); // nothing was written
+    } finally {
+      model.dispose();
+    }
+    expect(backend.memory.current).toBe(0);
+  });
+});

@@ -15,11 +15,12 @@ import { dirname, join } from "node:path";
 import { GGUF_HF_NAMES, openCheckpoint, openGguf, type TensorSource, unmapName } from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
-import type { CausalLM, LlmConfig } from "./model.ts";
+import type { LlmConfig } from "./model.ts";
 import type { CheckpointReader } from "./models/checkpoint.ts";
 import {
   type Architecture,
   createLanguageModel,
+  type LanguageModel,
   type LanguageModelOptions,
 } from "./models/language-model.ts";
 import { architectureFor } from "./models/registry.ts";
@@ -32,7 +33,8 @@ export interface LoadModelOptions extends Omit<LanguageModelOptions, "onDispose"
 
 /** A model ready to run, without its tokenizer. */
 export interface LoadedCausalLM {
-  readonly model: CausalLM;
+  /** The {@link CausalLM}; also `forward(ids, { collect })` for hidden states. */
+  readonly model: LanguageModel;
   readonly config: LlmConfig;
   /** Container of the weights. */
   readonly format: "gguf" | "safetensors";

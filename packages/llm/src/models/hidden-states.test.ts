@@ -11,7 +11,13 @@ import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import { writeSafetensors } from "@tp/formats";
 import { type Tensor, TpError } from "@tp/tensor";
-import { maxAbsDiff, referenceLogits, type TinyConfig, tinyWeights } from "../testing/tiny-models.ts";
+import {
+  maxAbsDiff,
+  referenceHead,
+  referenceLogits,
+  type TinyConfig,
+  tinyWeights,
+} from "../testing/tiny-models.ts";
 import { loadQwen3VlText, QWEN3_VL_TEXT_DEFAULTS } from "./qwen3-vl-text.ts";
 
 /** f32 forward vs the f64 reference on logits ≤ ~15 over 3 layers (as models.test.ts; measured ≤ 4e-6). */
@@ -63,26 +69,9 @@ function writeVlText(path: string, w: ReturnType<typeof tinyWeights>): void {
   writeSafetensors(path, tensors);
 }
 
-/** Host f64: RMSNorm with `norm` then the tied head, for every row of an [n, H] hidden state. */
+/** Host f64: the final norm and the tied head on every row of an [n, H] hidden state. */
 function headOf(h: Float32Array, w: ReturnType<typeof tinyWeights>): Float64Array {
-  const H = CFG.hidden_size;
-  const V = CFG.vocab_size;
-  const g = w.get("model.norm.weight")?.values as Float32Array;
-  const e = w.get("model.embed_tokens.weight")?.values as Float32Array;
-  const n = h.length / H;
-  const out = new Float64Array(n * V);
-  for (let r = 0; r < n; r++) {
-    let ss = 0;
-    for (let d = 0; d < H; d++) ss += (h[r * H + d] as number) ** 2;
-    const inv = 1 / Math.sqrt(ss / H + CFG.rms_norm_eps);
-    for (let v = 0; v < V; v++) {
-      let acc = 0;
-      for (let d = 0; d < H; d++)
-        acc += (h[r * H + d] as number) * inv * (g[d] as number) * (e[v * H + d] as number);
-      out[r * V + v] = acc;
-    }
-  }
-  return out;
+  return referenceHead(CFG, w, h);
 }
 
 async function read(t: Tensor): Promise<Float32Array> {

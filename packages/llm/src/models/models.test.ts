@@ -17,6 +17,7 @@ import {
   isProjection,
   maxAbsDiff,
   permuteQk,
+  referenceHead,
   referenceLogits,
   type TinyConfig,
   tinyWeights,
@@ -167,6 +168,31 @@ for (const cfg of [LLAMA, QWEN3]) {
       }
     });
 
+    test("forward(ids, { collect }): hidden_states[k] = the f64 reference of the first k layers, no cache", async () => {
+      const { model } = loadCausalLM(gguf, { backend });
+      try {
+        const L = cfg.num_hidden_layers;
+        const before = backend.memory.current;
+        const collect = [L, 0, 1]; // any order; L = the last block's output, before the final norm
+        const states = model.forward(PROMPT, { collect });
+        expect(states.map((t) => t.shape)).toEqual(collect.map(() => [PROMPT.length, cfg.hidden_size]));
+        const emb = w.get("model.embed_tokens.weight")?.values as Float32Array;
+        const H = cfg.hidden_size;
+        for (let i = 0; i < collect.length; i++) {
+          const k = collect[i] as number;
+          const h = await readFree(states[i] as Tensor);
+          if (k === 0)
+            expect([...h]).toEqual(PROMPT.flatMap((id) => [...emb.subarray(id * H, (id + 1) * H)]));
+          const want = flat(referenceLogits({ ...cfg, num_hidden_layers: k }, w, PROMPT));
+          expect(maxAbsDiff(referenceHead(cfg, w, h), want)).toBeLessThan(F32_LOGIT_TOL);
+        }
+        expect([model.cached, model.kvBytes]).toEqual([0, 0]); // the cache was neither read nor written
+        expect(backend.memory.current).toBe(before); // only what was returned outlived the forward
+      } finally {
+        model.dispose();
+      }
+    });
+
     test("prefill then decode one token at a time = one batched forward; KV growth; truncate", async () => {
       const once = loadCausalLM(dir, { backend }).model;
       const batched = await logitsRows(once, PROMPT);
@@ -270,6 +296,9 @@ describe("loader and step errors", () => {
     try {
       expectTp(() => model.step([]), "E_ARG", "no token ids");
       expectTp(() => model.step([1, 96]), "E_ARG", "96", "[0, 96)");
+      expectTp(() => model.forward([1, -1], { collect: [1] }), "E_ARG", "forward: token id -1", "[0, 96)");
+      expectTp(() => model.forward([1], { collect: [3] }), "E_ARG", "forward: layer 3", "[0, 2]");
+      expectTp(() => model.forward([1], { collect: [] }), "E_ARG", "forward: no layers asked for");
       backend.free(model.step([1, 2, 3, 4, 5, 6]));
       expectTp(() => model.step([1, 2, 3]), "E_ARG", "context window full", "--ctx");
       expect(model.cached).toBe(6);

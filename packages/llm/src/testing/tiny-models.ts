@@ -380,6 +380,24 @@ export function referenceLogits(c: TinyConfig, w: TinyWeights, ids: readonly num
   return xs.map((x) => matvec(head, rmsNorm(x, get("model.norm.weight").values, c.rms_norm_eps)));
 }
 
+/**
+ * The final norm and the head (lm_head, or the embedding when tied) in float64 on rows of hidden
+ * states `h` [n, hidden_size] (row-major): what a model's last layer output becomes as logits [n, vocab].
+ */
+export function referenceHead(c: TinyConfig, w: TinyWeights, h: ArrayLike<number>): Float64Array {
+  const H = c.hidden_size;
+  const head = w.get(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  const norm = w.get("model.norm.weight");
+  if (!head || !norm) throw new Error("reference: no head or final norm");
+  const n = h.length / H;
+  const out = new Float64Array(n * c.vocab_size);
+  for (let r = 0; r < n; r++) {
+    const row = Float64Array.from({ length: H }, (_, d) => h[r * H + d] as number);
+    out.set(matvec(head, rmsNorm(row, norm.values, c.rms_norm_eps)), r * c.vocab_size);
+  }
+  return out;
+}
+
 /** Largest |a − b| over two equally long lists of numbers. */
 export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   if (a.length !== b.length) throw new Error(`lengths differ: ${a.length} vs ${b.length}`);
