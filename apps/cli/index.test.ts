@@ -1,5 +1,6 @@
 // The CLI as a user runs it: a child process, its stdout, its one-line errors and exit codes.
 import { expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 
 const cli = resolve(import.meta.dir, "index.ts");
@@ -136,4 +137,30 @@ test("the default --out of generate / decode (out.png) is git-ignored, wherever 
     expect([p, r.exitCode]).toEqual([p, 0]);
   }
   expect(Bun.spawnSync(["git", "check-ignore", "--no-index", "-q", "x.png"], { cwd: root }).exitCode).toBe(1);
+});
+
+test("README.md lists exactly the commands that exist, and every flag it names is one they accept", () => {
+  const readme = readFileSync(resolve(import.meta.dir, "README.md"), "utf8");
+  const rows = readme
+    .split("\n")
+    .filter((l) => l.startsWith("| `"))
+    .map((l) => (l.split(/(?<!\\)\|/)[1] ?? "").trim().replace(/^`|`$/g, ""));
+  const commandRows = rows.filter((r) => /^[a-z]+( |$)/.test(r));
+  expect(commandRows.map((r) => r.split(" ")[0]).sort()).toEqual([...COMMANDS, "help"].sort());
+  // the generate flag table's rows (`--prompt P`, `--dit F`, `--vae F`, …) belong to generate
+  const flagRows = rows.filter((r) => r.startsWith("--")).join(" ");
+  for (const row of [...commandRows.filter((r) => !r.startsWith("help")), `generate ${flagRows}`]) {
+    const command = row.split(" ")[0] as string;
+    const flags = [...new Set(row.match(/--[a-z][a-z-]*/g) ?? [])];
+    // every flag with a value (`--flag=x`), booleans bare; then --help: exit 0 means all were accepted
+    const bare = new Set<string>();
+    let r = run(command, ...flags.map((f) => `${f}=x`), "--help");
+    for (let tries = 0; r.code !== 0 && tries < flags.length; tries++) {
+      const boolean = /Option '(?:-\w, )?(--[a-z-]+)' does not take an argument/.exec(r.err)?.[1];
+      expect([command, boolean === undefined ? r.err : "ok"]).toEqual([command, "ok"]);
+      bare.add(boolean as string);
+      r = run(command, ...flags.map((f) => (bare.has(f) ? f : `${f}=x`)), "--help");
+    }
+    expect([command, r.code, r.err]).toEqual([command, 0, ""]);
+  }
 });
