@@ -1,4 +1,4 @@
-// Qwen3 hidden states without a KV cache (models/hidden-states.ts): a tiny random Qwen3-VL-style
+// Qwen3 hidden states without a KV cache (models/qwen3-vl-text.ts, `hiddenStates` = forward with collect): a tiny random Qwen3-VL-style
 // text encoder (prefix model.language_model., no config.json) written with our safetensors writer,
 // against the float64 reference forward of testing/tiny-models.ts (each tap through the final norm and
 // the tied head on the host = the reference logits of the first k layers); the same rows through the

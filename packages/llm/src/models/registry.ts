@@ -1,8 +1,21 @@
 /**
  * The architectures @tp/llm runs: one table from GGUF `general.architecture` / HF `model_type` to the
  * architecture file, plus an alias table for HF `architectures` class names — as ml-explore/mlx-lm
- * `mlx_lm/utils.py` (`_get_classes`, `MODEL_REMAPPING`). Adding a model touches one file, one row here
- * and one test.
+ * `mlx_lm/utils.py` (`_get_classes`, `MODEL_REMAPPING`).
+ *
+ * Adding an architecture is three things:
+ * 1. One file, `models/<model_type>.ts`, exporting an {@link Architecture}: `configFromGguf` /
+ *    `configFromHf` (its arguments: models/args.ts reads the llama-family keys, the file reads any of
+ *    its own), its weights by checkpoint (HF) names read with a `WeightReader` inside
+ *    `backend.scope`, with quirks fixed there (a tied head, a permuted layout), and a `DecoderModel`
+ *    (models/language-model.ts) whose `forward` is embedding → blocks (each in `backend.scope`,
+ *    calling `pass.next`) → final norm → head, with `attend` / `swiglu` from models/layers.ts.
+ *    A model that only changes the attention subclasses `LlamaModel` (as qwen3.ts does).
+ * 2. One row in {@link ARCHITECTURES} (and its HF class name in {@link ARCHITECTURE_ALIASES}); a GGUF
+ *    file also needs its tensor-name table in @tp/formats `GGUF_HF_NAMES`.
+ * 3. One parity test: a tiny checkpoint beside the others in models.test.ts against the float64
+ *    reference (testing/tiny-models.ts), and its tiny GGUFs (../shared/models/synthetic, one per
+ *    weight type) as rows of parity.test.ts's `CASES`, checked token for token against llama.cpp.
  */
 import { TpError } from "@tp/tensor";
 import type { Architecture } from "./language-model.ts";
