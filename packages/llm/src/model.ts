@@ -1,8 +1,9 @@
 /**
  * The contract between the architectures (models/llama.ts, models/qwen3.ts, …) and the generation
  * engine: a causal language model with its own KV cache that turns new token ids into logits
- * (../shared/spec/llm.md §7.1 "Model interface and the loop"). Every architecture implements
- * {@link CausalLM}; the engine, the CLI and the benchmarks only see this interface.
+ * (../shared/spec/llm.md §7.1 "Model interface and the loop"). {@link CausalLM} is implemented once,
+ * by `LanguageModel` (models/language-model.ts) around each architecture's forward; the engine, the
+ * CLI and the benchmarks only see this interface.
  */
 import type { Backend, Tensor } from "@tp/tensor";
 

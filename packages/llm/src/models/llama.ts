@@ -178,12 +178,10 @@ export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights>
     const b = this.backend;
     const w = this.weights;
     let h = b.embedding(w.embed_tokens, inputIds); // [n, H]
-    for (let i = 0; i < f.blocks; i++)
-      h = f.next(
-        i,
-        h,
-        b.scope(() => this.block(i, h, f)),
-      );
+    for (let i = 0; i < f.blocks; i++) {
+      const out = b.scope(() => this.block(i, h, f)); // [n, H]; the block's temporaries are freed
+      h = f.next(i, h, out); // h (hidden_states[i]) kept when collected, else freed
+    }
     if (f.head === null) return h;
     return b.matmul(b.rmsNorm(f.headRows(h), w.norm, this.norm), w.lm_head); // [rows, vocab]
   }
