@@ -374,59 +374,44 @@ export class GenerationSession {
     const backend = this.model.backend;
     const vocab = this.model.config.vocab_size;
     const model = this.model;
-    const t = model.step(ids);
+    using t = model.step(ids); // the logits, freed when this returns
     this.#ids.push(...ids);
     if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
     const position = model.cached - 1; // of the row read
-    try {
-      if (!wantLogits) return null;
-      if (read.sampler !== undefined && read.k !== undefined) {
-        const top = backend.topK(t, read.k);
-        try {
-          const [v, i] = await Promise.all([backend.read(top.values), backend.read(top.indices)]);
-          const c = {
-            values: v.subarray(v.length - read.k),
-            ids: i.subarray(i.length - read.k),
-          } as Candidates;
-          // Descending, NaN first: the largest candidate tells whether the row is broken.
-          const first = c.values[0] as number;
-          if (!Number.isFinite(first)) throw nonFiniteLogits(model, position, first);
-          if (read.sampler.candidatesSuffice(c.values, c.ids)) return c;
-        } finally {
-          backend.free(top.values);
-          backend.free(top.indices);
-        }
-      }
-      if (read.argmax) {
-        const best = backend.argmax(t);
-        let id: number;
-        try {
-          const data = await backend.read(best);
-          id = Number(data[data.length - 1]);
-        } finally {
-          backend.free(best);
-        }
-        // One more value crosses: the winner's own logit (NaN wins an argmax; all −∞ has no winner).
-        const rowStart = t.rank === 2 ? (t.shape[0] as number) - 1 : 0;
-        const value = (
-          await backend.read(t.slice(0, rowStart, rowStart + 1).slice(1, id, id + 1))
-        )[0] as number;
-        if (!Number.isFinite(value)) throw nonFiniteLogits(model, position, value);
-        return id;
-      }
-      const data = await backend.read(t);
-      if (!(data instanceof Float32Array))
-        throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
-      const row = data.length === vocab ? data : data.subarray(data.length - vocab);
-      if (rowIsBroken(row)) {
-        let bad = Number.NEGATIVE_INFINITY;
-        for (const v of row) if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) bad = v;
-        throw nonFiniteLogits(model, position, bad);
-      }
-      return row;
-    } finally {
-      backend.free(t);
+    if (!wantLogits) return null;
+    if (read.sampler !== undefined && read.k !== undefined) {
+      const top = backend.topK(t, read.k);
+      using values = top.values;
+      using indices = top.indices;
+      const [v, i] = await Promise.all([backend.read(values), backend.read(indices)]);
+      const c = { values: v.subarray(v.length - read.k), ids: i.subarray(i.length - read.k) } as Candidates;
+      // Descending, NaN first: the largest candidate tells whether the row is broken.
+      const first = c.values[0] as number;
+      if (!Number.isFinite(first)) throw nonFiniteLogits(model, position, first);
+      if (read.sampler.candidatesSuffice(c.values, c.ids)) return c;
     }
+    if (read.argmax) {
+      using best = backend.argmax(t);
+      const winner = await backend.read(best);
+      const id = Number(winner[winner.length - 1]);
+      // One more value crosses: the winner's own logit (NaN wins an argmax; all −∞ has no winner).
+      const rowStart = t.rank === 2 ? (t.shape[0] as number) - 1 : 0;
+      const value = (
+        await backend.read(t.slice(0, rowStart, rowStart + 1).slice(1, id, id + 1))
+      )[0] as number;
+      if (!Number.isFinite(value)) throw nonFiniteLogits(model, position, value);
+      return id;
+    }
+    const data = await backend.read(t);
+    if (!(data instanceof Float32Array))
+      throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
+    const row = data.length === vocab ? data : data.subarray(data.length - vocab);
+    if (rowIsBroken(row)) {
+      let bad = Number.NEGATIVE_INFINITY;
+      for (const v of row) if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) bad = v;
+      throw nonFiniteLogits(model, position, bad);
+    }
+    return row;
   }
 
   /**
