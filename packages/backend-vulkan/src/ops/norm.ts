@@ -17,6 +17,25 @@ function param(host: VkOpHost, op: string, t: Tensor | null, fallback: Binding) 
 }
 
 /**
+ * The bindings of a norm kernel: x (a contiguous copy in the current scope when strided), weight and
+ * bias (x's binding with has = 0 where absent) and out; `bindings` in the shaders' order.
+ */
+function operands(
+  host: VkOpHost,
+  op: string,
+  out: Tensor,
+  x: Tensor,
+  weight: Tensor | null,
+  bias: Tensor | null,
+) {
+  const a = host.bind(contiguous(host, op, x), op);
+  const w = param(host, op, weight, a.binding);
+  const b = param(host, op, bias, a.binding);
+  const y = host.bind(out, op);
+  return { a, w, b, bindings: [y.binding, a.binding, w.binding, b.binding] };
+}
+
+/**
  * rms_norm over the last dimension: x / sqrt(mean(x²) + eps) · g, g = weight, 1 + weight
  * (`unitOffset`), or 1 (null weight). x: [..., D] f32; weight: [D] f32. Source: Zhang & Sennrich 2019.
  */
@@ -33,9 +52,7 @@ export function rmsNorm(
   const d = x.shape[x.rank - 1] as number;
   const rows = x.numel / d;
   host.scope(() => {
-    const a = host.bind(contiguous(host, op, x), op);
-    const w = param(host, op, weight, a.binding);
-    const y = host.bind(out, op);
+    const { a, w, bindings } = operands(host, op, out, x, weight, null);
     const push = new Push(28)
       .u32(rows)
       .u32(d)
@@ -44,7 +61,7 @@ export function rmsNorm(
       .f32(eps)
       .u32(w.has)
       .u32(unitOffset ? 1 : 0);
-    dispatchGroups(host, op, "rms_norm", [host.workgroup], [y.binding, a.binding, w.binding], push, rows);
+    dispatchGroups(host, op, "rms_norm", [host.workgroup], bindings.slice(0, 3), push, rows);
   });
 }
 
@@ -62,10 +79,7 @@ export function layerNorm(
   const d = x.shape[x.rank - 1] as number;
   const rows = x.numel / d;
   host.scope(() => {
-    const a = host.bind(contiguous(host, op, x), op);
-    const w = param(host, op, weight, a.binding);
-    const b = param(host, op, bias, a.binding);
-    const y = host.bind(out, op);
+    const { a, w, b, bindings } = operands(host, op, out, x, weight, bias);
     const push = new Push(32)
       .u32(rows)
       .u32(d)
@@ -75,7 +89,6 @@ export function layerNorm(
       .f32(eps)
       .u32(w.has)
       .u32(b.has);
-    const bindings = [y.binding, a.binding, w.binding, b.binding];
     dispatchGroups(host, op, "layer_norm", [host.workgroup], bindings, push, rows);
   });
 }
@@ -100,10 +113,7 @@ export function groupNorm(
   const cpg = channels / groups;
   const rows = batch * groups;
   host.scope(() => {
-    const a = host.bind(contiguous(host, op, x), op);
-    const w = param(host, op, weight, a.binding);
-    const b = param(host, op, bias, a.binding);
-    const y = host.bind(out, op);
+    const { a, w, b, bindings } = operands(host, op, out, x, weight, bias);
     const push = new Push(44)
       .u32(rows)
       .u32(cpg * spatial)
@@ -116,7 +126,6 @@ export function groupNorm(
       .f32(eps)
       .u32(w.has)
       .u32(b.has);
-    const bindings = [y.binding, a.binding, w.binding, b.binding];
     dispatchGroups(host, op, "group_norm", [host.workgroup], bindings, push, rows);
   });
 }

@@ -32,62 +32,33 @@ const MATMUL_FORMATS: readonly WeightFormat[] = [...EMBEDDING_FORMATS, ...CONVRO
  * the narrow floats.
  */
 export function vulkanKernelTable(host: VkOpHost): KernelTable {
+  // Each entry is its kernel with the host bound: (out, ...inputs, ...options) as KernelSignatures.
   return {
-    silu: { dtypes: F32, run: (out, x) => elementwise.silu(host, out, x) },
-    sigmoid: { dtypes: F32, run: (out, x) => elementwise.sigmoid(host, out, x) },
-    gelu: { dtypes: F32, run: (out, x, approximate) => elementwise.gelu(host, out, x, approximate) },
-    scale: { dtypes: F32, run: (out, x, s) => elementwise.scale(host, out, x, s) },
-    add: { dtypes: F32, run: (out, a, b) => elementwise.binary(host, "add", out, a, b) },
-    sub: { dtypes: F32, run: (out, a, b) => elementwise.binary(host, "sub", out, a, b) },
-    mul: { dtypes: F32, run: (out, a, b) => elementwise.binary(host, "mul", out, a, b) },
-    swiglu: { dtypes: F32, run: (out, gate, up) => elementwise.swiglu(host, out, gate, up) },
-    modulate: {
-      dtypes: F32,
-      run: (out, x, scale, shift) => elementwise.modulate(host, out, x, scale, shift),
-    },
-    copy: { dtypes: DTYPE_NAMES, run: (out, x) => layout.copy(host, out, x) },
-    set: { dtypes: DTYPE_NAMES, run: (dst, src) => layout.set(host, dst, src) },
-    slice: { dtypes: DTYPE_NAMES, run: (out, view) => layout.slice(host, out, view) },
-    concat: { dtypes: DTYPE_NAMES, run: (out, inputs, dim) => layout.concat(host, out, inputs, dim) },
-    upsample_nearest2d: {
-      dtypes: F32,
-      run: (out, x, factor) => layout.upsampleNearest2d(host, out, x, factor),
-    },
-    cast: { dtypes: layout.CAST_DTYPES, run: (out, x, saturate) => layout.cast(host, out, x, saturate) },
-    softmax: { dtypes: F32, run: (out, x, dim) => softmax(host, out, x, dim) },
-    rms_norm: {
-      dtypes: F32,
-      run: (out, x, weight, eps, unitOffset) => norm.rmsNorm(host, out, x, weight, eps, unitOffset),
-    },
-    layer_norm: {
-      dtypes: F32,
-      run: (out, x, weight, bias, eps) => norm.layerNorm(host, out, x, weight, bias, eps),
-    },
-    group_norm: {
-      dtypes: F32,
-      run: (out, x, groups, weight, bias, eps) => norm.groupNorm(host, out, x, groups, weight, bias, eps),
-    },
-    rope: {
-      dtypes: F32,
-      run: (out, x, positions, mode, theta, ropeDims, freqScale, sections) =>
-        rope(host, out, x, positions, mode, theta, ropeDims, freqScale, sections),
-    },
-    matmul: {
-      dtypes: F32,
-      weightFormats: MATMUL_FORMATS,
-      run: (out, x, w, bias) => matmul(host, out, x, w, bias),
-    },
-    embedding: {
-      dtypes: F32,
-      weightFormats: EMBEDDING_FORMATS,
-      run: (out, table, ids) => embedding(host, out, table, ids),
-    },
-    attention: { dtypes: F32, run: (out, q, k, v, p) => attention(host, out, q, k, v, p) },
-    conv2d: {
-      dtypes: F32,
-      run: (out, x, weight, bias, stride, padding) => conv2d(host, out, x, weight, bias, stride, padding),
-    },
-    argmax: { dtypes: F32, run: (out, x) => sample.argmax(host, out, x) },
-    top_k: { dtypes: F32, run: (values, indices, x, k) => sample.topK(host, values, indices, x, k) },
+    silu: { dtypes: F32, run: elementwise.silu.bind(null, host) },
+    sigmoid: { dtypes: F32, run: elementwise.sigmoid.bind(null, host) },
+    gelu: { dtypes: F32, run: elementwise.gelu.bind(null, host) },
+    scale: { dtypes: F32, run: elementwise.scale.bind(null, host) },
+    add: { dtypes: F32, run: elementwise.binary.bind(null, host, "add") },
+    sub: { dtypes: F32, run: elementwise.binary.bind(null, host, "sub") },
+    mul: { dtypes: F32, run: elementwise.binary.bind(null, host, "mul") },
+    swiglu: { dtypes: F32, run: elementwise.swiglu.bind(null, host) },
+    modulate: { dtypes: F32, run: elementwise.modulate.bind(null, host) },
+    copy: { dtypes: DTYPE_NAMES, run: layout.copy.bind(null, host) },
+    set: { dtypes: DTYPE_NAMES, run: layout.set.bind(null, host) },
+    slice: { dtypes: DTYPE_NAMES, run: layout.slice.bind(null, host) },
+    concat: { dtypes: DTYPE_NAMES, run: layout.concat.bind(null, host) },
+    upsample_nearest2d: { dtypes: F32, run: layout.upsampleNearest2d.bind(null, host) },
+    cast: { dtypes: layout.CAST_DTYPES, run: layout.cast.bind(null, host) },
+    softmax: { dtypes: F32, run: softmax.bind(null, host) },
+    rms_norm: { dtypes: F32, run: norm.rmsNorm.bind(null, host) },
+    layer_norm: { dtypes: F32, run: norm.layerNorm.bind(null, host) },
+    group_norm: { dtypes: F32, run: norm.groupNorm.bind(null, host) },
+    rope: { dtypes: F32, run: rope.bind(null, host) },
+    matmul: { dtypes: F32, weightFormats: MATMUL_FORMATS, run: matmul.bind(null, host) },
+    embedding: { dtypes: F32, weightFormats: EMBEDDING_FORMATS, run: embedding.bind(null, host) },
+    attention: { dtypes: F32, run: attention.bind(null, host) },
+    conv2d: { dtypes: F32, run: conv2d.bind(null, host) },
+    argmax: { dtypes: F32, run: sample.argmax.bind(null, host) },
+    top_k: { dtypes: F32, run: sample.topK.bind(null, host) },
   };
 }
