@@ -67,10 +67,6 @@ test("usage errors are one line on stderr with exit status 2", () => {
     [["inpsect", "x"], "error E_ARG: unknown command 'inpsect'; did you mean inspect?\n"],
     [["quantise"], "error E_ARG: unknown command 'quantise'; did you mean quantize?\n"],
     [
-      ["generate", "--bogus"],
-      "error E_ARG: unknown flag --bogus for generate; see 'bun apps/cli generate --help'\n",
-    ],
-    [
       ["help", "frob"],
       "error E_ARG: help takes at most one COMMAND, one of: generate, decode, encode, backends, inspect, quantize; got 'frob'\n",
     ],

@@ -8,7 +8,7 @@
  */
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
 import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
-import { flagError, parseFlags, suggestFlag } from "./args.ts";
+import { parseFlags, suggestFlag } from "./args.ts";
 import { decode, encode, GENERATE_USAGE, generate } from "./generate.ts";
 import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
 
@@ -189,7 +189,10 @@ await runCli(async () => {
         );
     }
   } catch (e) {
-    // generate / decode / encode parse with node:util parseArgs (no flag table here to suggest from).
-    throw flagError(e, {}, flagsOf(command as string)) ?? e;
+    // generate / decode / encode parse with node:util parseArgs themselves: its message as it is.
+    if (e instanceof TypeError && String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
+      throw new TpError("E_ARG", e.message);
+    }
+    throw e;
   }
 });
