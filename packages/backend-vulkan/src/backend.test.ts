@@ -10,6 +10,7 @@ import {
   f32ToF16,
   isTpError,
   loadBackend,
+  OP_NAMES,
   type Tensor,
   type TpErrorCode,
   Weight,
@@ -161,6 +162,11 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     const caps = b().capabilities();
     for (const op of caps.ops) expect(b().supports(op)).toBe(true);
     expect(caps.weightFormats).toContain("q6_k");
+    // Derived from the kernel table, which has every op of the Backend interface.
+    expect(caps.ops).toEqual([...OP_NAMES]);
+    expect(Object.keys(b().kernelTable).sort()).toEqual([...OP_NAMES].sort());
+    expect(b().supports("rope", ["f32", "i32"])).toBe(true); // positions: i32 by the op contract
+    expect(b().supports("cast", ["i32"])).toBe(false);
   });
 
   test("what is missing is E_UNSUPPORTED naming op, backend and format", () => {
