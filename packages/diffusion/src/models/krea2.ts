@@ -474,13 +474,9 @@ export function loadKrea2(path: string, options: LoadKrea2Options): Krea2Dit {
     const prefix = layout.prefix ?? "";
     const config = readKrea2Config(src, prefix);
     const loader = new ParamLoader(src, prefix, options.backend, mode);
-    try {
-      const params = loader.params(config);
-      return new Krea2Dit(options.backend, config, params, mode, layout, src, loader.uploaded);
-    } catch (e) {
-      for (const t of loader.uploaded) options.backend.free(t);
-      throw e;
-    }
+    // A throw while loading frees every upload made so far.
+    const params = options.backend.scope(() => loader.params(config));
+    return new Krea2Dit(options.backend, config, params, mode, layout, src, loader.uploaded);
   } catch (e) {
     src.close();
     throw e;
@@ -904,7 +900,7 @@ export class Krea2Dit implements Disposable {
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
-    for (const t of this.uploaded) if (!t.storage.freed) this.backend.free(t);
+    for (const t of this.uploaded) t[Symbol.dispose]();
     this.src.close();
   }
 }
