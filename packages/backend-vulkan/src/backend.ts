@@ -261,7 +261,7 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   }
 
   /** The ops, weight formats and dtypes of {@link kernelTable}. */
-  capabilities(): BackendCapabilities {
+  override capabilities(): BackendCapabilities {
     return tableCapabilities(this.kernelTable);
   }
 
