@@ -165,145 +165,135 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
     let teLine = "";
     let positive: Conditioning | HostConditioning;
     let negative: Conditioning | HostConditioning | "zero" = "zero";
-    const owned: Conditioning[] = [];
-    const encodeWith = async (texts: (string | undefined)[]): Promise<(Conditioning | undefined)[]> => {
-      const encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
+    // The encoded conditionings live until the run ends; the encoder is freed before the DiT loads.
+    using held = new DisposableStack();
+    const encode = async (texts: readonly string[]): Promise<Conditioning[]> => {
+      using encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
       teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
-      try {
-        const out: (Conditioning | undefined)[] = [];
-        for (const t of texts) {
-          const c = t === undefined ? undefined : await encoder.encode(t);
-          if (c) owned.push(c);
-          out.push(c);
-        }
-        return out;
-      } finally {
-        encoder.dispose();
-      }
+      const out: Conditioning[] = [];
+      for (const t of texts) out.push(held.use(await encoder.encode(t)));
+      return out;
     };
-    try {
-      if (saved !== undefined) {
-        prompt ??= saved.metadata.prompt ?? "";
-        positive = saved.positive;
-        if (useCfg && o.negative !== undefined) {
-          if (tePath !== undefined) {
-            // The saved positive with a negative prompt encoded now.
-            negative = (await encodeWith([o.negative]))[0] as Conditioning;
-            teLine = "";
-          } else {
-            negative = saved.negative as HostConditioning;
-          }
-        } else if (useCfg && saved.negative) {
-          negative = saved.negative;
-          negativeText = saved.metadata.negative_prompt ?? "";
+    if (saved !== undefined) {
+      prompt ??= saved.metadata.prompt ?? "";
+      positive = saved.positive;
+      if (useCfg && o.negative !== undefined) {
+        if (tePath !== undefined) {
+          // The saved positive with a negative prompt encoded now.
+          negative = (await encode([o.negative]))[0] as Conditioning;
+          teLine = "";
+        } else {
+          negative = saved.negative as HostConditioning;
         }
-      } else {
-        const [pos, neg] = await encodeWith([prompt as string, negativeText]);
-        positive = pos as Conditioning;
-        negative = neg ?? "zero";
+      } else if (useCfg && saved.negative) {
+        negative = saved.negative;
+        negativeText = saved.metadata.negative_prompt ?? "";
       }
-      const condMs = performance.now() - tCond;
-
-      // 3. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
-      const tLoad = performance.now();
-      using dit = loadKrea2(ditPath, { backend, mode });
-      using vae = loadWanVae(backend, vaePath);
-      const loadMs = performance.now() - tLoad;
-      report({
-        kind: "start",
-        text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
-      });
-
-      // 4. Sampling and decoding.
-      const result = await generateKrea2({
-        dit,
-        vae,
-        conditioning: { positive, negative },
-        width: size.width,
-        height: size.height,
-        steps,
-        cfg,
-        seed,
-        shift,
-        schedule,
-        noiseKernel: noise,
-        ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
-        onStep: (s) =>
-          report({
-            kind: "step",
-            step: s.step + 1,
-            steps: s.steps,
-            stepMs: s.stepMs,
-            elapsedMs: s.elapsedMs,
-          }),
-      });
-
-      // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
-      const parameters = krea2Parameters({
-        prompt: prompt ?? "",
-        ...(negativeText ? { negative: negativeText } : {}),
-        steps,
-        cfg,
-        seed,
-        width: result.width,
-        height: result.height,
-        shift,
-        schedule,
-        negativeMode: result.settings.negative,
-        model: stem(ditPath),
-        vae: stem(vaePath),
-      });
-      const tensorpencil = JSON.stringify({
-        prompt: prompt ?? "",
-        negative_prompt: negativeText ?? null,
-        negative: result.settings.negative,
-        width: result.width,
-        height: result.height,
-        steps,
-        cfg,
-        seed: String(seed),
-        shift,
-        schedule,
-        sampler: "euler",
-        noise,
-        dit_mode: mode,
-        ...(condIn === undefined ? { te_mode: teMode } : {}),
-        dit: basename(ditPath),
-        vae: basename(vaePath),
-        conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
-      });
-      let conditioning: ConditioningOutput | undefined;
-      if (o.keepConditioning) {
-        const host = async (c: Conditioning | HostConditioning): Promise<HostConditioning> =>
-          c instanceof Conditioning ? await c.read() : c;
-        conditioning = {
-          positive: await host(positive),
-          ...(negative !== "zero" ? { negative: await host(negative) } : {}),
-          metadata: {
-            prompt: prompt ?? "",
-            ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
-          },
-        };
-      }
-      const tm = result.timings;
-      return {
-        width: result.width,
-        height: result.height,
-        rgb: result.rgb,
-        latent: { data: result.latent, shape: result.latentShape },
-        text: { parameters, tensorpencil },
-        ...(conditioning ? { conditioning } : {}),
-        timings: [
-          ["conditioning", condMs],
-          ["load", loadMs],
-          ["text", tm.textMs],
-          ["sampling", tm.samplingMs],
-          ["decode", tm.decodeMs],
-        ],
-      };
-    } finally {
-      for (const c of owned) c.dispose();
+    } else {
+      const texts = negativeText === undefined ? [prompt as string] : [prompt as string, negativeText];
+      const [pos, neg] = await encode(texts);
+      positive = pos as Conditioning;
+      negative = neg ?? "zero";
     }
+    const condMs = performance.now() - tCond;
+
+    // 3. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
+    const tLoad = performance.now();
+    using dit = loadKrea2(ditPath, { backend, mode });
+    using vae = loadWanVae(backend, vaePath);
+    const loadMs = performance.now() - tLoad;
+    report({
+      kind: "start",
+      text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+    });
+
+    // 4. Sampling and decoding.
+    const result = await generateKrea2({
+      dit,
+      vae,
+      conditioning: { positive, negative },
+      width: size.width,
+      height: size.height,
+      steps,
+      cfg,
+      seed,
+      shift,
+      schedule,
+      noiseKernel: noise,
+      ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
+      onStep: (s) =>
+        report({
+          kind: "step",
+          step: s.step + 1,
+          steps: s.steps,
+          stepMs: s.stepMs,
+          elapsedMs: s.elapsedMs,
+        }),
+    });
+
+    // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
+    const parameters = krea2Parameters({
+      prompt: prompt ?? "",
+      ...(negativeText ? { negative: negativeText } : {}),
+      steps,
+      cfg,
+      seed,
+      width: result.width,
+      height: result.height,
+      shift,
+      schedule,
+      negativeMode: result.settings.negative,
+      model: stem(ditPath),
+      vae: stem(vaePath),
+    });
+    const tensorpencil = JSON.stringify({
+      prompt: prompt ?? "",
+      negative_prompt: negativeText ?? null,
+      negative: result.settings.negative,
+      width: result.width,
+      height: result.height,
+      steps,
+      cfg,
+      seed: String(seed),
+      shift,
+      schedule,
+      sampler: "euler",
+      noise,
+      dit_mode: mode,
+      ...(condIn === undefined ? { te_mode: teMode } : {}),
+      dit: basename(ditPath),
+      vae: basename(vaePath),
+      conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
+    });
+    let conditioning: ConditioningOutput | undefined;
+    if (o.keepConditioning) {
+      const host = async (c: Conditioning | HostConditioning): Promise<HostConditioning> =>
+        c instanceof Conditioning ? await c.read() : c;
+      conditioning = {
+        positive: await host(positive),
+        ...(negative !== "zero" ? { negative: await host(negative) } : {}),
+        metadata: {
+          prompt: prompt ?? "",
+          ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
+        },
+      };
+    }
+    const tm = result.timings;
+    return {
+      width: result.width,
+      height: result.height,
+      rgb: result.rgb,
+      latent: { data: result.latent, shape: result.latentShape },
+      text: { parameters, tensorpencil },
+      ...(conditioning ? { conditioning } : {}),
+      timings: [
+        ["conditioning", condMs],
+        ["load", loadMs],
+        ["text", tm.textMs],
+        ["sampling", tm.samplingMs],
+        ["decode", tm.decodeMs],
+      ],
+    };
   },
 
   async encode(o) {
