@@ -503,7 +503,21 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
         2,
         `error E_ARG: --out must end in .png, got '${join(out, "x.jpg")}'`,
       ],
-      [["generate", ...base, "--out", png, "--bogus"], 2, "error E_ARG: Unknown option '--bogus'"],
+      [
+        ["generate", ...base, "--out", png, "--bogus"],
+        2,
+        "error E_ARG: unknown flag --bogus for generate; see 'bun apps/cli generate --help'",
+      ],
+      [
+        ["generate", ...base, "--out", png, "--stpes", "2"],
+        2,
+        "error E_ARG: unknown flag --stpes for generate; did you mean --steps?",
+      ],
+      [
+        ["decode", "--vae", rvae, "--latnet", rcond, "--out", png],
+        2,
+        "error E_ARG: unknown flag --latnet for decode; did you mean --latent?",
+      ],
       [
         ["generate", "--dit", rdit, "--vae", rvae],
         2,

@@ -8,7 +8,6 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { basename, extname } from "node:path";
-import { parseArgs } from "node:util";
 import {
   type DiffusionPipeline,
   type GenerateEvent,
@@ -21,6 +20,7 @@ import {
   writePng,
 } from "@tp/diffusion";
 import { type Backend, formatBytes, loadBackend, TpError } from "@tp/tensor";
+import { parseFlags } from "./args.ts";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
 
@@ -214,34 +214,37 @@ const ms = (t: number): string => formatSeconds(t / 1000);
  *   before anything runs) — exit 1, nothing written
  */
 export async function generate(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      ...COMMON,
-      prompt: { type: "string" },
-      negative: { type: "string" },
-      dit: { type: "string" },
-      "text-encoder": { type: "string" },
-      vae: { type: "string" },
-      width: { type: "string" },
-      height: { type: "string" },
-      size: { type: "string" },
-      steps: { type: "string" },
-      cfg: { type: "string" },
-      seed: { type: "string" },
-      "sampler-shift": { type: "string" },
-      schedule: { type: "string" },
-      out: { type: "string" },
-      "cond-in": { type: "string" },
-      "cond-out": { type: "string" },
-      "latent-out": { type: "string" },
-      "vae-tiled": { type: "boolean", default: false },
-      noise: { type: "string" },
-      "dit-mode": { type: "string" },
-      "te-mode": { type: "string" },
+  const { values } = parseFlags(
+    { command: "generate", help: "bun apps/cli generate --help" },
+    {
+      args,
+      options: {
+        ...COMMON,
+        prompt: { type: "string" },
+        negative: { type: "string" },
+        dit: { type: "string" },
+        "text-encoder": { type: "string" },
+        vae: { type: "string" },
+        width: { type: "string" },
+        height: { type: "string" },
+        size: { type: "string" },
+        steps: { type: "string" },
+        cfg: { type: "string" },
+        seed: { type: "string" },
+        "sampler-shift": { type: "string" },
+        schedule: { type: "string" },
+        out: { type: "string" },
+        "cond-in": { type: "string" },
+        "cond-out": { type: "string" },
+        "latent-out": { type: "string" },
+        "vae-tiled": { type: "boolean", default: false },
+        noise: { type: "string" },
+        "dit-mode": { type: "string" },
+        "te-mode": { type: "string" },
+      },
+      strict: true,
     },
-    strict: true,
-  });
+  );
   if (values.help) {
     console.log(`usage: bun apps/cli\n${GENERATE_USAGE}`);
     return 0;
@@ -365,17 +368,20 @@ export async function generate(args: string[]): Promise<number> {
  *   generate makes
  */
 export async function decode(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      ...COMMON,
-      vae: { type: "string" },
-      latent: { type: "string" },
-      out: { type: "string" },
-      "vae-tiled": { type: "boolean", default: false },
+  const { values } = parseFlags(
+    { command: "decode", help: "bun apps/cli decode --help" },
+    {
+      args,
+      options: {
+        ...COMMON,
+        vae: { type: "string" },
+        latent: { type: "string" },
+        out: { type: "string" },
+        "vae-tiled": { type: "boolean", default: false },
+      },
+      strict: true,
     },
-    strict: true,
-  });
+  );
   if (values.help) {
     console.log(`usage: bun apps/cli\n${GENERATE_USAGE}`);
     return 0;
@@ -417,18 +423,21 @@ export async function decode(args: string[]): Promise<number> {
  *   encoder — exit 1, nothing written
  */
 export async function encode(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      ...COMMON,
-      "text-encoder": { type: "string" },
-      prompt: { type: "string" },
-      negative: { type: "string" },
-      out: { type: "string" },
-      "te-mode": { type: "string" },
+  const { values } = parseFlags(
+    { command: "encode", help: "bun apps/cli encode --help" },
+    {
+      args,
+      options: {
+        ...COMMON,
+        "text-encoder": { type: "string" },
+        prompt: { type: "string" },
+        negative: { type: "string" },
+        out: { type: "string" },
+        "te-mode": { type: "string" },
+      },
+      strict: true,
     },
-    strict: true,
-  });
+  );
   if (values.help) {
     console.log(`usage: bun apps/cli\n${GENERATE_USAGE}`);
     return 0;
