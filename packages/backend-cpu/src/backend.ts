@@ -189,8 +189,8 @@ export class CpuBackend extends BackendBase {
   }
 
   /**
-   * The bytes of a tensor's elements, a view on native memory valid until the tensor is freed. For op
-   * implementations in this package: checks that the tensor is live, belongs to this backend and is
+   * The bytes of a tensor's elements, a view on native memory valid until the tensor is freed. For the
+   * kernels in ./ops: checks that the tensor is live, belongs to this backend and is
    * contiguous.
    * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED for a strided view (copy it first)
    */
@@ -210,11 +210,6 @@ export class CpuBackend extends BackendBase {
     const block = t.storage.handle as HostBlock;
     if (block.ptr === null || t.numel === 0) return null;
     return (block.ptr + t.layout.offset * dtypeBytes(t.dtype)) as Pointer;
-  }
-
-  /** @throws TpError E_STATE when `t` is freed or belongs to another backend (ops' argument check). */
-  checkOwned(t: Tensor): void {
-    this.own(t);
   }
 
   /**

@@ -4,6 +4,9 @@
  * Vulkan, PTX and the CUDA libraries (../shared/ARCHITECTURE.md, "One model definition, every
  * backend"). Op names follow ggml's `enum ggml_op` and candle's `op.rs` (../shared/STYLE.md §3).
  *
+ * The op methods are implemented once, in BackendBase and ./ops (the front-end: checks, output shape,
+ * output allocation); a backend provides their kernels in a table (./kernels.ts).
+ *
  * Conventions for every op:
  * - Inputs are tensors of this backend (else E_STATE); outputs are new contiguous tensors.
  * - Activations are f32 unless an op says otherwise; `supports(op, dtypes)` tells what else works.

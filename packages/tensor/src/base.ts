@@ -1,9 +1,10 @@
 /**
- * `BackendBase`: the parts every backend shares — memory accounting, storage ids, argument checks for
- * alloc / upload / free, `read` of any view, `supports` from a capability list, and an E_UNSUPPORTED
- * error for every op a backend has not implemented (so a missing kernel is a clear error naming
- * backend and op, never a silent fallback). A backend subclasses it, implements four storage
- * primitives, and overrides the ops it has, listing them in `capabilities()`.
+ * `BackendBase`: everything a backend shares — memory accounting, storage ids, scopes, argument checks
+ * for alloc / upload / free, `read` of any view — and the op methods of `Backend`, written once: each
+ * checks its arguments, allocates its output and calls the backend's kernel table (./ops/*.ts, the
+ * front-end; ./kernels.ts, the table). `supports` answers from the table, and an op without an entry
+ * is E_UNSUPPORTED naming backend and op, never a silent fallback. A backend subclasses it, implements
+ * four storage primitives and assigns `kernelTable`.
  *
  * Source: ggml `ggml-backend-impl.h` (buffer interface: alloc / free / set_tensor / get_tensor).
  */
@@ -175,8 +176,9 @@ export interface BackendOptions {
 }
 
 /**
- * Base class of backends. Subclasses implement the storage primitives and override ops; every op left
- * alone throws E_UNSUPPORTED.
+ * Base class of backends. Subclasses implement the storage primitives and `capabilities()`, and give
+ * their kernels in `kernelTable`; an op without an entry throws E_UNSUPPORTED. (A backend may still
+ * override an op method while it moves to a table.)
  */
 export abstract class BackendBase implements Backend {
   abstract readonly name: string;
