@@ -43,8 +43,8 @@ export function kernel<Op extends OpName>(host: OpHost, op: Op): KernelEntry<Ker
 }
 
 /**
- * Check that `t` is a live tensor of the host (E_STATE) whose dtype is one of the entry's and whose
- * elements fit the entry's `maxBytes`.
+ * Check that `t` is a live tensor of the host (E_STATE) whose dtype is one of `dtypes` (by default the
+ * entry's) and whose elements fit the entry's `maxBytes`. A null `t` (an absent optional input) passes.
  * @param what the input's name in messages ("x", "weight", "positions")
  * @throws TpError E_STATE; E_UNSUPPORTED `op NAME on backend B does not support dtype D (what [shape]);
  *   supported: ...`, or naming the bytes past `maxBytes`
@@ -53,11 +53,12 @@ export function checkInput(
   host: OpHost,
   op: OpName,
   entry: KernelEntry<unknown>,
-  t: Tensor,
+  t: Tensor | null,
   what: string,
+  dtypes: readonly DTypeName[] = entry.dtypes,
 ): void {
+  if (t === null) return;
   host.assertOwned(t);
-  const dtypes = entry.dtypes;
   if (!dtypes.includes(t.dtype)) {
     throw new TpError(
       "E_UNSUPPORTED",
@@ -68,7 +69,10 @@ export function checkInput(
     checkBytes(host, op, entry.maxBytes, t.byteLength, `${what} ${formatShape(t.shape)}`);
 }
 
-/** As {@link checkInput} for an index tensor: i32 only (the op contract), within the entry's maxBytes. */
+/** The dtypes of an index tensor (the op contract: i32). */
+const INDEX_DTYPES: readonly DTypeName[] = [INDEX_DTYPE];
+
+/** As {@link checkInput} for an index tensor: i32 only, within the entry's maxBytes. */
 export function checkIndex(
   host: OpHost,
   op: OpName,
@@ -76,9 +80,7 @@ export function checkIndex(
   t: Tensor,
   what: string,
 ): void {
-  checkInput(host, op, INDEX_ENTRY, t, what);
-  if (entry.maxBytes !== undefined)
-    checkBytes(host, op, entry.maxBytes, t.byteLength, `${what} ${formatShape(t.shape)}`);
+  checkInput(host, op, entry, t, what, INDEX_DTYPES);
 }
 
 /**
@@ -93,9 +95,6 @@ export function checkBytes(host: OpHost, op: OpName, maxBytes: number, bytes: nu
     );
   }
 }
-
-/** The dtypes of an index tensor, as an entry for {@link checkInput}. */
-const INDEX_ENTRY: KernelEntry<unknown> = { dtypes: [INDEX_DTYPE], run: null };
 
 /** "x f32 [2, 3]": a tensor in messages (its name, else `fallback`). */
 export function shown(t: Tensor, fallback: string): string {
@@ -135,6 +134,39 @@ export function checkWeight(
       `op ${op} on backend ${host.name} does not support weight format ${w.format} (${shownWeight(w)}); supported: ${(formats ?? []).join(", ") || "none"}`,
     );
   }
+}
+
+/**
+ * Run a kernel on its new output: `f(out, a, b, ...)`, returning `out`, or freeing it and rethrowing
+ * when `f` throws. Fixed parameters rather than a rest array, so that the op path allocates nothing
+ * here; a kernel of fewer parameters ignores the undefined ones.
+ */
+export function run<
+  A,
+  B = undefined,
+  C = undefined,
+  D = undefined,
+  E = undefined,
+  F = undefined,
+  G = undefined,
+>(
+  host: OpHost,
+  out: Tensor,
+  f: (out: Tensor, a: A, b: B, c: C, d: D, e: E, f: F, g: G) => void,
+  a: A,
+  b?: B,
+  c?: C,
+  d?: D,
+  e?: E,
+  ff?: F,
+  g?: G,
+): Tensor {
+  try {
+    f(out, a, b as B, c as C, d as D, e as E, ff as F, g as G);
+  } catch (err) {
+    discard(host, out, err);
+  }
+  return out;
 }
 
 /** Free `out` after its kernel threw, and rethrow. */

@@ -8,7 +8,7 @@ import { TpError } from "../errors.ts";
 import { opError } from "../op-args.ts";
 import { broadcastShapes, formatShape, normalizeDim, type Shape, sameShape } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkInput, discard, kernel, type OpHost, shown } from "./common.ts";
+import { checkInput, kernel, type OpHost, run, shown } from "./common.ts";
 
 type UnaryOp = "silu" | "sigmoid";
 
@@ -16,13 +16,7 @@ type UnaryOp = "silu" | "sigmoid";
 export function unary(host: OpHost, op: UnaryOp, x: Tensor): Tensor {
   const k = kernel(host, op);
   checkInput(host, op, k, x, "x");
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x);
 }
 
 /**
@@ -42,13 +36,7 @@ export function gelu(host: OpHost, x: Tensor, options?: { approximate?: "none" |
       `approximate must be "none" or "tanh", got ${JSON.stringify(approximate)}`,
     );
   }
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, approximate);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, approximate);
 }
 
 /** silu(gate) · up. @throws TpError E_SHAPE naming both shapes; E_STATE; E_UNSUPPORTED */
@@ -65,13 +53,7 @@ export function swiglu(host: OpHost, gate: Tensor, up: Tensor): Tensor {
       `gate ${formatShape(gate.shape)} and up ${formatShape(up.shape)} must have the same shape`,
     );
   }
-  const out = host.alloc(gate.shape, gate.dtype, gate.name);
-  try {
-    k.run(out, gate, up);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(gate.shape, gate.dtype, gate.name), k.run, gate, up);
 }
 
 /** Softmax along `dim` (default −1). @throws TpError E_SHAPE for a dim outside the rank; E_STATE; E_UNSUPPORTED */
@@ -86,13 +68,7 @@ export function softmax(host: OpHost, x: Tensor, options?: { dim?: number } | nu
     if (e instanceof TpError) throw opError("E_SHAPE", host.name, op, e.message);
     throw e;
   }
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, d);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, d);
 }
 
 /** x · s for a host number s (±inf and NaN included). @throws TpError E_ARG for a non-number; E_STATE; E_UNSUPPORTED */
@@ -102,13 +78,7 @@ export function scale(host: OpHost, x: Tensor, s: number): Tensor {
   if (typeof s !== "number")
     throw opError("E_ARG", host.name, op, `the scale must be a number, got ${typeof s}`);
   checkInput(host, op, k, x, "x");
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, s);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, s);
 }
 
 /** `t` as a view of `shape` (itself when it has that shape), or E_SHAPE naming op and shapes. */
@@ -149,13 +119,7 @@ export function binary(host: OpHost, op: "add" | "sub" | "mul", a: Tensor, b: Te
   }
   const av = broadcastView(host, op, a, shape, "a");
   const bv = broadcastView(host, op, b, shape, "b");
-  const out = host.alloc(shape, a.dtype, a.name);
-  try {
-    k.run(out, av, bv);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(shape, a.dtype, a.name), k.run, av, bv);
 }
 
 /**
@@ -170,11 +134,5 @@ export function modulate(host: OpHost, x: Tensor, scaleT: Tensor, shift: Tensor)
   checkInput(host, op, k, shift, "shift");
   const sv = broadcastView(host, op, scaleT, x.shape, "scale");
   const hv = broadcastView(host, op, shift, x.shape, "shift");
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, sv, hv);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, sv, hv);
 }

@@ -8,20 +8,14 @@ import { TpError } from "../errors.ts";
 import { booleanOption, checkSetArgs, integerOption, opError } from "../op-args.ts";
 import { formatShape, normalizeDim } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkBytes, checkInput, discard, kernel, type OpHost } from "./common.ts";
+import { checkBytes, checkInput, kernel, type OpHost, run } from "./common.ts";
 
 /** A contiguous copy of any view (permute, transpose, slice, broadcast). @throws TpError E_STATE; E_UNSUPPORTED */
 export function copy(host: OpHost, x: Tensor): Tensor {
   const op = "copy";
   const k = kernel(host, op);
   checkInput(host, op, k, x, "x");
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x);
 }
 
 /**
@@ -44,13 +38,7 @@ export function slice(host: OpHost, x: Tensor, dim: number, start: number, end: 
       throw opError("E_SHAPE", host.name, op, `x ${formatShape(x.shape)}: ${e.message}`);
     throw e;
   }
-  const out = host.alloc(view.shape, x.dtype, x.name);
-  try {
-    k.run(out, view);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(view.shape, x.dtype, x.name), k.run, view);
 }
 
 /**
@@ -93,13 +81,7 @@ export function concat(host: OpHost, tensors: readonly Tensor[], dim: number): T
   }
   const shape = first.shape.slice();
   shape[d] = size;
-  const out = host.alloc(shape, first.dtype, first.name);
-  try {
-    k.run(out, tensors, d);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(shape, first.dtype, first.name), k.run, tensors, d);
 }
 
 /**
@@ -154,13 +136,7 @@ export function cast(
     checkBytes(host, op, k.maxBytes, x.byteLength, `x ${formatShape(x.shape)}`);
     checkBytes(host, op, k.maxBytes, x.numel * dtypeBytes(dtype), `the ${dtype} output`);
   }
-  const out = host.alloc(x.shape, dtype, x.name);
-  try {
-    k.run(out, x, saturate);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, dtype, x.name), k.run, x, saturate);
 }
 
 /**
@@ -177,11 +153,5 @@ export function upsampleNearest2d(host: OpHost, x: Tensor, factor: number): Tens
   const shape = x.shape.slice();
   shape[x.rank - 2] = (shape[x.rank - 2] as number) * f;
   shape[x.rank - 1] = (shape[x.rank - 1] as number) * f;
-  const out = host.alloc(shape, x.dtype, x.name);
-  try {
-    k.run(out, x, f);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(shape, x.dtype, x.name), k.run, x, f);
 }

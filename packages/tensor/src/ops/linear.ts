@@ -5,6 +5,7 @@
  * and sources: `Backend` in ../backend.ts.
  */
 import type { AttentionOptions, Conv2dOptions, RopeOptions } from "../backend.ts";
+import type { AttentionParams } from "../kernels.ts";
 import { attentionScalars, finiteOption, integerOption, opError } from "../op-args.ts";
 import { formatShape } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
@@ -13,9 +14,9 @@ import {
   checkIndex,
   checkInput,
   checkWeight,
-  discard,
   kernel,
   type OpHost,
+  run,
   shown,
   shownWeight,
 } from "./common.ts";
@@ -30,7 +31,7 @@ export function matmul(host: OpHost, x: Tensor, w: Weight, options?: { bias?: Te
   const k = kernel(host, op);
   const bias = options?.bias ?? null;
   checkInput(host, op, k, x, "x");
-  if (bias !== null) checkInput(host, op, k, bias, "bias");
+  checkInput(host, op, k, bias, "bias");
   checkWeight(host, op, k.weightFormats, w);
   const [n, kk] = w.shape;
   if (x.rank < 1 || x.shape[x.rank - 1] !== kk) {
@@ -51,13 +52,7 @@ export function matmul(host: OpHost, x: Tensor, w: Weight, options?: { bias?: Te
   }
   const shape = x.shape.slice();
   shape[shape.length - 1] = n;
-  const out = host.alloc(shape, x.dtype);
-  try {
-    k.run(out, x, w, bias);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(shape, x.dtype), k.run, x, w, bias);
 }
 
 /**
@@ -72,13 +67,7 @@ export function embedding(host: OpHost, table: Weight, ids: Tensor): Tensor {
   checkWeight(host, op, k.weightFormats, table);
   const shape = ids.shape.slice();
   shape.push(table.shape[1]);
-  const out = host.alloc(shape, "f32");
-  try {
-    k.run(out, table, ids);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(shape, "f32"), k.run, table, ids);
 }
 
 /** E_SHAPE of attention naming q, k and v. */
@@ -136,30 +125,25 @@ export function attention(
   }
   const fullPrefix =
     options.fullPrefix === undefined ? 0 : integerOption(host.name, op, "fullPrefix", options.fullPrefix, 0);
-  const out = host.alloc([batch, heads, sq, dv], q.dtype, q.name);
-  if (out.numel === 0) return out;
-  if (d === 0)
-    discard(host, out, qkvError(host, q, k, v, "head_dim is 0, so q·kᵀ has no terms; it must be at least 1"));
-  try {
-    entry.run(out, q, k, v, {
-      batch,
-      heads,
-      kvHeads,
-      sq,
-      skv,
-      headDim: d,
-      headDimV: dv,
-      scale,
-      causal,
-      qOffset,
-      window,
-      fullPrefix,
-      softcap,
-    });
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  const shape = [batch, heads, sq, dv];
+  if (batch * heads * sq * dv === 0) return host.alloc(shape, q.dtype, q.name);
+  if (d === 0) throw qkvError(host, q, k, v, "head_dim is 0, so q·kᵀ has no terms; it must be at least 1");
+  const p: AttentionParams = {
+    batch,
+    heads,
+    kvHeads,
+    sq,
+    skv,
+    headDim: d,
+    headDimV: dv,
+    scale,
+    causal,
+    qOffset,
+    window,
+    fullPrefix,
+    softcap,
+  };
+  return run(host, host.alloc(shape, q.dtype, q.name), entry.run, q, k, v, p);
 }
 
 /** A stride or padding option as [h, w]: a number or a pair of integers in [lo, 2^31 − 1]. */
@@ -200,7 +184,7 @@ export function conv2d(
   const bias = b ?? null;
   checkInput(host, op, k, x, "x");
   checkInput(host, op, k, weight, "weight");
-  if (bias !== null) checkInput(host, op, k, bias, "bias");
+  checkInput(host, op, k, bias, "bias");
   const all = `x ${formatShape(x.shape)}, weight ${formatShape(weight.shape)}`;
   if (x.rank !== 4 || weight.rank !== 4) {
     throw opError(
@@ -235,13 +219,16 @@ export function conv2d(
   }
   const oh = Math.floor((ph - kh) / stride[0]) + 1;
   const ow = Math.floor((pw - kw) / stride[1]) + 1;
-  const out = host.alloc([batch, cOut, oh, ow], x.dtype, x.name);
-  try {
-    k.run(out, x, weight, bias, stride, padding);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(
+    host,
+    host.alloc([batch, cOut, oh, ow], x.dtype, x.name),
+    k.run,
+    x,
+    weight,
+    bias,
+    stride,
+    padding,
+  );
 }
 
 /** The section list of a one-section RoPE (shared: nothing to allocate per call). */
@@ -316,11 +303,16 @@ export function rope(host: OpHost, x: Tensor, positions: Tensor, options: RopeOp
         (axes > 0 ? ` and ${axes} sections` : ""),
     );
   }
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, positions, mode, theta, ropeDims, freqScale, sections);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(
+    host,
+    host.alloc(x.shape, x.dtype, x.name),
+    k.run,
+    x,
+    positions,
+    mode,
+    theta,
+    ropeDims,
+    freqScale,
+    sections,
+  );
 }

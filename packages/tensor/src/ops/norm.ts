@@ -3,10 +3,13 @@
  * dtype, E_SHAPE naming x and the affine tensor, E_ARG naming eps / groups / unitOffset), then the
  * kernel on a new output of x's shape. Semantics and sources: `Backend` in ../backend.ts.
  */
+
+import type { OpName } from "../backend.ts";
+import type { KernelEntry } from "../kernels.ts";
 import { booleanOption, epsOption, integerOption, opError } from "../op-args.ts";
 import { formatShape } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkInput, discard, kernel, type OpHost, shown } from "./common.ts";
+import { checkInput, kernel, type OpHost, run, shown } from "./common.ts";
 
 /** t is null or [n]; else E_SHAPE naming t and x. */
 function affine(host: OpHost, op: string, x: Tensor, n: number, t: Tensor | null, name: string, of: string) {
@@ -18,6 +21,20 @@ function affine(host: OpHost, op: string, x: Tensor, n: number, t: Tensor | null
       `${shown(t, name)} must be [${n}], the ${of} of x ${formatShape(x.shape)}`,
     );
   }
+}
+
+/** x, weight and bias (each checked when not null) as inputs of the entry. */
+function checkInputs(
+  host: OpHost,
+  op: OpName,
+  k: KernelEntry<unknown>,
+  x: Tensor,
+  weight: Tensor | null,
+  bias: Tensor | null,
+): void {
+  checkInput(host, op, k, x, "x");
+  checkInput(host, op, k, weight, "weight");
+  checkInput(host, op, k, bias, "bias");
 }
 
 /** The last dimension D of x (rank ≥ 1, else E_SHAPE). */
@@ -42,17 +59,11 @@ export function rmsNorm(
   const k = kernel(host, op);
   const weight = w ?? null;
   checkInput(host, op, k, x, "x");
-  if (weight !== null) checkInput(host, op, k, weight, "weight");
+  checkInput(host, op, k, weight, "weight");
   affine(host, op, x, lastDim(host, op, x), weight, "weight", "last dimension");
   const eps = epsOption(host.name, op, options?.eps);
   const unitOffset = booleanOption(host.name, op, "unitOffset", options?.unitOffset, false);
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, weight, eps, unitOffset);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, weight, eps, unitOffset);
 }
 
 /**
@@ -70,20 +81,12 @@ export function layerNorm(
   const k = kernel(host, op);
   const weight = w ?? null;
   const bias = b ?? null;
-  checkInput(host, op, k, x, "x");
-  if (weight !== null) checkInput(host, op, k, weight, "weight");
-  if (bias !== null) checkInput(host, op, k, bias, "bias");
+  checkInputs(host, op, k, x, weight, bias);
   const d = lastDim(host, op, x);
   affine(host, op, x, d, weight, "weight", "last dimension");
   affine(host, op, x, d, bias, "bias", "last dimension");
   const eps = epsOption(host.name, op, options?.eps);
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, weight, bias, eps);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, weight, bias, eps);
 }
 
 /**
@@ -103,9 +106,7 @@ export function groupNorm(
   const k = kernel(host, op);
   const weight = w ?? null;
   const bias = b ?? null;
-  checkInput(host, op, k, x, "x");
-  if (weight !== null) checkInput(host, op, k, weight, "weight");
-  if (bias !== null) checkInput(host, op, k, bias, "bias");
+  checkInputs(host, op, k, x, weight, bias);
   if (x.rank < 2) {
     throw opError(
       "E_SHAPE",
@@ -127,11 +128,5 @@ export function groupNorm(
   affine(host, op, x, channels, weight, "weight", "channels");
   affine(host, op, x, channels, bias, "bias", "channels");
   const eps = epsOption(host.name, op, options?.eps);
-  const out = host.alloc(x.shape, x.dtype, x.name);
-  try {
-    k.run(out, x, g, weight, bias, eps);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape, x.dtype, x.name), k.run, x, g, weight, bias, eps);
 }

@@ -5,7 +5,7 @@
 import { integerOption, opError } from "../op-args.ts";
 import { formatShape } from "../shape.ts";
 import type { Tensor } from "../tensor.ts";
-import { checkInput, discard, INDEX_DTYPE, kernel, type OpHost } from "./common.ts";
+import { checkInput, discard, INDEX_DTYPE, kernel, type OpHost, run } from "./common.ts";
 
 /** The last dimension n of x; E_SHAPE for a scalar, for rows of 0 values (when there are rows) and past i32. */
 function rowLength(host: OpHost, op: string, x: Tensor, needValues: boolean): number {
@@ -30,13 +30,7 @@ export function argmax(host: OpHost, x: Tensor): Tensor {
   const k = kernel(host, op);
   checkInput(host, op, k, x, "x");
   rowLength(host, op, x, true);
-  const out = host.alloc(x.shape.slice(0, -1), INDEX_DTYPE, x.name);
-  try {
-    k.run(out, x);
-  } catch (e) {
-    discard(host, out, e);
-  }
-  return out;
+  return run(host, host.alloc(x.shape.slice(0, -1), INDEX_DTYPE, x.name), k.run, x);
 }
 
 /**
