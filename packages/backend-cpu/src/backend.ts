@@ -14,13 +14,11 @@ import { type Pointer, toArrayBuffer } from "bun:ffi";
 import { readFileSync } from "node:fs";
 import {
   BackendBase,
-  type BackendCapabilities,
   type BackendOptions,
   dtypeBytes,
   type KernelTable,
   type Tensor,
   TpError,
-  tableCapabilities,
 } from "@tp/tensor";
 import { type CpuIsa, type CpuLibrary, loadCpuLibrary, type NativeContext } from "./ffi.ts";
 import * as ops from "./ops/index.ts";
@@ -134,11 +132,6 @@ export class CpuBackend extends BackendBase {
 
   /** The kernels (./ops); built once, they read `ctx` when they run. */
   override readonly kernelTable: KernelTable = ops.cpuKernels(this);
-
-  /** What the kernel table holds (ops, weight formats of matmul / embedding, dtypes). */
-  capabilities(): BackendCapabilities {
-    return tableCapabilities(this.kernelTable);
-  }
 
   protected allocStorage(bytes: number): HostBlock {
     const ptr = this.#spare.get(bytes)?.pop();

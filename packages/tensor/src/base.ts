@@ -21,7 +21,7 @@ import type {
 import type { WeightFormat } from "./dtype.ts";
 import { type DTypeName, dtypeBytes, dtypeInfo } from "./dtype.ts";
 import { TpError } from "./errors.ts";
-import { EMPTY_KERNEL_TABLE, type KernelTable, tableSupports } from "./kernels.ts";
+import { EMPTY_KERNEL_TABLE, type KernelTable, tableCapabilities, tableSupports } from "./kernels.ts";
 import { MemoryAccount } from "./memory.ts";
 import * as elementwise from "./ops/elementwise.ts";
 import * as layout from "./ops/layout.ts";
@@ -176,9 +176,8 @@ export interface BackendOptions {
 }
 
 /**
- * Base class of backends. Subclasses implement the storage primitives and `capabilities()`, and give
- * their kernels in `kernelTable`; an op without an entry throws E_UNSUPPORTED. (A backend may still
- * override an op method while it moves to a table.)
+ * Base class of backends. Subclasses implement the storage primitives and give their kernels in
+ * `kernelTable`; an op without an entry throws E_UNSUPPORTED.
  */
 export abstract class BackendBase implements Backend {
   abstract readonly name: string;
@@ -211,12 +210,10 @@ export abstract class BackendBase implements Backend {
    */
   readonly kernelTable: KernelTable = EMPTY_KERNEL_TABLE;
 
-  /**
-   * What this backend implements. A table-driven backend answers `tableCapabilities(this.kernelTable)`
-   * (abstract until every backend of the repository is table-driven, so that an override elsewhere
-   * needs no `override` keyword).
-   */
-  abstract capabilities(): BackendCapabilities;
+  /** What this backend implements, derived from {@link kernelTable} (ops, weight formats, dtypes). */
+  capabilities(): BackendCapabilities {
+    return tableCapabilities(this.kernelTable);
+  }
 
   /** Whether {@link kernelTable} has `op` taking every one of `formats` (ggml-backend's supports_op). */
   supports(op: OpName, formats: readonly (WeightFormat | DTypeName)[] = []): boolean {

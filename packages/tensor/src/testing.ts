@@ -1,10 +1,9 @@
 // Test-only helpers of @tp/tensor (not exported from the package).
-import type { BackendCapabilities } from "./backend.ts";
 import { BackendBase, type BackendOptions } from "./base.ts";
 import { decodeToF32, encodeFromF32 } from "./convert.ts";
 import { dtypeBytes } from "./dtype.ts";
 import { isTpError, TpError, type TpErrorCode } from "./errors.ts";
-import { type KernelTable, tableCapabilities } from "./kernels.ts";
+import type { KernelTable } from "./kernels.ts";
 import { elementOffsets } from "./shape.ts";
 import type { Tensor } from "./tensor.ts";
 
@@ -34,9 +33,6 @@ export class HostBackend extends BackendBase {
   };
   constructor(options: BackendOptions = {}) {
     super("host", options);
-  }
-  capabilities(): BackendCapabilities {
-    return tableCapabilities(this.kernelTable);
   }
   /** The bytes of a contiguous tensor (the only layout the cast kernel here takes). */
   bytes(t: Tensor): Uint8Array {
@@ -81,9 +77,6 @@ export class TableBackend extends BackendBase {
   constructor(table: (b: TableBackend) => KernelTable, options: BackendOptions = {}) {
     super("table", options);
     this.kernelTable = table(this);
-  }
-  capabilities(): BackendCapabilities {
-    return tableCapabilities(this.kernelTable);
   }
   /** The f32 elements of any view, in row-major order. */
   f32(t: Tensor): Float32Array {
