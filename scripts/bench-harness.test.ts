@@ -249,6 +249,16 @@ describe("caseRows", () => {
       attempts: 3,
       disturbed: "load average 2.50 > 2",
     });
+    // the fields rows had before the spread was added come first, in their order
+    expect(Object.keys(main ?? {}).slice(0, 7)).toEqual([
+      "case",
+      "metric",
+      "unit",
+      "ours",
+      "peer",
+      "peer_value",
+      "ratio",
+    ]);
     expect(base?.case).toBe("step @baseline");
     expect(base?.peer).toBe("baseline abc1234");
     expect(base?.peer_value).toBe(8);

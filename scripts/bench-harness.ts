@@ -301,40 +301,26 @@ function ratio(better: "lower" | "higher", ours: number, other: number | null): 
  * case suffixed " @baseline", whose peer is the baseline and whose ratio is ours against it.
  */
 export function caseRows(c: BenchCase, r: CaseResult, baselineName: string | null): BenchRow[] {
-  const common = {
+  const row = (name: string, peer: string | null, other: Spread | null): BenchRow => ({
+    case: name,
     metric: c.metric,
     unit: c.unit,
     ours: r.ours.median,
+    peer,
+    peer_value: other?.median ?? null,
+    ratio: ratio(c.better, r.ours.median, other?.median ?? null),
     runs: r.runs,
     ours_min: r.ours.min,
     ours_max: r.ours.max,
+    peer_min: other?.min ?? null,
+    peer_max: other?.max ?? null,
     load_avg_min: r.load?.[0] ?? null,
     load_avg_max: r.load?.[1] ?? null,
     attempts: r.attempts,
     disturbed: r.disturbed.length === 0 ? null : r.disturbed.join("; "),
-  };
-  const rows: BenchRow[] = [
-    {
-      case: c.case,
-      ...common,
-      peer: c.peer?.name ?? null,
-      peer_value: r.peer?.median ?? null,
-      ratio: ratio(c.better, r.ours.median, r.peer?.median ?? null),
-      peer_min: r.peer?.min ?? null,
-      peer_max: r.peer?.max ?? null,
-    },
-  ];
-  if (r.baseline !== null) {
-    rows.push({
-      case: `${c.case} @baseline`,
-      ...common,
-      peer: baselineName ?? "baseline",
-      peer_value: r.baseline.median,
-      ratio: ratio(c.better, r.ours.median, r.baseline.median),
-      peer_min: r.baseline.min,
-      peer_max: r.baseline.max,
-    });
-  }
+  });
+  const rows = [row(c.case, c.peer?.name ?? null, r.peer)];
+  if (r.baseline !== null) rows.push(row(`${c.case} @baseline`, baselineName ?? "baseline", r.baseline));
   return rows;
 }
 

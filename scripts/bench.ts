@@ -241,8 +241,8 @@ await runCli(async () => {
   renameSync(`${out}.tmp`, out);
   const counts = [...runCounts].sort((x, y) => y - x).join(" or ");
   console.log(
-    `wrote ${out} (medians of ${counts || 1} runs per case; ratio > 1 means ours is better; ` +
-      `disturbed: load average > ${options.maxLoad} or max/min > ${options.maxSpread} after ${options.reruns} re-runs)`,
+    `wrote ${out} (medians of ${counts || 1} run${counts === "1" || counts === "" ? "" : "s"} per case; ratio > 1 means ours is better; ` +
+      `disturbed: load average > ${options.maxLoad} or max/min > ${options.maxSpread}, after up to ${options.reruns} re-runs)`,
   );
   return 0;
 });
