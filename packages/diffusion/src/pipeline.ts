@@ -1,7 +1,8 @@
 /**
- * What a text-to-image pipeline offers a front end (the CLI, a server): its defaults and limits, and
+ * What a text-to-image pipeline offers a front end (the CLI, a server): its defaults and limits,
  * `generate(options, progress)` from checkpoint files to an 8-bit image with its timings and PNG text,
- * plus the `encode` (prompt → conditioning file) and `decode` (latent file → image) steps. One object
+ * `load` (the networks resident for many images), and the `encode` (prompt → conditioning file) and
+ * `decode` (latent file → image) steps. One object
  * per model family, registered in registry.ts by the checkpoint layout its DiT file has
  * (@tp/formats `identifyCheckpoint`), as ComfyUI's `supported_models.py` maps a state dict to a model.
  *
@@ -65,12 +66,9 @@ export interface PipelineFiles {
   readonly condIn?: string;
 }
 
-/** Options of {@link DiffusionPipeline.generate}; absent numbers take {@link PipelineDefaults}. */
-export interface GenerateOptions {
-  readonly files: PipelineFiles;
-  /** Where everything runs. */
-  readonly backend: Backend;
-  /** The prompt; with `files.condIn` it defaults to the one saved there. */
+/** The settings of one image; absent numbers take {@link PipelineDefaults}. */
+export interface ImageRequest {
+  /** The prompt; with saved conditioning it defaults to the one saved there. */
   readonly prompt?: string;
   /** A negative prompt (used only when cfg ≠ 1). */
   readonly negative?: string;
@@ -86,10 +84,38 @@ export interface GenerateOptions {
   readonly noise?: TorchCpuCapability;
   /** Decode the image in overlapping tiles (changes pixels near seams). */
   readonly vaeTiled?: boolean;
-  readonly ditMode?: string;
-  readonly textEncoderMode?: string;
   /** Return the conditioning on the host too (to save it: `--cond-out`). */
   readonly keepConditioning?: boolean;
+}
+
+/** Options of {@link DiffusionPipeline.generate}: files, backend and modes, and the image's settings. */
+export interface GenerateOptions extends ImageRequest {
+  readonly files: PipelineFiles;
+  /** Where everything runs. */
+  readonly backend: Backend;
+  readonly ditMode?: string;
+  readonly textEncoderMode?: string;
+}
+
+/** Options of {@link DiffusionPipeline.load}. */
+export interface LoadOptions {
+  /** The text encoder may be left out when every request brings saved conditioning (`condIn`). */
+  readonly files: Omit<PipelineFiles, "condIn">;
+  readonly backend: Backend;
+  readonly ditMode?: string;
+  readonly textEncoderMode?: string;
+}
+
+/** A pipeline with its networks resident (a server's form): many images, one load. */
+export interface LoadedPipeline extends Disposable {
+  readonly pipeline: DiffusionPipeline;
+  /** One image; `condIn` is saved conditioning to use instead of the text encoder. */
+  generate(
+    request: ImageRequest & { readonly condIn?: string },
+    progress?: (event: GenerateEvent) => void,
+  ): Promise<GeneratedImage>;
+  /** Free the networks. */
+  dispose(): void;
 }
 
 /** What {@link DiffusionPipeline.generate} reports while it runs, in order. */
@@ -164,8 +190,13 @@ export interface DiffusionPipeline {
   readonly textEncoder: PipelineComponent;
   readonly defaults: PipelineDefaults;
   readonly limits: PipelineLimits;
-  /** Files → image: conditioning (text encoder or saved), DiT and VAE loaded, sampled, decoded. */
+  /**
+   * Files → image in one go, one network resident at a time: conditioning (text encoder, then freed,
+   * or saved), DiT and VAE loaded, sampled, decoded, freed.
+   */
   generate(options: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage>;
+  /** Load the networks once for many {@link LoadedPipeline.generate} calls (checks as `generate`). */
+  load(options: LoadOptions): LoadedPipeline;
   /** The text-encode step alone: prompt (and negative) → conditioning to save. */
   encode(options: EncodeOptions): Promise<ConditioningOutput>;
   /** A saved latent → 8-bit RGB through the VAE. */

@@ -153,6 +153,44 @@ describe("Krea 2's row", () => {
     }
   }, 60_000);
 
+  test("load keeps the networks resident: each image equals the one-shot generate's; dispose frees all", async () => {
+    const backend = new CpuBackend({ threads: 1 });
+    try {
+      const before = backend.memory.current;
+      const settings = { width: 32, height: 32, steps: 2, cfg: 2, seed: 3n } as const;
+      const oneShot = await KREA2_PIPELINE.generate({
+        files: { dit, vae, textEncoder: te },
+        backend,
+        prompt: "a red kite",
+        negative: "fog",
+        ...settings,
+      });
+      const saved = await KREA2_PIPELINE.generate({
+        files: { dit, vae, condIn: cond },
+        backend,
+        ...settings,
+      });
+      using loaded = KREA2_PIPELINE.load({ files: { dit, vae, textEncoder: te }, backend });
+      const resident = backend.memory.current;
+      for (let i = 0; i < 2; i++) {
+        const a = await loaded.generate({ prompt: "a red kite", negative: "fog", ...settings });
+        expect(a.rgb).toEqual(oneShot.rgb);
+        expect(a.text).toEqual(oneShot.text);
+        const b = await loaded.generate({ condIn: cond, ...settings });
+        expect(b.rgb).toEqual(saved.rgb);
+        expect(backend.memory.current).toBe(resident); // nothing but the networks stays
+      }
+      loaded.dispose();
+      expect(backend.memory.current).toBe(before);
+      using noEncoder = KREA2_PIPELINE.load({ files: { dit, vae }, backend });
+      expect(await errorOf(() => noEncoder.generate({ prompt: "p", ...settings }))).toStartWith(
+        "E_ARG: missing --text-encoder",
+      );
+    } finally {
+      backend.dispose();
+    }
+  }, 60_000);
+
   test("errors before any work: a text encoder that does not fit, no text encoder, a negative nobody encodes", async () => {
     const backend = new CpuBackend({ threads: 1 });
     try {

@@ -8,9 +8,16 @@
  * Sources: krea2.md §6.1 (the pipeline), §2.6 (negative conditioning), §6.5 (PNG parameters).
  */
 import { basename, extname } from "node:path";
-import { TpError } from "@tp/tensor";
+import { type Backend, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning } from "../conditioning.ts";
-import { KREA2_MODES, type Krea2Mode, loadKrea2, readKrea2DitConfig } from "../models/krea2.ts";
+import {
+  KREA2_MODES,
+  type Krea2Config,
+  type Krea2Dit,
+  type Krea2Mode,
+  loadKrea2,
+  readKrea2DitConfig,
+} from "../models/krea2.ts";
 import {
   KREA2_TEXT_MODES,
   type Krea2QwenTextEncoder,
@@ -18,7 +25,7 @@ import {
   loadKrea2TextEncoder,
   readKrea2TextEncoderWidth,
 } from "../models/krea2-text.ts";
-import { loadWanVae } from "../models/wan-vae.ts";
+import { loadWanVae, type WanVaeDecoder } from "../models/wan-vae.ts";
 import type { TorchCpuCapability } from "../noise.ts";
 import type {
   ConditioningOutput,
@@ -26,6 +33,10 @@ import type {
   GeneratedImage,
   GenerateEvent,
   GenerateOptions,
+  ImageRequest,
+  LoadedPipeline,
+  LoadOptions,
+  PipelineFiles,
 } from "../pipeline.ts";
 import { readConditioning, readLatent } from "./files.ts";
 import {
@@ -117,182 +128,65 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
     noiseKernels: ["avx2", "default"],
   },
 
-  async generate(o: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage> {
-    const { backend, files } = o;
-    const report = progress ?? (() => {});
-    const d = KREA2_DEFAULTS;
-    const cfg = o.cfg ?? d.cfg;
-    const seed = o.seed ?? BigInt(d.seed);
-    const steps = o.steps ?? d.steps;
-    const shift = o.shift ?? d.shift;
-    const schedule = oneOf("schedule", o.schedule, d.schedule, KREA2_SCHEDULES);
-    const mode = oneOf<Krea2Mode>("DiT mode", o.ditMode, "native", KREA2_MODES);
+  generate(o: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage> {
     const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
-    const noise: TorchCpuCapability = o.noise ?? "avx2";
-    const size = krea2Size(o.width ?? d.width, o.height ?? d.height);
-    const useCfg = Math.fround(cfg) !== 1;
-    const { dit: ditPath, vae: vaePath, textEncoder: tePath, condIn } = files;
-    if (condIn === undefined && tePath === undefined) {
-      throw new TpError("E_ARG", "missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)");
-    }
-
-    // 1. Headers only: the DiT's conditioning width, and saved conditioning against it.
-    const ditConfig = readKrea2DitConfig(ditPath);
-    const saved = condIn === undefined ? undefined : readConditioning(condIn);
-    if (saved !== undefined) {
-      checkKrea2Conditioning(saved.positive, { config: ditConfig }, "the positive");
-      if (saved.negative) checkKrea2Conditioning(saved.negative, { config: ditConfig }, "the negative");
-      if (useCfg && o.negative !== undefined && tePath === undefined && !saved.negative) {
-        throw new TpError(
-          "E_ARG",
-          `--negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
-          { file: condIn },
-        );
-      }
-    }
-    if (size.notice) report({ kind: "notice", text: size.notice });
-    if (o.negative !== undefined && !useCfg) {
-      report({
-        kind: "notice",
-        text: "--negative is ignored at cfg 1 (no negative pass); raise --cfg to use it",
-      });
-    }
-
-    // 2. Conditioning on the backend: saved (uploaded), or from the text encoder (kept there).
-    const tCond = performance.now();
-    let prompt = o.prompt;
-    let negativeText = useCfg ? o.negative : undefined;
-    let teLine = "";
-    let positive: Conditioning | HostConditioning;
-    let negative: Conditioning | HostConditioning | "zero" = "zero";
-    // The encoded conditionings live until the run ends; the encoder is freed before the DiT loads.
-    using held = new DisposableStack();
-    const encode = async (texts: readonly string[]): Promise<Conditioning[]> => {
-      using encoder = openTextEncoder(tePath as string, ditPath, ditConfig, { backend, mode: teMode });
-      teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
-      const out: Conditioning[] = [];
-      for (const t of texts) out.push(held.use(await encoder.encode(t)));
-      return out;
-    };
-    if (saved !== undefined) {
-      prompt ??= saved.metadata.prompt ?? "";
-      positive = saved.positive;
-      if (useCfg && o.negative !== undefined) {
-        if (tePath !== undefined) {
-          // The saved positive with a negative prompt encoded now.
-          negative = (await encode([o.negative]))[0] as Conditioning;
-          teLine = "";
-        } else {
-          negative = saved.negative as HostConditioning;
+    const mode = oneOf<Krea2Mode>("DiT mode", o.ditMode, "native", KREA2_MODES);
+    const { backend, files } = o;
+    const ditConfig = readKrea2DitConfig(files.dit);
+    // One network resident at a time: the encoder is opened for the conditioning and freed, then
+    // the DiT and VAE are loaded.
+    return runKrea2(o, progress ?? (() => {}), {
+      backend,
+      files,
+      ditMode: mode,
+      teMode,
+      ditConfig,
+      encoder: async (fn) => {
+        using te = openTextEncoder(files.textEncoder as string, files.dit, ditConfig, {
+          backend,
+          mode: teMode,
+        });
+        return await fn(te); // awaited: `using` frees the encoder when this returns
+      },
+      models: () => {
+        const dit = loadKrea2(files.dit, { backend, mode });
+        try {
+          return { dit, vae: loadWanVae(backend, files.vae), owned: true };
+        } catch (e) {
+          dit.dispose();
+          throw e;
         }
-      } else if (useCfg && saved.negative) {
-        negative = saved.negative;
-        negativeText = saved.metadata.negative_prompt ?? "";
-      }
-    } else {
-      const texts = negativeText === undefined ? [prompt as string] : [prompt as string, negativeText];
-      const [pos, neg] = await encode(texts);
-      positive = pos as Conditioning;
-      negative = neg ?? "zero";
-    }
-    const condMs = performance.now() - tCond;
+      },
+    });
+  },
 
-    // 3. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
-    const tLoad = performance.now();
-    using dit = loadKrea2(ditPath, { backend, mode });
-    using vae = loadWanVae(backend, vaePath);
-    const loadMs = performance.now() - tLoad;
-    report({
-      kind: "start",
-      text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
-    });
-
-    // 4. Sampling and decoding.
-    const result = await generateKrea2({
-      dit,
-      vae,
-      conditioning: { positive, negative },
-      width: size.width,
-      height: size.height,
-      steps,
-      cfg,
-      seed,
-      shift,
-      schedule,
-      noiseKernel: noise,
-      ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
-      onStep: (s) =>
-        report({
-          kind: "step",
-          step: s.step + 1,
-          steps: s.steps,
-          stepMs: s.stepMs,
-          elapsedMs: s.elapsedMs,
-        }),
-    });
-
-    // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
-    const parameters = krea2Parameters({
-      prompt: prompt ?? "",
-      ...(negativeText ? { negative: negativeText } : {}),
-      steps,
-      cfg,
-      seed,
-      width: result.width,
-      height: result.height,
-      shift,
-      schedule,
-      negativeMode: result.settings.negative,
-      model: stem(ditPath),
-      vae: stem(vaePath),
-    });
-    const tensorpencil = JSON.stringify({
-      prompt: prompt ?? "",
-      negative_prompt: negativeText ?? null,
-      negative: result.settings.negative,
-      width: result.width,
-      height: result.height,
-      steps,
-      cfg,
-      seed: String(seed),
-      shift,
-      schedule,
-      sampler: "euler",
-      noise,
-      dit_mode: mode,
-      ...(condIn === undefined ? { te_mode: teMode } : {}),
-      dit: basename(ditPath),
-      vae: basename(vaePath),
-      conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
-    });
-    let conditioning: ConditioningOutput | undefined;
-    if (o.keepConditioning) {
-      const host = async (c: Conditioning | HostConditioning): Promise<HostConditioning> =>
-        c instanceof Conditioning ? await c.read() : c;
-      conditioning = {
-        positive: await host(positive),
-        ...(negative !== "zero" ? { negative: await host(negative) } : {}),
-        metadata: {
-          prompt: prompt ?? "",
-          ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
-        },
-      };
-    }
-    const tm = result.timings;
+  load(o: LoadOptions): LoadedPipeline {
+    const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
+    const mode = oneOf<Krea2Mode>("DiT mode", o.ditMode, "native", KREA2_MODES);
+    const { backend, files } = o;
+    const ditConfig = readKrea2DitConfig(files.dit);
+    using stack = new DisposableStack();
+    const te =
+      files.textEncoder === undefined
+        ? undefined
+        : stack.use(openTextEncoder(files.textEncoder, files.dit, ditConfig, { backend, mode: teMode }));
+    const dit = stack.use(loadKrea2(files.dit, { backend, mode }));
+    const vae = stack.use(loadWanVae(backend, files.vae));
+    const resident = stack.move();
     return {
-      width: result.width,
-      height: result.height,
-      rgb: result.rgb,
-      latent: { data: result.latent, shape: result.latentShape },
-      text: { parameters, tensorpencil },
-      ...(conditioning ? { conditioning } : {}),
-      timings: [
-        ["conditioning", condMs],
-        ["load", loadMs],
-        ["text", tm.textMs],
-        ["sampling", tm.samplingMs],
-        ["decode", tm.decodeMs],
-      ],
+      pipeline: KREA2_PIPELINE,
+      generate: (request, progress) =>
+        runKrea2(request, progress ?? (() => {}), {
+          backend,
+          files: { ...files, ...(request.condIn !== undefined ? { condIn: request.condIn } : {}) },
+          ditMode: mode,
+          teMode,
+          ditConfig,
+          encoder: (fn) => fn(te as Krea2QwenTextEncoder),
+          models: () => ({ dit, vae, owned: false }),
+        }),
+      dispose: () => resident.dispose(),
+      [Symbol.dispose]: () => resident.dispose(),
     };
   },
 
@@ -315,8 +209,208 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
 
   async decode(o) {
     using vae = loadWanVae(o.backend, o.vae);
-    return decodeKrea2Latent(vae, o.latent, o.vaeTiled ? { tiled: true } : {});
+    return await decodeKrea2Latent(vae, o.latent, o.vaeTiled ? { tiled: true } : {});
   },
 
   readLatent: readLatent,
 };
+
+/** What {@link runKrea2} runs with: the backend, files and modes, and how it gets the networks. */
+interface Krea2Parts {
+  readonly backend: Backend;
+  readonly files: PipelineFiles;
+  readonly ditMode: Krea2Mode;
+  readonly teMode: Krea2TextMode;
+  readonly ditConfig: Krea2Config;
+  /** Run `fn` with the text encoder (opened for it, or resident). */
+  encoder<T>(fn: (te: Krea2QwenTextEncoder) => Promise<T>): Promise<T>;
+  /** The DiT and VAE; `owned`: loaded for this run and freed after it. */
+  models(): { dit: Krea2Dit; vae: WanVaeDecoder; owned: boolean };
+}
+
+/**
+ * One Krea 2 run (krea2.md §6.1): settings and saved conditioning checked before any work, the
+ * conditioning (saved, or encoded and kept on the backend), the networks, {@link generateKrea2}, and
+ * the PNG text.
+ */
+async function runKrea2(
+  o: ImageRequest,
+  report: (event: GenerateEvent) => void,
+  run: Krea2Parts,
+): Promise<GeneratedImage> {
+  const { backend, files, ditConfig, ditMode: mode, teMode } = run;
+  const d = KREA2_DEFAULTS;
+  const cfg = o.cfg ?? d.cfg;
+  const seed = o.seed ?? BigInt(d.seed);
+  const steps = o.steps ?? d.steps;
+  const shift = o.shift ?? d.shift;
+  const schedule = oneOf("schedule", o.schedule, d.schedule, KREA2_SCHEDULES);
+  const noise: TorchCpuCapability = o.noise ?? "avx2";
+  const size = krea2Size(o.width ?? d.width, o.height ?? d.height);
+  const useCfg = Math.fround(cfg) !== 1;
+  const { dit: ditPath, vae: vaePath, textEncoder: tePath, condIn } = files;
+  if (condIn === undefined && tePath === undefined) {
+    throw new TpError("E_ARG", "missing --text-encoder (the Qwen3-VL text encoder, or pass --cond-in)");
+  }
+
+  // 1. Headers only: saved conditioning against the DiT's conditioning width.
+  const saved = condIn === undefined ? undefined : readConditioning(condIn);
+  if (saved !== undefined) {
+    checkKrea2Conditioning(saved.positive, { config: ditConfig }, "the positive");
+    if (saved.negative) checkKrea2Conditioning(saved.negative, { config: ditConfig }, "the negative");
+    if (useCfg && o.negative !== undefined && tePath === undefined && !saved.negative) {
+      throw new TpError(
+        "E_ARG",
+        `--negative needs --text-encoder F (to encode it) or a 'negative' tensor in --cond-in ${condIn}; without --negative the negative is ConditioningZeroOut`,
+        { file: condIn },
+      );
+    }
+  }
+  if (size.notice) report({ kind: "notice", text: size.notice });
+  if (o.negative !== undefined && !useCfg) {
+    report({
+      kind: "notice",
+      text: "--negative is ignored at cfg 1 (no negative pass); raise --cfg to use it",
+    });
+  }
+
+  // 2. Conditioning on the backend: saved (uploaded), or from the text encoder (kept there).
+  const tCond = performance.now();
+  let prompt = o.prompt;
+  let negativeText = useCfg ? o.negative : undefined;
+  let teLine = "";
+  let positive: Conditioning | HostConditioning;
+  let negative: Conditioning | HostConditioning | "zero" = "zero";
+  // The encoded conditionings live until the run ends; the encoder is freed before the DiT loads.
+  using held = new DisposableStack();
+  const encode = (texts: readonly string[]): Promise<Conditioning[]> =>
+    run.encoder(async (encoder) => {
+      teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
+      const out: Conditioning[] = [];
+      for (const t of texts) out.push(held.use(await encoder.encode(t)));
+      return out;
+    });
+  if (saved !== undefined) {
+    prompt ??= saved.metadata.prompt ?? "";
+    positive = saved.positive;
+    if (useCfg && o.negative !== undefined) {
+      if (tePath !== undefined) {
+        // The saved positive with a negative prompt encoded now.
+        negative = (await encode([o.negative]))[0] as Conditioning;
+        teLine = "";
+      } else {
+        negative = saved.negative as HostConditioning;
+      }
+    } else if (useCfg && saved.negative) {
+      negative = saved.negative;
+      negativeText = saved.metadata.negative_prompt ?? "";
+    }
+  } else {
+    const texts = negativeText === undefined ? [prompt as string] : [prompt as string, negativeText];
+    const [pos, neg] = await encode(texts);
+    positive = pos as Conditioning;
+    negative = neg ?? "zero";
+  }
+  const condMs = performance.now() - tCond;
+
+  // 3. DiT and VAE (a file that is not the named component is E_FORMAT here, before sampling).
+  const tLoad = performance.now();
+  const { dit, vae, owned } = run.models();
+  if (owned) {
+    held.use(dit);
+    held.use(vae);
+  }
+  const loadMs = performance.now() - tLoad;
+  report({
+    kind: "start",
+    text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,
+  });
+
+  // 4. Sampling and decoding.
+  const result = await generateKrea2({
+    dit,
+    vae,
+    conditioning: { positive, negative },
+    width: size.width,
+    height: size.height,
+    steps,
+    cfg,
+    seed,
+    shift,
+    schedule,
+    noiseKernel: noise,
+    ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
+    onStep: (s) =>
+      report({
+        kind: "step",
+        step: s.step + 1,
+        steps: s.steps,
+        stepMs: s.stepMs,
+        elapsedMs: s.elapsedMs,
+      }),
+  });
+
+  // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
+  const parameters = krea2Parameters({
+    prompt: prompt ?? "",
+    ...(negativeText ? { negative: negativeText } : {}),
+    steps,
+    cfg,
+    seed,
+    width: result.width,
+    height: result.height,
+    shift,
+    schedule,
+    negativeMode: result.settings.negative,
+    model: stem(ditPath),
+    vae: stem(vaePath),
+  });
+  const tensorpencil = JSON.stringify({
+    prompt: prompt ?? "",
+    negative_prompt: negativeText ?? null,
+    negative: result.settings.negative,
+    width: result.width,
+    height: result.height,
+    steps,
+    cfg,
+    seed: String(seed),
+    shift,
+    schedule,
+    sampler: "euler",
+    noise,
+    dit_mode: mode,
+    ...(condIn === undefined ? { te_mode: teMode } : {}),
+    dit: basename(ditPath),
+    vae: basename(vaePath),
+    conditioning: condIn === undefined ? basename(tePath as string) : basename(condIn),
+  });
+  let conditioning: ConditioningOutput | undefined;
+  if (o.keepConditioning) {
+    const host = async (c: Conditioning | HostConditioning): Promise<HostConditioning> =>
+      c instanceof Conditioning ? await c.read() : c;
+    conditioning = {
+      positive: await host(positive),
+      ...(negative !== "zero" ? { negative: await host(negative) } : {}),
+      metadata: {
+        prompt: prompt ?? "",
+        ...(negativeText !== undefined ? { negative_prompt: negativeText } : {}),
+      },
+    };
+  }
+  const tm = result.timings;
+  return {
+    width: result.width,
+    height: result.height,
+    rgb: result.rgb,
+    latent: { data: result.latent, shape: result.latentShape },
+    text: { parameters, tensorpencil },
+    ...(conditioning ? { conditioning } : {}),
+    timings: [
+      ["conditioning", condMs],
+      ["load", loadMs],
+      ["text", tm.textMs],
+      ["sampling", tm.samplingMs],
+      ["decode", tm.decodeMs],
+    ],
+  };
+}
