@@ -298,12 +298,15 @@ function summarize(stats: Map<string, OpStat>, total: number): string[] {
 
 // ---------------------------------------------------------------------------------------------- cases
 
+/** scripts/bench-harness.ts's BenchCase (packages import no file outside them). */
 interface BenchCase {
   case: string;
   metric: string;
   unit: string;
   better: "lower" | "higher";
   runs?: number;
+  /** false: a row read from the step case's runs (no warm-up, load or spread check). */
+  timed?: boolean;
   ours: () => number | Promise<number>;
   peer?: { name: string; run: () => number | Promise<number> };
 }
@@ -477,7 +480,7 @@ export default {
           metric: "peak RSS",
           unit: "GiB",
           better: "lower",
-          runs: 1,
+          timed: false,
           ours: () => mem.hwm / GiB,
           peer: {
             name: "checkpoint size + activations (backend peak) + RSS before loading",
@@ -489,7 +492,7 @@ export default {
           metric: "peak RssAnon",
           unit: "GiB",
           better: "lower",
-          runs: 1,
+          timed: false,
           ours: () => mem.anon / GiB,
           peer: {
             name: "activations (backend peak) + RssAnon before the run",
