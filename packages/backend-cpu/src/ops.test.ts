@@ -1,5 +1,6 @@
-// Direct tests of the cpu backend's op layer: argument checks (E_SHAPE naming the shapes, E_STATE for
-// freed or foreign tensors, E_UNSUPPORTED naming op, backend and dtype, E_ARG for bad options), the
+// Direct tests of the cpu backend's ops: the argument checks of @tp/tensor's front-end as this backend
+// reports them (E_SHAPE naming the shapes, E_STATE for freed or foreign tensors, E_UNSUPPORTED naming
+// op, backend and dtype from the kernel table, E_ARG for bad options), the
 // checks before bun:ffi (short, misaligned or out-of-bounds regions never reach native code), the
 // native checks behind them, scratch accounting, thread-count determinism and cpu-specific NaN
 // order. The numerics of every op are in @tp/conformance (packages/conformance), run on this backend
