@@ -430,6 +430,16 @@ describe("scratch, threads and order", () => {
     expect(thrown(() => b.softmax(x.transpose(0, 1), { dim: 5 })).code).toBe("E_SHAPE");
     b.free(x);
     expect(b.memory.current).toBe(before);
+    // a kernel that throws after its scratch copy: ids [2, 3] transposed (copied to a dense [3, 2]
+    // inside the kernel's scope), one of them outside [0, V): the copy and the output both go
+    const table = new Weight({ name: "t", format: "f32", shape: [4, 2], data: new Uint8Array(32) });
+    const ids = b.upload(Int32Array.of(0, 1, 2, 3, 9, 1), [2, 3], "i32");
+    const at = b.memory.current;
+    const e = thrown(() => b.embedding(table, ids.transpose(0, 1)));
+    expect(e.code).toBe("E_ARG");
+    expect(e.message).toContain("id 9 (at index 3 of ids [3, 2])");
+    expect(b.memory.current).toBe(at);
+    b.free(ids);
   });
 
   test("results do not depend on the thread count", async () => {
