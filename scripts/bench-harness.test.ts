@@ -2,12 +2,13 @@
 // against values worked out by hand, and runChild's peak RSS against a child of known size.
 import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { TpError } from "@tp/tensor";
 import {
   type BenchCase,
   caseRows,
+  defaultHarnessOptions,
   disturbance,
   type HarnessEnv,
   type HarnessOptions,
@@ -59,6 +60,10 @@ describe("/proc parsing", () => {
 });
 
 describe("disturbance", () => {
+  test("by default half a thread of slack above the cores, 1.25 max / min, two re-runs", () => {
+    const d = defaultHarnessOptions();
+    expect([d.maxLoad, d.maxSpread, d.reruns]).toEqual([availableParallelism() + 0.5, 1.25, 2]);
+  });
   const bounds = { maxLoad: 2, maxSpread: 1.25 };
   test("a quiet run with a tight spread passes", () => {
     expect(disturbance([{ name: "ours", values: [35, 36, 34] }], [1.1, 1.9, 2], bounds)).toEqual([]);

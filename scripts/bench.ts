@@ -72,7 +72,7 @@ function usage(defaults: HarnessOptions): string {
     "                    row gets a 'CASE @baseline' row beside it, ratio this tree vs DIR's",
     "                    (suites that support it say so in their usage below)",
     `  --reruns N        re-runs of a disturbed case before it is reported flagged (default ${defaults.reruns})`,
-    `  --max-load X      a 1-minute load average above X flags a run (default ${defaults.maxLoad}, the cores)`,
+    `  --max-load X      a 1-minute load average above X flags a run (default ${defaults.maxLoad}: cores + 0.5)`,
     `  --max-spread X    a side's max/min above X flags a run (default ${defaults.maxSpread})`,
     `  --settle S        before a re-run, wait up to S seconds for the load to fall (default ${defaults.settleSeconds})`,
   ].join("\n");
