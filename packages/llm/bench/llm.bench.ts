@@ -60,6 +60,11 @@ interface Engine {
   cwd?: string;
 }
 
+/**
+ * One run of `engine`'s worker on `file` (`pp` or `tg`, `n` tokens) in a fresh process: its tok/s, its
+ * own peak RSS in bytes and, for ours, its ms per token outside model.step.
+ * @throws TpError E_INTERNAL when the worker prints no result, reports a failure or lacks a field
+ */
 function worker(context: Context, engine: Engine, file: string, mode: "pp" | "tg", n: number): WorkerResult {
   const args = [file, mode, String(n), String(THREADS), String(CTX)];
   const p = context.runChild(engine.script, args, engine.cwd === undefined ? {} : { cwd: engine.cwd });
