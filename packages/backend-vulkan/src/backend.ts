@@ -379,13 +379,14 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   /**
    * Upload a weight and keep it on the device (accounted in `memory`), so that matmul / embedding use
    * it without copying it again; without this they copy the weight from its mapping on every call
-   * (streaming). Calling it twice is a no-op.
+   * (streaming). Calling it twice is a no-op. The copy is persisted (`persist`): it outlives any
+   * `backend.scope` this runs in and stays until {@link evict} or dispose.
    * @throws TpError E_UNSUPPORTED for a format this backend lacks; E_OOM over the budget
    */
   makeResident(w: Weight): void {
     this.assertUsable();
     if (this.#resident.has(w)) return;
-    this.#resident.set(w, uploadWeight(this, w, "makeResident"));
+    this.#resident.set(w, this.persist(uploadWeight(this, w, "makeResident")));
   }
 
   /** Free a weight uploaded by {@link makeResident} (no-op when it is not resident). */
@@ -396,7 +397,7 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
     for (const t of r.tensors) if (!t.storage.freed) this.free(t);
   }
 
-  /** True when {@link makeResident} holds `w` (and no closed scope has freed its copy). */
+  /** True when {@link makeResident} holds `w` (and its copy was not freed by hand). */
   isResident(w: Weight): boolean {
     const r = this.#resident.get(w);
     return r !== undefined && !r.data.storage.freed;
@@ -404,8 +405,7 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
 
   /**
    * @internal the resident copy of a weight, if any (ops/matmul.ts).
-   * @throws TpError E_STATE naming the weight when its copy was freed: makeResident ran inside a
-   *   `backend.scope` that has closed since (the copy belonged to it)
+   * @throws TpError E_STATE naming the weight when its copy was freed by hand (`free` of its tensor)
    */
   residentWeight(w: Weight): ResidentWeight | undefined {
     const r = this.#resident.get(w);
@@ -413,7 +413,7 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
       this.evict(w);
       throw new TpError(
         "E_STATE",
-        `backend vulkan: the resident copy of weight ${w.name} was freed by the backend.scope that makeResident ran in; call makeResident outside scopes`,
+        `backend vulkan: the resident copy of weight ${w.name} was freed; call makeResident again or evict it`,
       );
     }
     return r;

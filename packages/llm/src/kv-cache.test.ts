@@ -94,6 +94,19 @@ describe("KvCache", () => {
     expect(backend.memory.current).toBe(0);
   });
 
+  test("a cache that grows inside a backend.scope keeps its rows after the scope closes", async () => {
+    const kv = new KvCache(backend, { layers: 1, numKvHeads: KVH, headDim: HD, maxContext: 100 });
+    backend.scope(() => append(kv, 3)); // reserve allocates inside the scope
+    const got = (await backend.read(kv.keys(0, 3))) as Float32Array; // [1, kvh, 3, hd]
+    const want = rows(0, 0, 3, 1); // [3, kvh, hd]
+    for (let h = 0; h < KVH; h++)
+      for (let r = 0; r < 3; r++)
+        for (let d = 0; d < HD; d++)
+          expect(got[(h * 3 + r) * HD + d]).toBe(want[(r * KVH + h) * HD + d] as number);
+    kv.dispose();
+    expect(backend.memory.current).toBe(0);
+  });
+
   test("errors: context window full, write before reserve, bad truncate, use after dispose", () => {
     const kv = new KvCache(backend, { layers: 1, numKvHeads: 1, headDim: 2, maxContext: 8 });
     const code = (fn: () => unknown) => {

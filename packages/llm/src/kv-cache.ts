@@ -151,6 +151,7 @@ export class KvCache {
       throw e;
     }
     this.#freeTensors();
+    this.backend.persist(fresh); // the cache outlives any backend.scope it grows in
     this.#k = fresh.filter((_, i) => i % 2 === 0);
     this.#v = fresh.filter((_, i) => i % 2 === 1);
     this.#capacity = cap;

@@ -167,6 +167,13 @@ export interface Backend {
    * @throws TpError E_ARG when `fn` returns a Promise; whatever `fn` throws
    */
   scope<T>(fn: () => T): T;
+  /**
+   * Take the tensors `value` holds (a Tensor, or arrays / plain objects / Maps / Sets of them, as
+   * {@link scope} searches a result) out of every open scope: they live until `free` or `dispose`,
+   * whatever scope they were made in (model weights, a KV cache that grows during a step, resident
+   * copies). Returns `value`.
+   */
+  persist<T>(value: T): T;
   /** Wait for all queued work. */
   synchronize(): Promise<void>;
   /** Free everything this backend holds; the backend is unusable afterwards. */

@@ -251,6 +251,14 @@ export abstract class BackendBase implements Backend {
     return storage;
   }
 
+  persist<T>(value: T): T {
+    if (this.#scopes.length === 0) return value;
+    const held = new Set<Storage>();
+    collectStorages(value, held, new Set());
+    for (const s of held) for (const open of this.#scopes) open.delete(s);
+    return value;
+  }
+
   scope<T>(fn: () => T): T {
     this.assertUsable();
     const mine = new Set<Storage>();

@@ -67,4 +67,22 @@ describe("backend.scope and using", () => {
     u[Symbol.dispose](); // already freed: nothing happens
     expect(b.memory.current).toBe(0);
   });
+
+  test("persist takes tensors out of every open scope: they live until free", () => {
+    const b = new HostBackend();
+    let kept: { w: Tensor } | undefined;
+    b.scope(() =>
+      b.scope(() => {
+        kept = b.persist({ w: b.alloc([4], "f32") });
+        b.alloc([2], "f32"); // freed with the inner scope
+        return null;
+      }),
+    );
+    expect(b.memory.current).toBe(16);
+    expect(kept?.w.storage.freed).toBe(false);
+    b.free(kept?.w as Tensor);
+    expect(b.memory.current).toBe(0);
+    const t = b.alloc([1], "f32");
+    expect(b.persist(t)).toBe(t); // outside any scope: nothing to do
+  });
 });

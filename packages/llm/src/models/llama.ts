@@ -195,8 +195,8 @@ export const llama: Architecture = {
   configFromHf: llamaArgsFromHf,
   create(backend, config, r) {
     const w = new WeightReader(backend, r);
-    const weights = backend.scope(() =>
-      readLlamaFamilyWeights(w, config, (i) => readLlamaAttention(w, config, i)),
+    const weights = backend.persist(
+      backend.scope(() => readLlamaFamilyWeights(w, config, (i) => readLlamaAttention(w, config, i))),
     );
     return new LlamaModel(backend, config, weights);
   },

@@ -213,10 +213,12 @@ export function loadQwen3VlText(path: string, options: LoadQwen3VlTextOptions): 
     };
     const config = configFromShapes(reader, Number(layout.details.num_hidden_layers), options);
     const b = options.backend;
-    const weights = b.scope(() => {
-      const w = readQwen3Weights(new WeightReader(b, reader), config);
-      return mode === "f32" ? upcastWeights(w) : w;
-    });
+    const weights = b.persist(
+      b.scope(() => {
+        const w = readQwen3Weights(new WeightReader(b, reader), config);
+        return mode === "f32" ? upcastWeights(w) : w;
+      }),
+    );
     const model = new LanguageModel(new Qwen3Model(b, config, weights), { onDispose: () => src.close() });
     return { model, config, layout };
   } catch (e) {

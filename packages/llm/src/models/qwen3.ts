@@ -103,7 +103,9 @@ export const qwen3: Architecture = {
   configFromGguf: qwen3ArgsFromGguf,
   configFromHf: qwen3ArgsFromHf,
   create(backend, config, r) {
-    const weights = backend.scope(() => readQwen3Weights(new WeightReader(backend, r), config));
+    const weights = backend.persist(
+      backend.scope(() => readQwen3Weights(new WeightReader(backend, r), config)),
+    );
     return new Qwen3Model(backend, config, weights);
   },
 };
