@@ -19,8 +19,7 @@ import {
   writeLatent,
   writePng,
 } from "@tp/diffusion";
-import { type Backend, formatBytes, loadBackend, TpError } from "@tp/tensor";
-import { parseFlags } from "./args.ts";
+import { type Backend, formatBytes, loadBackend, parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
 

@@ -7,8 +7,15 @@
  * stdout with status 0, and `help <command>` or `<command> --help` that command's usage).
  */
 import { inspectCheckpoint, renderInspect } from "@tp/formats";
-import { type BackendOptions, backendNames, loadBackend, runCli, TpError } from "@tp/tensor";
-import { parseFlags, suggestFlag } from "./args.ts";
+import {
+  type BackendOptions,
+  backendNames,
+  loadBackend,
+  parseFlags,
+  runCli,
+  suggestFlag,
+  TpError,
+} from "@tp/tensor";
 import { decode, encode, GENERATE_USAGE, generate } from "./generate.ts";
 import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
 

@@ -17,8 +17,7 @@ import {
   stderrProgress,
   type WeightQuantizer,
 } from "@tp/quant";
-import { TpError } from "@tp/tensor";
-import { parseFlags } from "./args.ts";
+import { parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder } from "./paths.ts";
 
 /** The help lines of the command (indented as in the CLI's usage text). */

@@ -7,9 +7,8 @@
  * `--repeat-penalty`, `--seed`, `--ctx`, `--threads`); see ../shared/spec/llm.md §9.
  */
 import { DEFAULT_SAMPLING, type SamplingParams } from "@tp/llm";
-import { TpError } from "@tp/tensor";
 // The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
-import { parseFlags } from "../cli/args.ts";
+import { parseFlags, TpError } from "@tp/tensor";
 
 /** Usage text (printed by --help). */
 export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]

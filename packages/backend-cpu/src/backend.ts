@@ -127,7 +127,7 @@ export class CpuBackend extends BackendBase {
     this.blockCacheLimit = cache;
     this.ctx = this.lib.createContext(resolveThreads(options.threads), options.maxIsa);
     this.device = `${cpuModelName()} (${this.ctx.isa}, ${this.ctx.threads} thread${this.ctx.threads === 1 ? "" : "s"})`;
-    if (options.verbose) console.error(`cpu backend: ${this.device}`);
+    if (options.verbose) process.stderr.write(`cpu backend: ${this.device}\n`);
   }
 
   /** The kernels (./ops); built once, they read `ctx` when they run. */

@@ -23,7 +23,6 @@
 import { existsSync, readdirSync } from "node:fs";
 import {
   BackendBase,
-  type BackendCapabilities,
   type BackendOptions,
   dtypeBytes,
   type KernelTable,
@@ -31,7 +30,6 @@ import {
   storageSpan,
   type Tensor,
   TpError,
-  tableCapabilities,
   type Weight,
 } from "@tp/tensor";
 import {
@@ -258,11 +256,6 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
           `workgroup ${this.workgroup}; GPU timestamps ${this.info.features.includes("timestamps") ? "available (profile())" : "unavailable"}\n`,
       );
     }
-  }
-
-  /** The ops, weight formats and dtypes of {@link kernelTable}. */
-  override capabilities(): BackendCapabilities {
-    return tableCapabilities(this.kernelTable);
   }
 
   // ---- storage --------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 export * from "./backend.ts";
 export * from "./base.ts";
+export * from "./cli-flags.ts";
 export * from "./convert.ts";
 export * from "./dtype.ts";
 export * from "./errors.ts";

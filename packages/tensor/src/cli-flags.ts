@@ -4,10 +4,10 @@
  * the command and, when one of the command's flags is close (edit distance, or a prefix of it),
  * asks "did you mean --xyz?"; other parse errors say which `--help` lists the flags.
  *
- * Self-contained (node:util and @tp/tensor only) so that either app can use it.
+ * Shared by both apps (it lives here, beside `runCli`, so neither app reaches into the other).
  */
 import { type ParseArgsConfig, type ParseArgsOptionsConfig, parseArgs } from "node:util";
-import { TpError } from "@tp/tensor";
+import { TpError } from "./errors.ts";
 
 /** Who parses: `command` names the flags' owner in messages, `help` the command that lists them. */
 export interface FlagContext {

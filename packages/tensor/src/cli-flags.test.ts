@@ -1,8 +1,8 @@
 // The flag parser of both command lines: edit distances computed by hand, the suggestion rules, and
 // parseArgs errors turned into one-line E_ARG messages.
 import { expect, test } from "bun:test";
-import { TpError } from "@tp/tensor";
-import { editDistance, parseFlags, suggestFlag } from "./args.ts";
+import { editDistance, parseFlags, suggestFlag } from "./cli-flags.ts";
+import { TpError } from "./errors.ts";
 
 test("editDistance: insertions, deletions, substitutions and adjacent transpositions cost 1", () => {
   expect(editDistance("", "")).toBe(0);
