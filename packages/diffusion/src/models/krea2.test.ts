@@ -192,6 +192,26 @@ describe("krea2 config and loading", () => {
     },
   );
 
+  test.skipIf(reason !== null)(
+    `a DiT loaded inside a caller's backend.scope keeps its weights${note}`,
+    async () => {
+      const b = backend as NonNullable<typeof backend>;
+      const before = b.memory.current;
+      const m = b.scope(() => loadKrea2(ckpt("bf16"), { backend: b, mode: "dequant" }));
+      expect(b.memory.current).toBeGreaterThan(before); // the uploads outlived the scope
+      try {
+        const c = case1();
+        const out = await take(m.forward(c.x, c.sigma, c.ctx));
+        freeCase(c);
+        expect(out.length).toBeGreaterThan(0);
+        expect(out.every(Number.isFinite)).toBe(true);
+      } finally {
+        m.dispose();
+      }
+      expect(b.memory.current).toBe(before);
+    },
+  );
+
   test.skipIf(reason !== null)(`a missing file is E_IO and an unknown mode E_ARG${note}`, () => {
     const b = backend as NonNullable<typeof backend>;
     expect(() => loadKrea2(join(DIR, "nope.safetensors"), { backend: b })).toThrow(

@@ -474,8 +474,9 @@ export function loadKrea2(path: string, options: LoadKrea2Options): Krea2Dit {
     const prefix = layout.prefix ?? "";
     const config = readKrea2Config(src, prefix);
     const loader = new ParamLoader(src, prefix, options.backend, mode);
-    // A throw while loading frees every upload made so far.
+    // A throw while loading frees every upload made so far; what loads is the model's until dispose.
     const params = options.backend.scope(() => loader.params(config));
+    options.backend.persist(loader.uploaded);
     return new Krea2Dit(options.backend, config, params, mode, layout, src, loader.uploaded);
   } catch (e) {
     src.close();

@@ -219,7 +219,7 @@ export class WanVaeDecoder implements Disposable {
 
   /** A weight this decoder owns until {@link dispose}. */
   #keep(t: Tensor): Tensor {
-    this.#weights.push(t);
+    this.#weights.push(this.backend.persist(t)); // freed by dispose, not by a caller's scope
     return t;
   }
 
