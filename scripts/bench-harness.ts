@@ -3,8 +3,9 @@
  * how a case is run (warm-up, then ours / baseline / peer interleaved `runs` times), what is reported
  * with each median (the min and max of the same runs, the 1-minute load average sampled around every
  * run), when a case counts as disturbed (the load average above `maxLoad`, or a side's max / min above
- * `maxSpread`) and how often a disturbed case is re-run before it is reported flagged; and how a suite
- * runs a child process whose own peak RSS it needs (`runChild`, through ./bench-child.ts).
+ * `maxSpread`) and how often a disturbed case is re-run before it is reported flagged; how a suite
+ * runs a child process whose own peak RSS it needs (`runChild`, through ./bench-child.ts); and how a
+ * suite starts the PyTorch peer it compares against (`startTorch`: one Python process asked in JSON lines).
  *
  * Suites do not import this file (packages reach no file outside themselves, tests/workspace.test.ts):
  * they get what they need as the `BenchContext` argument of `cases()`, and declare the fields they use.
@@ -41,6 +42,8 @@ export interface BenchContext {
   baseline: { dir: string; rev: string; name: string } | null;
   /** `runChild`: a fresh `bun SCRIPT ARGS` process and its own peak RSS. */
   runChild: typeof runChild;
+  /** `startTorch`: the suite's PyTorch peer script, started once (installed with apt-get when missing). */
+  startTorch: typeof startTorch;
 }
 
 /** A suite: the default export of `packages/<pkg>/bench/<SUITE>.bench.ts`. */
@@ -370,4 +373,102 @@ export function runChild(script: string, args: string[], options: { cwd?: string
     else result = o;
   }
   return { result, peakRssBytes, exitCode: p.exitCode, stderr: p.stderr.toString().trim().slice(-400) };
+}
+
+/** A running PyTorch peer (`startTorch`). */
+export interface TorchPeer {
+  /** What the peer's `{"op": "info"}` answered: torch's version, its threads, whether it has sdpa, its BLAS. */
+  info: { torch: string; threads: number; sdpa: boolean; blas: string };
+  /** Send one request; the `seconds` it answers (any other answer throws). */
+  ask(req: Record<string, unknown>): Promise<number>;
+  close(): void;
+}
+
+/** Run a command, echoing it (quiet: no echo, no output); the exit code. */
+function sh(argv: string[], quiet = false): number {
+  if (!quiet) console.log(`$ ${argv.join(" ")}`);
+  const r = Bun.spawnSync(argv, {
+    stdout: quiet ? "ignore" : "inherit",
+    stderr: quiet ? "ignore" : "inherit",
+  });
+  return r.exitCode ?? 1;
+}
+
+/**
+ * The Python that imports torch: Debian's /usr/bin/python3 (where apt installs python3-torch), else
+ * the `python3` on PATH; null when neither does.
+ */
+function torchPython(): string | null {
+  for (const py of ["/usr/bin/python3", "python3"]) {
+    if ((py.startsWith("/") ? existsSync(py) : Bun.which(py)) && sh([py, "-c", "import torch"], true) === 0)
+      return py;
+  }
+  return null;
+}
+
+/**
+ * Start a suite's PyTorch peer, `python3 SCRIPT THREADS`: PyTorch (python3-torch + OpenBLAS from Debian)
+ * is installed with apt-get when missing. The script reads one JSON request a line on stdin and answers
+ * each with one JSON line on stdout: `{"op": "info"}` with `torch`, `threads`, `sdpa` and `config`
+ * (torch's build configuration), every other request with `seconds`.
+ * @returns the peer, or why there is none
+ */
+export async function startTorch(script: string, threads: number): Promise<TorchPeer | string> {
+  const openblas = sh(["dpkg", "-s", "libopenblas0-pthread"], true) === 0;
+  let py = torchPython();
+  if (py === null || !openblas) {
+    if (!Bun.which("apt-get")) return "python3-torch is not installed and there is no apt-get";
+    console.log("installing PyTorch for the comparison (python3-torch, libopenblas0-pthread) ...");
+    sh(["apt-get", "update"]);
+    const policy = Bun.spawnSync(["apt-cache", "policy", "python3-torch"], {
+      stdout: "pipe",
+    }).stdout.toString();
+    console.log(policy.trim());
+    if (!/Candidate: (?!\(none\))/.test(policy)) return "apt has no python3-torch candidate";
+    if (sh(["apt-get", "install", "-y", "python3-torch", "libopenblas0-pthread"]) !== 0) {
+      return "apt-get install python3-torch libopenblas0-pthread failed";
+    }
+    py = torchPython();
+    if (py === null) return "python3-torch installed, but no python3 imports torch";
+  }
+  const proc = Bun.spawn([py, script, String(threads)], {
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "inherit",
+  });
+  const reader = proc.stdout.getReader();
+  let buffered = "";
+  const decoder = new TextDecoder();
+  async function line(): Promise<string> {
+    for (;;) {
+      const nl = buffered.indexOf("\n");
+      if (nl >= 0) {
+        const l = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        return l;
+      }
+      const { value, done } = await reader.read();
+      if (done) throw new Error("the torch peer exited");
+      buffered += decoder.decode(value);
+    }
+  }
+  async function send(req: Record<string, unknown>): Promise<Record<string, unknown>> {
+    proc.stdin.write(`${JSON.stringify(req)}\n`);
+    proc.stdin.flush();
+    return JSON.parse(await line()) as Record<string, unknown>;
+  }
+  const raw = await send({ op: "info" });
+  const blas = /BLAS_INFO=(\w+)/.exec(String(raw.config))?.[1] ?? "?";
+  return {
+    info: { torch: String(raw.torch), threads: Number(raw.threads), sdpa: Boolean(raw.sdpa), blas },
+    ask: async (req) => {
+      const r = await send(req);
+      if (typeof r.seconds !== "number") throw new Error(`torch peer: ${JSON.stringify(r)}`);
+      return r.seconds;
+    },
+    close: () => {
+      proc.stdin.end();
+      proc.kill();
+    },
+  };
 }

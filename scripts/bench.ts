@@ -29,6 +29,7 @@ import {
   type HarnessOptions,
   measureCase,
   runChild,
+  startTorch,
 } from "./bench-harness.ts";
 
 const root = resolve(import.meta.dir, "..");
@@ -178,7 +179,7 @@ await runCli(async () => {
   const rows: BenchRow[] = [];
   const runCounts = new Set<number>(); // for the closing line: what the medians are over
   try {
-    const all = await suite.cases({ baseline, runChild });
+    const all = await suite.cases({ baseline, runChild, startTorch });
     const selected =
       filter === null ? all : all.filter((c) => filter.test(`${c.case} ${c.metric} ${c.peer?.name ?? ""}`));
     if (selected.length === 0) {

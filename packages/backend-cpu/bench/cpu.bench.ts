@@ -71,16 +71,6 @@ function rng(seed: number): () => number {
 
 // ---------------------------------------------------------------------------------------------- tools
 
-/** Run a command, echoing it; the exit code. */
-function sh(argv: string[], quiet = false): number {
-  if (!quiet) console.log(`$ ${argv.join(" ")}`);
-  const r = Bun.spawnSync(argv, {
-    stdout: quiet ? "ignore" : "inherit",
-    stderr: quiet ? "ignore" : "inherit",
-  });
-  return r.exitCode ?? 1;
-}
-
 function compiler(): string | null {
   return process.env.CC?.trim() || Bun.which("cc") || Bun.which("gcc") || Bun.which("clang");
 }
@@ -174,83 +164,17 @@ const GGML_TYPE: Partial<Record<NativeWeightFormat, number>> = {
 
 // ---------------------------------------------------------------------------------------------- torch
 
+/** scripts/bench-harness.ts's TorchPeer: what the peer's info request answered; one request's seconds. */
 interface TorchPeer {
   info: { torch: string; threads: number; sdpa: boolean; blas: string };
   ask(req: Record<string, unknown>): Promise<number>;
   close(): void;
 }
 
-/**
- * The Python that imports torch: Debian's /usr/bin/python3 (where apt installs python3-torch), else
- * the `python3` on PATH; null when neither does.
- */
-function torchPython(): string | null {
-  for (const py of ["/usr/bin/python3", "python3"]) {
-    if ((py.startsWith("/") ? existsSync(py) : Bun.which(py)) && sh([py, "-c", "import torch"], true) === 0)
-      return py;
-  }
-  return null;
-}
-
-/** PyTorch (python3-torch + OpenBLAS from Debian), installed with apt-get when missing; or why not. */
-async function startTorch(): Promise<TorchPeer | string> {
-  const openblas = sh(["dpkg", "-s", "libopenblas0-pthread"], true) === 0;
-  let py = torchPython();
-  if (py === null || !openblas) {
-    if (!Bun.which("apt-get")) return "python3-torch is not installed and there is no apt-get";
-    console.log("installing PyTorch for the comparison (python3-torch, libopenblas0-pthread) ...");
-    sh(["apt-get", "update"]);
-    const policy = Bun.spawnSync(["apt-cache", "policy", "python3-torch"], {
-      stdout: "pipe",
-    }).stdout.toString();
-    console.log(policy.trim());
-    if (!/Candidate: (?!\(none\))/.test(policy)) return "apt has no python3-torch candidate";
-    if (sh(["apt-get", "install", "-y", "python3-torch", "libopenblas0-pthread"]) !== 0) {
-      return "apt-get install python3-torch libopenblas0-pthread failed";
-    }
-    py = torchPython();
-    if (py === null) return "python3-torch installed, but no python3 imports torch";
-  }
-  const proc = Bun.spawn([py, join(import.meta.dir, "torch-peer.py"), String(THREADS)], {
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "inherit",
-  });
-  const reader = proc.stdout.getReader();
-  let buffered = "";
-  const decoder = new TextDecoder();
-  async function line(): Promise<string> {
-    for (;;) {
-      const nl = buffered.indexOf("\n");
-      if (nl >= 0) {
-        const l = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        return l;
-      }
-      const { value, done } = await reader.read();
-      if (done) throw new Error("the torch peer exited");
-      buffered += decoder.decode(value);
-    }
-  }
-  async function send(req: Record<string, unknown>): Promise<Record<string, unknown>> {
-    proc.stdin.write(`${JSON.stringify(req)}\n`);
-    proc.stdin.flush();
-    return JSON.parse(await line()) as Record<string, unknown>;
-  }
-  const raw = await send({ op: "info" });
-  const blas = /BLAS_INFO=(\w+)/.exec(String(raw.config))?.[1] ?? "?";
-  return {
-    info: { torch: String(raw.torch), threads: Number(raw.threads), sdpa: Boolean(raw.sdpa), blas },
-    ask: async (req) => {
-      const r = await send(req);
-      if (typeof r.seconds !== "number") throw new Error(`torch peer: ${JSON.stringify(r)}`);
-      return r.seconds;
-    },
-    close: () => {
-      proc.stdin.end();
-      proc.kill();
-    },
-  };
+/** The field of scripts/bench-harness.ts's BenchContext this suite uses (packages import no file outside them). */
+interface Context {
+  /** The PyTorch peer `python3 SCRIPT THREADS` (installed with apt-get when missing), or why there is none. */
+  startTorch(script: string, threads: number): Promise<TorchPeer | string>;
 }
 
 // ---------------------------------------------------------------------------------------------- weights
@@ -368,11 +292,11 @@ export default {
       `cpu matmul / attention vs memory, llama.cpp, PyTorch and peak (${ctx.isa}, ${THREADS} threads)`
     );
   },
-  async cases(): Promise<BenchCase[]> {
+  async cases(context: Context): Promise<BenchCase[]> {
     const cases: BenchCase[] = [];
     const peak = measurePeak();
     const llama = loadLlama();
-    const torch = await startTorch();
+    const torch = await context.startTorch(join(import.meta.dir, "torch-peer.py"), THREADS);
     if (typeof torch !== "string") cleanups.push(() => torch.close());
     const notes = [
       `${ctx.isa}, ${THREADS} threads`,

@@ -22,7 +22,7 @@
  *   near 1 says nothing but the mapped weights and activations is resident — no f32 copies (those would
  *   be 51 GB). The profiled run also samples the anonymous RSS (RssAnon) after every op.
  */
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type CpuBackend, createBackend } from "@tp/backend-cpu";
 import type { Backend, Tensor, Weight } from "@tp/tensor";
@@ -80,92 +80,17 @@ function loadAverage(): string {
 
 // ---------------------------------------------------------------------------------------------- torch
 
+/** scripts/bench-harness.ts's TorchPeer: what the peer's info request answered; one request's seconds. */
 interface TorchPeer {
   info: { torch: string; threads: number; sdpa: boolean; blas: string };
   ask(req: Record<string, unknown>): Promise<number>;
   close(): void;
 }
 
-function sh(argv: string[], quiet = false): number {
-  if (!quiet) console.log(`$ ${argv.join(" ")}`);
-  const r = Bun.spawnSync(argv, {
-    stdout: quiet ? "ignore" : "inherit",
-    stderr: quiet ? "ignore" : "inherit",
-  });
-  return r.exitCode ?? 1;
-}
-
-/** Debian's /usr/bin/python3 (where apt puts python3-torch), else `python3` on PATH, if it imports torch. */
-function torchPython(): string | null {
-  for (const py of ["/usr/bin/python3", "python3"]) {
-    if ((py.startsWith("/") ? existsSync(py) : Bun.which(py)) && sh([py, "-c", "import torch"], true) === 0)
-      return py;
-  }
-  return null;
-}
-
-/** PyTorch (python3-torch + OpenBLAS from Debian), installed with apt-get when missing; or why not. */
-async function startTorch(threads: number): Promise<TorchPeer | string> {
-  const openblas = sh(["dpkg", "-s", "libopenblas0-pthread"], true) === 0;
-  let py = torchPython();
-  if (py === null || !openblas) {
-    if (!Bun.which("apt-get")) return "python3-torch is not installed and there is no apt-get";
-    console.log("installing PyTorch for the comparison (python3-torch, libopenblas0-pthread) ...");
-    sh(["apt-get", "update"]);
-    const policy = Bun.spawnSync(["apt-cache", "policy", "python3-torch"], {
-      stdout: "pipe",
-    }).stdout.toString();
-    if (!/Candidate: (?!\(none\))/.test(policy)) return "apt has no python3-torch candidate";
-    if (sh(["apt-get", "install", "-y", "python3-torch", "libopenblas0-pthread"]) !== 0) {
-      return "apt-get install python3-torch libopenblas0-pthread failed";
-    }
-    py = torchPython();
-    if (py === null) return "python3-torch installed, but no python3 imports torch";
-  }
-  const proc = Bun.spawn([py, join(import.meta.dir, "krea2-torch-peer.py"), String(threads)], {
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "inherit",
-  });
-  const reader = proc.stdout.getReader();
-  const decoder = new TextDecoder();
-  let buffered = "";
-  async function line(): Promise<string> {
-    for (;;) {
-      const nl = buffered.indexOf("\n");
-      if (nl >= 0) {
-        const l = buffered.slice(0, nl);
-        buffered = buffered.slice(nl + 1);
-        return l;
-      }
-      const { value, done } = await reader.read();
-      if (done) throw new Error("the torch peer exited");
-      buffered += decoder.decode(value);
-    }
-  }
-  async function send(req: Record<string, unknown>): Promise<Record<string, unknown>> {
-    proc.stdin.write(`${JSON.stringify(req)}\n`);
-    proc.stdin.flush();
-    return JSON.parse(await line()) as Record<string, unknown>;
-  }
-  const raw = await send({ op: "info" });
-  return {
-    info: {
-      torch: String(raw.torch),
-      threads: Number(raw.threads),
-      sdpa: Boolean(raw.sdpa),
-      blas: /BLAS_INFO=(\w+)/.exec(String(raw.config))?.[1] ?? "?",
-    },
-    ask: async (req) => {
-      const r = await send(req);
-      if (typeof r.seconds !== "number") throw new Error(`torch peer: ${JSON.stringify(r)}`);
-      return r.seconds;
-    },
-    close: () => {
-      proc.stdin.end();
-      proc.kill();
-    },
-  };
+/** The field of scripts/bench-harness.ts's BenchContext this suite uses (packages import no file outside them). */
+interface Context {
+  /** The PyTorch peer `python3 SCRIPT THREADS` (installed with apt-get when missing), or why there is none. */
+  startTorch(script: string, threads: number): Promise<TorchPeer | string>;
 }
 
 // ---------------------------------------------------------------------------------------------- profiling
@@ -318,12 +243,12 @@ export default {
   get description(): string {
     return summary || "Krea 2 DiT s/step on the CPU backend (real sizes, random weights) vs PyTorch bf16";
   },
-  async cases(): Promise<BenchCase[]> {
+  async cases(harness: Context): Promise<BenchCase[]> {
     const base = createBackend();
     cleanups.push(() => base.dispose());
     const threads = base.ctx.threads; // TP_THREADS, else every CPU
     const { proxy: backend, stats, state } = profiled(base);
-    const torch = await startTorch(threads);
+    const torch = await harness.startTorch(join(import.meta.dir, "krea2-torch-peer.py"), threads);
     if (typeof torch !== "string") cleanups.push(() => torch.close());
 
     const files = Object.fromEntries(FORMATS.map((f) => [f, ensureCheckpoint(f)])) as Record<
