@@ -4,7 +4,7 @@ import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
-import { TpError } from "@tp/tensor";
+import type { TpErrorCode } from "@tp/tensor";
 import {
   type BenchCase,
   caseRows,
@@ -20,29 +20,23 @@ import {
   spread,
 } from "./bench-harness.ts";
 
-function code(f: () => unknown): string {
-  try {
-    f();
-  } catch (e) {
-    return e instanceof TpError ? e.code : `not a TpError: ${e}`;
-  }
-  return "no throw";
-}
+/** What `toThrow` matches a TpError of this code with: `expect(fn).toThrow(tpError("E_ARG"))`. */
+const tpError = (code: TpErrorCode) => expect.objectContaining({ name: "TpError", code });
 
 describe("spread", () => {
   test("min, median and max; the median of an even count is the mean of the middle two", () => {
     expect(spread([3, 1, 2])).toEqual({ min: 1, median: 2, max: 3 });
     expect(spread([35, 1.9, 34.5, 36])).toEqual({ min: 1.9, median: 34.75, max: 36 });
     expect(median([7])).toBe(7);
-    expect(code(() => median([]))).toBe("E_ARG");
+    expect(() => median([])).toThrow(tpError("E_ARG"));
   });
 });
 
 describe("/proc parsing", () => {
   test("the 1-minute load average is the first field of /proc/loadavg", () => {
     expect(parseLoadAverage("3.41 1.20 0.98 2/116 12068\n")).toBe(3.41);
-    expect(code(() => parseLoadAverage(""))).toBe("E_FORMAT");
-    expect(code(() => parseLoadAverage("busy 1 2"))).toBe("E_FORMAT");
+    expect(() => parseLoadAverage("")).toThrow(tpError("E_FORMAT"));
+    expect(() => parseLoadAverage("busy 1 2")).toThrow(tpError("E_FORMAT"));
   });
 
   test("VmHWM in bytes from /proc/PID/status, not VmPeak or VmRSS", () => {
@@ -55,7 +49,7 @@ describe("/proc parsing", () => {
       "",
     ].join("\n");
     expect(parseVmHwm(status)).toBe(123456 * 1024);
-    expect(code(() => parseVmHwm("Name:\tbun\nVmRSS:\t 1 kB\n"))).toBe("E_FORMAT");
+    expect(() => parseVmHwm("Name:\tbun\nVmRSS:\t 1 kB\n")).toThrow(tpError("E_FORMAT"));
   });
 });
 
@@ -109,15 +103,16 @@ function fakeEnv(loads: (number | null)[]): HarnessEnv & { slept: number[]; line
 
 const options: HarnessOptions = { reruns: 2, maxLoad: 2, maxSpread: 1.25, settleSeconds: 12 };
 
+/** A case "c" (metric "m", unit "s", lower is better) with the given runs and sides. */
+function timedCase(sides: Pick<BenchCase, "ours" | "peer" | "baseline"> & { runs: number }): BenchCase {
+  return { case: "c", metric: "m", unit: "s", better: "lower", ...sides };
+}
+
 describe("measureCase", () => {
   test("warm-up once per side, then ours, baseline, peer interleaved; medians and load range", async () => {
     const calls: string[] = [];
     let n = 0;
-    const c: BenchCase = {
-      case: "c",
-      metric: "m",
-      unit: "s",
-      better: "lower",
+    const c = timedCase({
       runs: 3,
       ours: () => {
         calls.push("ours");
@@ -134,7 +129,7 @@ describe("measureCase", () => {
           return 30;
         },
       },
-    };
+    });
     const r = await measureCase(c, options, fakeEnv([1, 1.5, 0.5]));
     expect(calls).toEqual(["ours", "base", "peer", ...Array(3).fill(["ours", "base", "peer"]).flat()]);
     // the warm-up returned 10; the timed runs 10.1, 10.2, 10.3
@@ -151,14 +146,7 @@ describe("measureCase", () => {
   test("a disturbed attempt is re-run after the load settles; the clean re-run is reported", async () => {
     const values = [5, 5, 9, 5, 5, 5]; // warm-up, attempt 1 (5, 9: max/min 1.8), attempt 2 (5, 5)
     let i = 0;
-    const c: BenchCase = {
-      case: "c",
-      metric: "m",
-      unit: "s",
-      better: "lower",
-      runs: 2,
-      ours: () => values[i++] as number,
-    };
+    const c = timedCase({ runs: 2, ours: () => values[i++] as number });
     // attempt 1 reads 3 loads; settle reads 3.0 twice (two 5 s waits), then 1.0; attempt 2 reads 1.0
     const env = fakeEnv([1, 1, 1, 3, 3, 1]);
     const r = await measureCase(c, options, env);
@@ -170,7 +158,7 @@ describe("measureCase", () => {
   });
 
   test("after the last re-run a still-disturbed case is reported flagged; settling is bounded", async () => {
-    const c: BenchCase = { case: "c", metric: "m", unit: "s", better: "lower", runs: 2, ours: () => 1 };
+    const c = timedCase({ runs: 2, ours: () => 1 });
     const env = fakeEnv([4]);
     const r = await measureCase(c, options, env);
     expect(r.attempts).toBe(3);
@@ -182,7 +170,7 @@ describe("measureCase", () => {
 
   test("--runs overrides the case's runs; reruns 0 reports the first attempt", async () => {
     let calls = 0;
-    const c: BenchCase = { case: "c", metric: "m", unit: "s", better: "lower", runs: 7, ours: () => ++calls };
+    const c = timedCase({ runs: 7, ours: () => ++calls });
     const r = await measureCase(c, { ...options, runs: 2, reruns: 0 }, fakeEnv([9]));
     expect(calls).toBe(3);
     expect(r.runs).toBe(2);
