@@ -5,8 +5,9 @@
  * kernel here runs; a kernel only computes.
  *
  * The pattern of a kernel that needs contiguous inputs: when one of them is strided it calls itself
- * again inside `host.scope` with {@link dense} copies, which the scope frees when the kernel returns;
- * the common, contiguous case runs with no scope and no copy.
+ * again inside `host.scope` with {@link dense} copies (with {@link onDense} when it has several
+ * inputs), which the scope frees when the kernel returns; the common, contiguous case runs with no
+ * scope, no closure and no copy.
  */
 import { type DTypeName, dtypeBytes, type Shape, type Tensor } from "@tp/tensor";
 import type { NativeContext, Pointer } from "../ffi.ts";
@@ -83,4 +84,20 @@ export function copyInto(host: CpuOpHost, src: Tensor, dst: Tensor, op = "copy")
     size,
     op,
   );
+}
+
+/**
+ * Run `kernel` on {@link dense} copies of the inputs a, b, c (b and c may be null) inside `host.scope`,
+ * which frees the copies when it returns: the strided case of a kernel that reads row-major inputs,
+ * called after {@link strided} said so (the contiguous case calls the native kernel directly).
+ */
+export function onDense<B extends Tensor | null, C extends Tensor | null>(
+  host: CpuOpHost,
+  op: string,
+  a: Tensor,
+  b: B,
+  c: C,
+  kernel: (a: Tensor, b: B, c: C) => void,
+): void {
+  host.scope(() => kernel(dense(host, a, op), denseOrNull(host, b, op) as B, denseOrNull(host, c, op) as C));
 }

@@ -10,76 +10,52 @@
  * kernel (bias broadcast), since the convolution kernel takes no empty x.
  */
 import { ptr } from "bun:ffi";
-import type { KernelTable, Tensor } from "@tp/tensor";
+import type { KernelSignatures, KernelTable } from "@tp/tensor";
 import type { Pointer } from "../ffi.ts";
-import { type CpuOpHost, dense, denseOrNull, optionalRegion, region, strided } from "./common.ts";
+import { type CpuOpHost, onDense, optionalRegion, region, strided } from "./common.ts";
 import { conv2dF32, copyStrided } from "./native.ts";
 
 /** One f32 zero: the source of the output of an empty x without a bias (read-only). */
 const ZERO = new Float32Array(1);
 
-function conv2d(
-  host: CpuOpHost,
-  out: Tensor,
-  x: Tensor,
-  weight: Tensor,
-  bias: Tensor | null,
-  stride: readonly [number, number],
-  padding: readonly [number, number],
-): void {
-  const op = "conv2d";
-  if (x.numel === 0) {
-    if (out.numel === 0) return;
-    // no input terms: y[b, co, i, j] = bias[co] (or 0), a broadcast copy
-    const src =
-      bias === null
-        ? { region: { ptr: ptr(ZERO) as Pointer, bytes: 4 }, strides: [0, 0, 0, 0] }
-        : { region: host.viewRegion(bias), strides: [0, bias.strides[0] as number, 0, 0] };
-    copyStrided(host.ctx, src.region, src.strides, region(host, out, op), out.strides, out.shape, 4, op);
-    return;
-  }
-  if (strided(x, weight, bias)) {
-    host.scope(() =>
-      conv2d(
-        host,
-        out,
-        dense(host, x, op),
-        dense(host, weight, op),
-        denseOrNull(host, bias, op),
-        stride,
-        padding,
-      ),
-    );
-    return;
-  }
-  const [batch, cIn, h, w] = x.shape as [number, number, number, number];
-  const [cOut, , kh, kw] = weight.shape as [number, number, number, number];
-  conv2dF32(
-    host.ctx,
-    region(host, x, op),
-    region(host, weight, op),
-    optionalRegion(host, bias, op),
-    region(host, out, op),
-    {
-      batch,
-      cIn,
-      h,
-      w,
-      cOut,
-      kh,
-      kw,
-      stride,
-      padding,
-    },
-  );
-}
-
 /** The kernel-table entry of conv2d (f32). */
 export function conv2dKernels(host: CpuOpHost): Pick<KernelTable, "conv2d"> {
-  return {
-    conv2d: {
-      dtypes: ["f32"],
-      run: (out, x, weight, bias, stride, padding) => conv2d(host, out, x, weight, bias, stride, padding),
-    },
+  const conv2d: KernelSignatures["conv2d"] = (out, x, weight, bias, stride, padding) => {
+    const op = "conv2d";
+    if (x.numel === 0) {
+      if (out.numel === 0) return;
+      // no input terms: y[b, co, i, j] = bias[co] (or 0), a broadcast copy
+      const src =
+        bias === null
+          ? { region: { ptr: ptr(ZERO) as Pointer, bytes: 4 }, strides: [0, 0, 0, 0] }
+          : { region: host.viewRegion(bias), strides: [0, bias.strides[0] as number, 0, 0] };
+      copyStrided(host.ctx, src.region, src.strides, region(host, out, op), out.strides, out.shape, 4, op);
+      return;
+    }
+    if (strided(x, weight, bias)) {
+      onDense(host, op, x, weight, bias, (x, weight, bias) => conv2d(out, x, weight, bias, stride, padding));
+      return;
+    }
+    const [batch, cIn, h, w] = x.shape as [number, number, number, number];
+    const [cOut, , kh, kw] = weight.shape as [number, number, number, number];
+    conv2dF32(
+      host.ctx,
+      region(host, x, op),
+      region(host, weight, op),
+      optionalRegion(host, bias, op),
+      region(host, out, op),
+      {
+        batch,
+        cIn,
+        h,
+        w,
+        cOut,
+        kh,
+        kw,
+        stride,
+        padding,
+      },
+    );
   };
+  return { conv2d: { dtypes: ["f32"], run: conv2d } };
 }

@@ -11,7 +11,7 @@
  */
 
 import { ptr } from "bun:ffi";
-import { TpError } from "@tp/tensor";
+import { type AttentionParams, TpError } from "@tp/tensor";
 import {
   check,
   checkInt32,
@@ -415,25 +415,6 @@ export function ropeF32(
   );
 }
 
-/** Sizes and options of {@link attentionF32} (tp.h tp_cpu_attention_strided_f32). */
-export interface AttentionDims {
-  readonly batch: number;
-  readonly heads: number;
-  readonly kvHeads: number;
-  readonly sq: number;
-  readonly skv: number;
-  readonly headDim: number;
-  readonly headDimV: number;
-  readonly scale: number;
-  readonly qOffset: number;
-  readonly causal: boolean;
-  /** 0: no window. */
-  readonly window: number;
-  readonly fullPrefix: number;
-  /** 0: no softcap. */
-  readonly softcap: number;
-}
-
 /**
  * A rank-4 f32 view [batch, heads, rows, dim] for {@link attentionF32}: the region from its first
  * element, and its element strides (4 values, non-negative; the last must be 1).
@@ -451,7 +432,8 @@ const MAX_ATTENTION_STRIDE = 2 ** 40;
 
 /**
  * Tiled online-softmax attention on strided f32 views, read and written in place
- * (tp_cpu_attention_strided_f32): q [batch, heads, sq, headDim], k [batch, kvHeads, skv, headDim],
+ * (tp_cpu_attention_strided_f32) with the sizes and options `d` of the op ({@link AttentionParams}):
+ * q [batch, heads, sq, headDim], k [batch, kvHeads, skv, headDim],
  * v [batch, kvHeads, skv, headDimV] → out [batch, heads, sq, headDimV] (any strides whose last is 1).
  * The stride of a dimension of size 1 is never used and is passed as 0 (a view may hold any value
  * there, e.g. 2^52).
@@ -466,7 +448,7 @@ export function attentionF32(
   k: AttentionView,
   v: AttentionView,
   out: AttentionView,
-  d: AttentionDims,
+  d: AttentionParams,
 ): void {
   const op = "attention";
   const views: [string, AttentionView, number[]][] = [
