@@ -18,6 +18,7 @@ import {
 } from "@tp/quant";
 import { encodeFromF32, TpError } from "@tp/tensor";
 import { randn } from "../noise.ts";
+import { uniform } from "./uniform.ts";
 
 /** Sizes of a Krea 2 DiT to write (names as {@link Krea2Config}). */
 export interface RandomKrea2Config {
@@ -277,25 +278,16 @@ export function writeRandomWanVae(
 }
 
 /**
- * Fast uniform values with the variance of {@link values}' normals (U(−√3·σ, √3·σ) has standard deviation
- * σ), from a 32-bit LCG (Numerical Recipes' constants) seeded by (seed, index): real-size checkpoints
- * hold ~13 B values, which torch-compatible `randn` would take an hour to draw. Same init rules as
- * {@link values}.
+ * Fast uniform values ({@link uniform}) with the variance of {@link values}' normals: real-size
+ * checkpoints hold ~13 B values, which torch-compatible `randn` would take an hour to draw. Same init
+ * rules as {@link values}.
  */
 function fastValues(spec: Spec, seed: number, index: number): Float32Array {
   const n = spec.shape.reduce((a, b) => a * b, 1);
   if (spec.init === "scale") return new Float32Array(n);
   if (spec.init === "gamma") return new Float32Array(n).fill(1);
   const fanIn = spec.shape.slice(1).reduce((a, b) => a * b, 1);
-  const sigma = spec.init === "weight" ? 1 / Math.sqrt(fanIn) : 0.02;
-  const step = (Math.sqrt(3) * sigma) / 2 ** 31; // int32 → [−√3σ, √3σ)
-  const v = new Float32Array(n);
-  let s = (Math.imul(seed + 1, 0x9e3779b1) ^ Math.imul(index + 1, 0x85ebca6b)) | 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) | 0;
-    v[i] = s * step;
-  }
-  return v;
+  return uniform(n, spec.init === "weight" ? 1 / Math.sqrt(fanIn) : 0.02, seed, index);
 }
 
 /** Formats {@link writeRandomKrea2DitQuantized} writes (@tp/quant's checkpoint formats). */

@@ -9,6 +9,7 @@ import { writeSafetensors } from "@tp/formats";
 import { encodeFromF32, TpError } from "@tp/tensor";
 import { KREA2_TEXT_TAPS } from "../models/krea2-text.ts";
 import { TINY_KREA2_CONFIG } from "./random-checkpoints.ts";
+import { uniform } from "./uniform.ts";
 
 /** Sizes of a Qwen3-VL language model to write (config.json names). */
 export interface RandomQwen3VlTextConfig {
@@ -35,22 +36,6 @@ export const TINY_KREA2_TEXT_CONFIG: RandomQwen3VlTextConfig = {
   head_dim: 32,
   intermediate_size: 160,
 };
-
-/**
- * Uniform values with standard deviation `sigma` (U(−√3σ, √3σ)) from a 32-bit LCG (Numerical
- * Recipes' constants) seeded by (seed, index): a 151,936-row embedding is 12 M values, which
- * torch-compatible `randn` would take seconds to draw.
- */
-function uniform(n: number, sigma: number, seed: number, index: number): Float32Array {
-  const step = (Math.sqrt(3) * sigma) / 2 ** 31;
-  const v = new Float32Array(n);
-  let s = (Math.imul(seed + 1, 0x9e3779b1) ^ Math.imul(index + 1, 0x85ebca6b)) | 0;
-  for (let i = 0; i < n; i++) {
-    s = (Math.imul(s, 1664525) + 1013904223) | 0;
-    v[i] = s * step;
-  }
-  return v;
-}
 
 /**
  * Write a random-weight Qwen3-VL text encoder that `loadKrea2TextEncoder` reads like ComfyUI's
