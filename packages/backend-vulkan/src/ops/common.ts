@@ -6,7 +6,16 @@
  * device and limit). Scratch tensors of a kernel live in `host.scope`; their device memory lives on
  * until the queued work that uses it has run (tp_vk_buffer_destroy defers it).
  */
-import { type DTypeName, dtypeBytes, type Shape, type Tensor, TpError, type Weight } from "@tp/tensor";
+import {
+  type DTypeName,
+  dtypeBytes,
+  type KernelSignatures,
+  type OpName,
+  type Shape,
+  type Tensor,
+  TpError,
+  type Weight,
+} from "@tp/tensor";
 import type { Binding, VulkanBuffer, VulkanContext, VulkanDeviceInfo } from "../ffi.ts";
 import type { KernelCache, KernelName } from "../kernels.ts";
 import type { ResidentWeight } from "./matmul.ts";
@@ -50,6 +59,12 @@ export interface VkOpHost {
    */
   bind(t: Tensor, op: string): BoundTensor;
 }
+
+/**
+ * The kernel of `op` on this backend: the {@link KernelSignatures} entry with the host first (the table
+ * binds it), so its parameters take their types and meaning from that entry.
+ */
+export type VkKernel<Op extends OpName> = (host: VkOpHost, ...args: Parameters<KernelSignatures[Op]>) => void;
 
 /** A TpError E_UNSUPPORTED for op `op`. */
 export function unsupported(op: string, message: string): TpError {

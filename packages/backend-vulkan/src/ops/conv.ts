@@ -3,23 +3,15 @@
  * strides, one invocation per output element, as torch.nn.functional.conv2d. Kernel-table entry:
  * arguments arrive checked (@tp/tensor's op front-end).
  */
-import type { Tensor } from "@tp/tensor";
-import { dispatch1d, Push, type VkOpHost } from "./common.ts";
+import type { KernelSignatures } from "@tp/tensor";
+import { dispatch1d, Push, type VkKernel } from "./common.ts";
 import { contiguous } from "./layout.ts";
 
 /**
- * 2-D convolution. x: [batch, C_in, H, W]; weight: [C_out, C_in, kh, kw]; bias: [C_out] or null →
- * out [batch, C_out, H', W'] with H' = ⌊(H + 2·ph − kh) / sh⌋ + 1.
+ * 2-D convolution ({@link KernelSignatures.conv2d}) into out [batch, C_out, H', W'],
+ * H' = ⌊(H + 2·ph − kh) / sh⌋ + 1.
  */
-export function conv2d(
-  host: VkOpHost,
-  out: Tensor,
-  x: Tensor,
-  weight: Tensor,
-  bias: Tensor | null,
-  stride: readonly [number, number],
-  padding: readonly [number, number],
-): void {
+export const conv2d: VkKernel<"conv2d"> = (host, out, x, weight, bias, stride, padding) => {
   const op = "conv2d";
   if (out.numel === 0) return;
   const [, cin, h, w] = x.shape as [number, number, number, number];
@@ -53,4 +45,4 @@ export function conv2d(
     const bindings = [y.binding, a.binding, wt.binding, (b ?? a).binding];
     dispatch1d(host, op, "conv2d", [], bindings, push, out.numel);
   });
-}
+};

@@ -5,9 +5,9 @@
  * does not cost precision. Strided inputs are copied to contiguous scratch first. Kernel-table
  * entries: arguments arrive checked (@tp/tensor's op front-end).
  */
-import { numel, type Tensor } from "@tp/tensor";
+import { type KernelSignatures, numel, type Tensor } from "@tp/tensor";
 import type { Binding } from "../ffi.ts";
-import { dispatchGroups, Push, type VkOpHost } from "./common.ts";
+import { dispatchGroups, Push, type VkKernel, type VkOpHost } from "./common.ts";
 import { contiguous } from "./layout.ts";
 
 /** A parameter vector (weight or bias, contiguous): its binding and offset, or `fallback` with has = 0. */
@@ -36,17 +36,33 @@ function operands(
 }
 
 /**
- * rms_norm over the last dimension: x / sqrt(mean(x²) + eps) · g, g = weight, 1 + weight
- * (`unitOffset`), or 1 (null weight). x: [..., D] f32; weight: [D] f32. Source: Zhang & Sennrich 2019.
+ * The rest of a layer_norm or group_norm kernel once `push` holds the shape fields that open its block:
+ * x, weight and bias bound in a scope, the fields every such block ends with (x, weight and bias
+ * offsets, eps, has_weight, has_bias: shaders/layer_norm.comp, group_norm.comp), one workgroup per row.
  */
-export function rmsNorm(
+function affineNorm(
   host: VkOpHost,
+  op: "layer_norm" | "group_norm",
+  push: Push,
   out: Tensor,
   x: Tensor,
   weight: Tensor | null,
+  bias: Tensor | null,
   eps: number,
-  unitOffset: boolean,
+  rows: number,
 ): void {
+  host.scope(() => {
+    const { a, w, b, bindings } = operands(host, op, out, x, weight, bias);
+    push.u32(a.offset).u32(w.offset).u32(b.offset).f32(eps).u32(w.has).u32(b.has);
+    dispatchGroups(host, op, op, [host.workgroup], bindings, push, rows);
+  });
+}
+
+/**
+ * rms_norm over the last dimension ({@link KernelSignatures.rms_norm}): x / sqrt(mean(x²) + eps) · g,
+ * g = weight, 1 + weight (`unitOffset`), or 1 (null weight). Source: Zhang & Sennrich 2019.
+ */
+export const rmsNorm: VkKernel<"rms_norm"> = (host, out, x, weight, eps, unitOffset) => {
   const op = "rms_norm";
   if (x.numel === 0) return;
   const d = x.shape[x.rank - 1] as number;
@@ -63,69 +79,31 @@ export function rmsNorm(
       .u32(unitOffset ? 1 : 0);
     dispatchGroups(host, op, "rms_norm", [host.workgroup], bindings.slice(0, 3), push, rows);
   });
-}
+};
 
-/** layer_norm over the last dimension (biased variance); weight and bias [D] optional. Source: Ba et al. 2016. */
-export function layerNorm(
-  host: VkOpHost,
-  out: Tensor,
-  x: Tensor,
-  weight: Tensor | null,
-  bias: Tensor | null,
-  eps: number,
-): void {
-  const op = "layer_norm";
+/**
+ * layer_norm over the last dimension, biased variance ({@link KernelSignatures.layer_norm}).
+ * Source: Ba et al. 2016.
+ */
+export const layerNorm: VkKernel<"layer_norm"> = (host, out, x, weight, bias, eps) => {
   if (x.numel === 0) return;
   const d = x.shape[x.rank - 1] as number;
   const rows = x.numel / d;
-  host.scope(() => {
-    const { a, w, b, bindings } = operands(host, op, out, x, weight, bias);
-    const push = new Push(32)
-      .u32(rows)
-      .u32(d)
-      .u32(a.offset)
-      .u32(w.offset)
-      .u32(b.offset)
-      .f32(eps)
-      .u32(w.has)
-      .u32(b.has);
-    dispatchGroups(host, op, "layer_norm", [host.workgroup], bindings, push, rows);
-  });
-}
+  affineNorm(host, "layer_norm", new Push(32).u32(rows).u32(d), out, x, weight, bias, eps, rows);
+};
 
-/**
- * group_norm of x [batch, channels, ...spatial] with `groups` groups (a divisor of channels); weight
- * and bias [channels] optional. Source: Wu & He 2018.
- */
-export function groupNorm(
-  host: VkOpHost,
-  out: Tensor,
-  x: Tensor,
-  groups: number,
-  weight: Tensor | null,
-  bias: Tensor | null,
-  eps: number,
-): void {
-  const op = "group_norm";
+/** group_norm of x [batch, channels, ...spatial] ({@link KernelSignatures.group_norm}). Source: Wu & He 2018. */
+export const groupNorm: VkKernel<"group_norm"> = (host, out, x, groups, weight, bias, eps) => {
   if (x.numel === 0) return;
   const [batch, channels] = x.shape as [number, number];
   const spatial = numel(x.shape.slice(2));
   const cpg = channels / groups;
   const rows = batch * groups;
-  host.scope(() => {
-    const { a, w, b, bindings } = operands(host, op, out, x, weight, bias);
-    const push = new Push(44)
-      .u32(rows)
-      .u32(cpg * spatial)
-      .u32(spatial)
-      .u32(cpg)
-      .u32(groups)
-      .u32(a.offset)
-      .u32(w.offset)
-      .u32(b.offset)
-      .f32(eps)
-      .u32(w.has)
-      .u32(b.has);
-    dispatchGroups(host, op, "group_norm", [host.workgroup], bindings, push, rows);
-  });
-}
+  const push = new Push(44)
+    .u32(rows)
+    .u32(cpg * spatial)
+    .u32(spatial)
+    .u32(cpg)
+    .u32(groups);
+  affineNorm(host, "group_norm", push, out, x, weight, bias, eps, rows);
+};

@@ -6,8 +6,8 @@
  * Kernel-table entry: arguments arrive checked (@tp/tensor's op front-end).
  * Source: RoFormer (arXiv:2104.09864) §3.4; @tp/tensor RopeOptions.
  */
-import type { Tensor } from "@tp/tensor";
-import { dispatch1d, Push, type VkOpHost } from "./common.ts";
+import type { KernelSignatures } from "@tp/tensor";
+import { dispatch1d, Push, type VkKernel } from "./common.ts";
 import { contiguous } from "./layout.ts";
 
 const TWO_32 = 2 ** 32;
@@ -39,21 +39,20 @@ export function ropeTable(
 }
 
 /**
- * Rotary position embedding. x: [batch, seq_len, num_heads, head_dim] f32 (any view); positions: i32
- * [seq_len], or [sections.length, seq_len] when `sections` (pairs per axis, summing to ropeDims / 2)
- * is not empty; the first ropeDims of each head rotate, the rest are copied.
+ * Rotary position embedding ({@link KernelSignatures.rope}): the first ropeDims of each head rotate, the
+ * rest are copied.
  */
-export function rope(
-  host: VkOpHost,
-  out: Tensor,
-  x: Tensor,
-  positions: Tensor,
-  mode: "neox" | "interleaved",
-  theta: number,
-  ropeDims: number,
-  freqScale: number,
-  sections: readonly number[],
-): void {
+export const rope: VkKernel<"rope"> = (
+  host,
+  out,
+  x,
+  positions,
+  mode,
+  theta,
+  ropeDims,
+  freqScale,
+  sections,
+) => {
   const op = "rope";
   if (x.numel === 0) return;
   const [, seq, heads, hd] = x.shape as [number, number, number, number];
@@ -82,4 +81,4 @@ export function rope(
       .u32(t.offset);
     dispatch1d(host, op, "rope", [], [y.binding, a.binding, p.binding, t.binding], push, x.numel);
   });
-}
+};
