@@ -4,21 +4,11 @@
 // freed, a missing entry is E_UNSUPPORTED naming backend, op and format, and supports() / capabilities()
 // come from the table.
 import { describe, expect, test } from "bun:test";
-import { isTpError, type TpErrorCode } from "./errors.ts";
+import type { TpErrorCode } from "./errors.ts";
 import type { AttentionParams } from "./kernels.ts";
 import type { Tensor } from "./tensor.ts";
-import { TableBackend } from "./testing.ts";
+import { TableBackend, thrown } from "./testing.ts";
 import { Weight } from "./weight.ts";
-
-function thrown(fn: () => unknown): { code: TpErrorCode; message: string } {
-  try {
-    fn();
-  } catch (e) {
-    if (isTpError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error("expected a TpError");
-}
 
 /** What the kernels saw, call by call. */
 interface Seen {

@@ -54,15 +54,20 @@ export class HostBackend extends BackendBase {
   }
 }
 
-/** The TpError code `fn` throws (another exception fails the test). */
-export function errorCode(fn: () => unknown): TpErrorCode {
+/** The code and message of the TpError `fn` throws (another exception, or none, fails the test). */
+export function thrown(fn: () => unknown): { code: TpErrorCode; message: string } {
   try {
     fn();
   } catch (e) {
-    if (isTpError(e)) return e.code;
+    if (isTpError(e)) return { code: e.code, message: e.message };
     throw e;
   }
   throw new Error("expected a TpError");
+}
+
+/** The TpError code `fn` throws (another exception fails the test). */
+export function errorCode(fn: () => unknown): TpErrorCode {
+  return thrown(fn).code;
 }
 
 /**
