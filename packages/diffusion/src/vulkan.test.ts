@@ -17,7 +17,7 @@ import type { Backend, Tensor } from "@tp/tensor";
 import { type Krea2Dit, type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { image01, loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
-import { readF32, relErr } from "./testing/fixtures.ts";
+import { expectComfyRun, readF32, relErr } from "./testing/fixtures.ts";
 
 /** Float modes: f32 products summed in another order than torch (measured ≤ 6e-7 here). */
 const FLOAT_TOL = 1e-5;
@@ -193,34 +193,8 @@ describe.skipIf(SKIP !== "")("Wan 2.1 VAE and the Krea 2 pipeline on the Vulkan 
           states.push((await backend.read(s.x)) as Float32Array);
         },
       });
-      expect(Array.from(r.sigmas)).toEqual(Array.from(readF32(join(RUN, "sigmas.bin"))));
-      for (let i = 0; i < 3; i++) {
-        expect(
-          relErr(states[i] as Float32Array, readF32(join(RUN, `step${i + 1}_x.bin`))),
-        ).toBeLessThanOrEqual(LATENT_TOL);
-      }
-      expect(relErr(r.modelLatent, readF32(join(RUN, "final_latent_model_space.bin")))).toBeLessThanOrEqual(
-        LATENT_TOL,
-      );
-      expect(relErr(r.latent, readF32(join(RUN, "final_latent_vae_space.bin")))).toBeLessThanOrEqual(
-        LATENT_TOL,
-      );
-      // ComfyUI's SaveImage of decoded_image01: trunc(f32(255·p)), interleaved.
       expect([r.width, r.height, r.rgb.length]).toEqual([128, 96, 128 * 96 * 3]);
-      const img01 = readF32(join(RUN, "decoded_image01.bin"));
-      const plane = 128 * 96;
-      let off = 0;
-      let maxOff = 0;
-      for (let c = 0; c < 3; c++) {
-        for (let i = 0; i < plane; i++) {
-          const ref = Math.trunc(Math.fround(255 * (img01[c * plane + i] as number)));
-          const d = Math.abs(ref - (r.rgb[i * 3 + c] as number));
-          if (d > 0) off++;
-          maxOff = Math.max(maxOff, d);
-        }
-      }
-      expect(maxOff).toBeLessThanOrEqual(1);
-      expect(off).toBeLessThanOrEqual(MAX_BYTES_OFF_BY_ONE);
+      expectComfyRun(RUN, r, states, { latent: LATENT_TOL, bytesOffByOne: MAX_BYTES_OFF_BY_ONE });
     } finally {
       dit.dispose();
       vae.dispose();
