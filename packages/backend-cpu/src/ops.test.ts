@@ -6,7 +6,8 @@
 // order. The numerics of every op are in @tp/conformance (packages/conformance), run on this backend
 // at every ISA level.
 import { afterAll, describe, expect, test } from "bun:test";
-import { isTpError, type Tensor, type TpErrorCode, Weight } from "@tp/tensor";
+import { type Tensor, Weight } from "@tp/tensor";
+import { thrown } from "@tp/tensor/testing";
 import { createBackend } from "./backend.ts";
 import type { Pointer } from "./ffi.ts";
 import {
@@ -25,16 +26,6 @@ afterAll(() => {
   b.dispose();
   other.dispose();
 });
-
-function thrown(fn: () => unknown): { code: TpErrorCode; message: string } {
-  try {
-    fn();
-  } catch (e) {
-    if (isTpError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error("expected a TpError");
-}
 
 const f32 = (shape: number[], fill = 1) =>
   b.upload(new Float32Array(shape.reduce((a, c) => a * c, 1)).fill(fill), shape, "f32");

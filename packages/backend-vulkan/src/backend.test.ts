@@ -8,14 +8,13 @@ import {
   f16ToF32,
   f32ToBf16,
   f32ToF16,
-  isTpError,
   loadBackend,
   OP_NAMES,
   type Tensor,
-  type TpErrorCode,
   Weight,
   type WeightFormat,
 } from "@tp/tensor";
+import { thrown as errorOf } from "@tp/tensor/testing";
 import { createBackend, kernelFeatures, parseDeviceSelector, VulkanBackend } from "./backend.ts";
 import { defaultShaderDir, type VulkanBuffer } from "./ffi.ts";
 import { KERNELS, type KernelName, kernelFile } from "./kernels.ts";
@@ -82,16 +81,6 @@ function weightOf(format: WeightFormat, values: Float32Array, [n, k]: [number, n
     }
   } else throw new Error(`weightOf: ${format}`);
   return new Weight({ name: `w_${format}`, format, shape: [n, k], data });
-}
-
-function errorOf(fn: () => unknown): { code: TpErrorCode; message: string } {
-  try {
-    fn();
-  } catch (e) {
-    if (isTpError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error("expected a TpError");
 }
 
 let backend: VulkanBackend | null = null;

@@ -7,7 +7,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { isTpError, type TpErrorCode } from "@tp/tensor";
+import { thrown as errorOf } from "@tp/tensor/testing";
 import {
   checkLibraryFile,
   defaultShaderDir,
@@ -17,16 +17,6 @@ import {
   type VulkanContext,
   type VulkanLibrary,
 } from "./ffi.ts";
-
-function errorOf(fn: () => unknown): { code: TpErrorCode; message: string } {
-  try {
-    fn();
-  } catch (e) {
-    if (isTpError(e)) return { code: e.code, message: e.message };
-    throw e;
-  }
-  throw new Error("expected a TpError");
-}
 
 let lib: VulkanLibrary | null = null;
 let ctx: VulkanContext | null = null;

@@ -1,4 +1,4 @@
-// Test-only helpers of @tp/tensor (not exported from the package).
+// Test-only helpers of @tp/tensor: `@tp/tensor/testing` (a subpath export, not part of the main entry).
 import { BackendBase, type BackendOptions } from "./base.ts";
 import { decodeToF32, encodeFromF32 } from "./convert.ts";
 import { dtypeBytes } from "./dtype.ts";
