@@ -17,7 +17,7 @@ import type { Backend, Tensor } from "@tp/tensor";
 import { type Krea2Dit, type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { image01, loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
-import { expectComfyRun, readF32, relErr } from "./testing/fixtures.ts";
+import { expectComfyRun, readF32, relErr, TURBO_CFG1 } from "./testing/fixtures.ts";
 
 /** Float modes: f32 products summed in another order than torch (measured ≤ 6e-7 here). */
 const FLOAT_TOL = 1e-5;
@@ -184,11 +184,7 @@ describe.skipIf(SKIP !== "")("Wan 2.1 VAE and the Krea 2 pipeline on the Vulkan 
         dit,
         vae,
         conditioning: { positive: { data: readF32(join(RUN, "context_pos.bin")), shape: [1, 7, 960] } },
-        width: 128,
-        height: 96,
-        steps: 4,
-        seed: 42,
-        noiseKernel: "default", // the fixture machine ran torch's scalar randn kernel
+        ...TURBO_CFG1,
         onStep: async (s) => {
           states.push((await backend.read(s.x)) as Float32Array);
         },

@@ -22,7 +22,7 @@ import {
 import { loadWanVae } from "../models/wan-vae.ts";
 import { randn } from "../noise.ts";
 import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, krea2Sigmas } from "../schedule.ts";
-import { expectComfyRun, readF32, relErr } from "../testing/fixtures.ts";
+import { expectComfyRun, readF32, relErr, TURBO_CFG1 } from "../testing/fixtures.ts";
 import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../testing/random-text-encoder.ts";
 import {
   CONDITIONING_FORMAT,
@@ -112,11 +112,7 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
       dit: m.dit,
       vae: m.vae,
       conditioning: { positive: contextPos() },
-      width: 128,
-      height: 96,
-      steps: 4,
-      seed: 42,
-      noiseKernel: "default", // the fixture machine ran torch's scalar randn kernel
+      ...TURBO_CFG1,
       onStep: async (s) => {
         steps.push(s.step);
         expect(s.stepMs).toBeGreaterThan(0);
@@ -149,11 +145,7 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
       dit: m.dit,
       vae: m.vae,
       conditioning: { positive: contextPos() },
-      width: 128,
-      height: 96,
-      steps: 4,
-      seed: 42,
-      noiseKernel: "default",
+      ...TURBO_CFG1,
     });
     // x rounded to bf16 before each bf16 matmul (measured 1.5e-3)
     expect(relErr(r.modelLatent, readF32(join(RUN, "final_latent_model_space.bin")))).toBeLessThanOrEqual(

@@ -36,6 +36,12 @@ export function relErr(ours: ArrayLike<number>, ref: ArrayLike<number>): number 
 }
 
 /**
+ * The settings of ComfyUI's turbo_cfg1 run (`<KREA2_TINY>/sampling/turbo_cfg1`, cfg 1): 128×96, 4
+ * steps, seed 42, and torch's scalar randn kernel, which the fixture machine ran.
+ */
+export const TURBO_CFG1 = { width: 128, height: 96, steps: 4, seed: 42, noiseKernel: "default" } as const;
+
+/**
  * Expect a Krea 2 sampling run to match the ComfyUI run saved in `dir` (`<KREA2_TINY>/sampling/<run>`):
  * the same sigmas; one step state per step (`states`, as `onStep` read them), each but the last within
  * `tol.latent` (relErr) of `step<i+1>_x.bin`; both final latents (sampler and VAE space) within
