@@ -44,6 +44,18 @@ async function errorOf(f: () => unknown): Promise<string> {
   return "no error";
 }
 
+/** A test body run on a fresh one-thread cpu backend, disposed after it whatever it does. */
+function onCpu(body: (backend: CpuBackend) => Promise<void>): () => Promise<void> {
+  return async () => {
+    const backend = new CpuBackend({ threads: 1 });
+    try {
+      await body(backend);
+    } finally {
+      backend.dispose();
+    }
+  };
+}
+
 describe("the registry", () => {
   test("the DiT's tensors pick the row; other files are E_FORMAT saying what they are", async () => {
     expect(PIPELINES.map((p) => p.id)).toEqual(["krea2"]);
@@ -70,9 +82,9 @@ describe("the registry", () => {
 });
 
 describe("Krea 2's row", () => {
-  test("generate from files = generateKrea2 by hand; events in order; conditioning kept; nothing leaks", async () => {
-    const backend = new CpuBackend({ threads: 1 });
-    try {
+  test(
+    "generate from files = generateKrea2 by hand; events in order; conditioning kept; nothing leaks",
+    onCpu(async (backend) => {
       const before = backend.memory.current;
       const events: GenerateEvent["kind"][] = [];
       const r = await KREA2_PIPELINE.generate(
@@ -148,14 +160,13 @@ describe("Krea 2's row", () => {
         negative_prompt: "",
         text_encoder: "te.safetensors",
       });
-    } finally {
-      backend.dispose();
-    }
-  }, 60_000);
+    }),
+    60_000,
+  );
 
-  test("load keeps the networks resident: each image equals the one-shot generate's; dispose frees all", async () => {
-    const backend = new CpuBackend({ threads: 1 });
-    try {
+  test(
+    "load keeps the networks resident: each image equals the one-shot generate's; dispose frees all",
+    onCpu(async (backend) => {
       const before = backend.memory.current;
       const settings = { width: 32, height: 32, steps: 2, cfg: 2, seed: 3n } as const;
       const oneShot = await KREA2_PIPELINE.generate({
@@ -186,14 +197,13 @@ describe("Krea 2's row", () => {
       expect(await errorOf(() => noEncoder.generate({ prompt: "p", ...settings }))).toStartWith(
         "E_ARG: missing --text-encoder",
       );
-    } finally {
-      backend.dispose();
-    }
-  }, 60_000);
+    }),
+    60_000,
+  );
 
-  test("errors before any work: a text encoder that does not fit, no text encoder, a negative nobody encodes", async () => {
-    const backend = new CpuBackend({ threads: 1 });
-    try {
+  test(
+    "errors before any work: a text encoder that does not fit, no text encoder, a negative nobody encodes",
+    onCpu(async (backend) => {
       const wide = join(tmp, "te-64.safetensors");
       writeRandomQwen3VlText(wide, { ...TINY_KREA2_TEXT_CONFIG, hidden_size: 64 }, { seed: 5 });
       const run = (o: object) => () =>
@@ -209,16 +219,15 @@ describe("Krea 2's row", () => {
         "E_ARG: unknown DiT mode 'fast'; expected one of: native, upcast, dequant",
       );
       expect(backend.memory.current).toBe(0);
-    } finally {
-      backend.dispose();
-    }
-  }, 60_000);
+    }),
+    60_000,
+  );
 });
 
 describe("device conditioning", () => {
-  test("upload, read, zeros and dispose; wrong shapes are E_SHAPE", async () => {
-    const backend = new CpuBackend({ threads: 1 });
-    try {
+  test(
+    "upload, read, zeros and dispose; wrong shapes are E_SHAPE",
+    onCpu(async (backend) => {
       const host = randomConditioning(3, 8, 1);
       const c = Conditioning.upload(backend, host);
       expect(c.shape).toEqual([1, 3, 8]);
@@ -236,8 +245,6 @@ describe("device conditioning", () => {
       expect(await errorOf(() => new Conditioning(flat))).toBe(
         "E_SHAPE: conditioning must be f32 [1, seq, width], got f32 [2, 3]",
       );
-    } finally {
-      backend.dispose();
-    }
-  });
+    }),
+  );
 });
