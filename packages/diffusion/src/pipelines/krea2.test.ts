@@ -37,6 +37,7 @@ import {
   decodeKrea2Latent,
   generateKrea2,
   KREA2_DEFAULTS,
+  type Krea2GenerateOptions,
   krea2MaxShift,
   krea2Parameters,
   krea2Size,
@@ -159,7 +160,8 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
     async () => {
       const m = models("upcast");
       const pos = contextPos();
-      const base = { dit: m.dit, vae: m.vae, width: 32, height: 40, seed: 5n } as const;
+      const run = (steps: number, cfg: number, conditioning: Krea2GenerateOptions["conditioning"]) =>
+        generateKrea2({ dit: m.dit, vae: m.vae, width: 32, height: 40, seed: 5n, steps, cfg, conditioning });
       // One step from σ = 1 to 0 gives x = den exactly, so the result is the CFG mix itself.
       const neg: HostConditioning = { data: pos.data.slice(0, 3 * 960).map((v) => -v), shape: [1, 3, 960] };
       const byHand = async (negative: HostConditioning, cfg: number): Promise<Float32Array> => {
@@ -185,26 +187,16 @@ describe(`Krea 2 pipeline vs ComfyUI turbo_cfg1${note}`, () => {
           return f(xi + f(f(f(xi - den) * 1) * -1)); // x + (x − den)/σ · (0 − σ)
         });
       };
-      const zero = await generateKrea2({ ...base, steps: 1, cfg: 3, conditioning: { positive: pos } });
+      const zero = await run(1, 3, { positive: pos });
       expect(zero.settings.negative).toBe("zero");
       const zeros: HostConditioning = { data: new Float32Array(pos.data.length), shape: pos.shape };
       expect(relErr(zero.modelLatent, await byHand(zeros, 3))).toBeLessThanOrEqual(CFG_TOL);
-      const text = await generateKrea2({
-        ...base,
-        steps: 1,
-        cfg: 3,
-        conditioning: { positive: pos, negative: neg },
-      });
+      const text = await run(1, 3, { positive: pos, negative: neg });
       expect(text.settings.negative).toBe("text");
       expect(relErr(text.modelLatent, await byHand(neg, 3))).toBeLessThanOrEqual(CFG_TOL);
       // cfg 1: the negative is not used at all
-      const a = await generateKrea2({
-        ...base,
-        steps: 2,
-        cfg: 1,
-        conditioning: { positive: pos, negative: neg },
-      });
-      const c = await generateKrea2({ ...base, steps: 2, cfg: 1, conditioning: { positive: pos } });
+      const a = await run(2, 1, { positive: pos, negative: neg });
+      const c = await run(2, 1, { positive: pos });
       expect(a.settings.negative).toBe("none");
       expect(a.rgb).toEqual(c.rgb);
       m.close();
