@@ -34,6 +34,29 @@ function timeOp(fn: () => Tensor): number {
   return t;
 }
 
+/**
+ * A case of `work` units (GB of input read, or GFLOP) per call of `op`, reported in `unit` = work per
+ * second, against the same work done by `naive`, a plain TS loop (null: no peer). `runs`: the case's own.
+ */
+function throughputCase(
+  name: string,
+  unit: "GB/s" | "GFLOP/s",
+  work: number,
+  op: () => Tensor,
+  naive: (() => void) | null,
+  runs?: number,
+) {
+  return {
+    case: name,
+    metric: "throughput",
+    unit,
+    better: "higher" as const,
+    ...(runs === undefined ? {} : { runs }),
+    ours: () => work / timeOp(op),
+    ...(naive === null ? {} : { peer: { name: "naive TS loop", run: () => work / seconds(naive) } }),
+  };
+}
+
 /** Naive attention: for each query, the whole score row, softmax, weighted sum (f32 arrays). */
 function naiveAttention(
   q: Float32Array,
@@ -84,22 +107,14 @@ function attentionCase(h: number, hkv: number, s: number, d: number, causal: boo
   const kt = b.upload(k, [1, hkv, s, d], "f32");
   const vt = b.upload(v, [1, hkv, s, d], "f32");
   const flops = 4 * h * s * s * d * (causal ? 0.5 : 1);
-  return {
-    case: `attention ${h}/${hkv} heads × ${d}, seq ${s}${causal ? ", causal" : ""}`,
-    metric: "throughput",
-    unit: "GFLOP/s",
-    better: "higher" as const,
-    runs: 3,
-    ours: () => flops / 1e9 / timeOp(() => b.attention(qt, kt, vt, { causal })),
-    ...(withPeer
-      ? {
-          peer: {
-            name: "naive TS loop",
-            run: () => flops / 1e9 / seconds(() => naiveAttention(q, k, v, h, hkv, s, d, causal)),
-          },
-        }
-      : {}),
-  };
+  return throughputCase(
+    `attention ${h}/${hkv} heads × ${d}, seq ${s}${causal ? ", causal" : ""}`,
+    "GFLOP/s",
+    flops / 1e9,
+    () => b.attention(qt, kt, vt, { causal }),
+    withPeer ? () => naiveAttention(q, k, v, h, hkv, s, d, causal) : null,
+    3,
+  );
 }
 
 function rmsNormCase(rows: number, dim: number) {
@@ -109,27 +124,21 @@ function rmsNormCase(rows: number, dim: number) {
   const wt = b.upload(w, [dim], "f32");
   const out = new Float32Array(rows * dim);
   const gb = (rows * dim * 4) / 1e9;
-  return {
-    case: `rms_norm [${rows}, ${dim}], 1 + weight`,
-    metric: "throughput",
-    unit: "GB/s",
-    better: "higher" as const,
-    ours: () => gb / timeOp(() => b.rmsNorm(xt, wt, { eps: 1e-6, unitOffset: true })),
-    peer: {
-      name: "naive TS loop",
-      run: () =>
-        gb /
-        seconds(() => {
-          for (let r = 0; r < rows; r++) {
-            let ss = 0;
-            for (let i = 0; i < dim; i++) ss += (x[r * dim + i] as number) ** 2;
-            const inv = 1 / Math.sqrt(ss / dim + 1e-6);
-            for (let i = 0; i < dim; i++)
-              out[r * dim + i] = (x[r * dim + i] as number) * inv * (1 + (w[i] as number));
-          }
-        }),
+  return throughputCase(
+    `rms_norm [${rows}, ${dim}], 1 + weight`,
+    "GB/s",
+    gb,
+    () => b.rmsNorm(xt, wt, { eps: 1e-6, unitOffset: true }),
+    () => {
+      for (let r = 0; r < rows; r++) {
+        let ss = 0;
+        for (let i = 0; i < dim; i++) ss += (x[r * dim + i] as number) ** 2;
+        const inv = 1 / Math.sqrt(ss / dim + 1e-6);
+        for (let i = 0; i < dim; i++)
+          out[r * dim + i] = (x[r * dim + i] as number) * inv * (1 + (w[i] as number));
+      }
     },
-  };
+  );
 }
 
 function softmaxCase(rows: number, n: number) {
@@ -137,31 +146,25 @@ function softmaxCase(rows: number, n: number) {
   const xt = b.upload(x, [rows, n], "f32");
   const out = new Float32Array(rows * n);
   const gb = (rows * n * 4) / 1e9;
-  return {
-    case: `softmax [${rows}, ${n}]`,
-    metric: "throughput",
-    unit: "GB/s",
-    better: "higher" as const,
-    ours: () => gb / timeOp(() => b.softmax(xt)),
-    peer: {
-      name: "naive TS loop",
-      run: () =>
-        gb /
-        seconds(() => {
-          for (let r = 0; r < rows; r++) {
-            let m = -Infinity;
-            for (let i = 0; i < n; i++) m = Math.max(m, x[r * n + i] as number);
-            let s = 0;
-            for (let i = 0; i < n; i++) {
-              const e = Math.exp((x[r * n + i] as number) - m);
-              out[r * n + i] = e;
-              s += e;
-            }
-            for (let i = 0; i < n; i++) out[r * n + i] = (out[r * n + i] as number) / s;
-          }
-        }),
+  return throughputCase(
+    `softmax [${rows}, ${n}]`,
+    "GB/s",
+    gb,
+    () => b.softmax(xt),
+    () => {
+      for (let r = 0; r < rows; r++) {
+        let m = -Infinity;
+        for (let i = 0; i < n; i++) m = Math.max(m, x[r * n + i] as number);
+        let s = 0;
+        for (let i = 0; i < n; i++) {
+          const e = Math.exp((x[r * n + i] as number) - m);
+          out[r * n + i] = e;
+          s += e;
+        }
+        for (let i = 0; i < n; i++) out[r * n + i] = (out[r * n + i] as number) / s;
+      }
     },
-  };
+  );
 }
 
 function siluCase(n: number) {
@@ -169,21 +172,15 @@ function siluCase(n: number) {
   const xt = b.upload(x, [n], "f32");
   const out = new Float32Array(n);
   const gb = (n * 4) / 1e9;
-  return {
-    case: `silu [${n}]`,
-    metric: "throughput",
-    unit: "GB/s",
-    better: "higher" as const,
-    ours: () => gb / timeOp(() => b.silu(xt)),
-    peer: {
-      name: "naive TS loop",
-      run: () =>
-        gb /
-        seconds(() => {
-          for (let i = 0; i < n; i++) out[i] = (x[i] as number) / (1 + Math.exp(-(x[i] as number)));
-        }),
+  return throughputCase(
+    `silu [${n}]`,
+    "GB/s",
+    gb,
+    () => b.silu(xt),
+    () => {
+      for (let i = 0; i < n; i++) out[i] = (x[i] as number) / (1 + Math.exp(-(x[i] as number)));
     },
-  };
+  );
 }
 
 function conv2dCase(c: number, hw: number) {
@@ -193,40 +190,32 @@ function conv2dCase(c: number, hw: number) {
   const wt = b.upload(w, [c, c, 3, 3], "f32");
   const out = new Float32Array(c * hw * hw);
   const flops = 2 * c * c * 9 * hw * hw;
-  return {
-    case: `conv2d 3×3 ${c} → ${c}, ${hw}×${hw}, padding 1`,
-    metric: "throughput",
-    unit: "GFLOP/s",
-    better: "higher" as const,
-    runs: 3,
-    ours: () => flops / 1e9 / timeOp(() => b.conv2d(xt, wt, null, { padding: 1 })),
-    peer: {
-      name: "naive TS loop",
-      run: () =>
-        flops /
-        1e9 /
-        seconds(() => {
-          out.fill(0);
-          for (let co = 0; co < c; co++)
-            for (let ci = 0; ci < c; ci++)
-              for (let dy = 0; dy < 3; dy++)
-                for (let dx = 0; dx < 3; dx++) {
-                  const wv = w[((co * c + ci) * 3 + dy) * 3 + dx] as number;
-                  for (let y = 0; y < hw; y++) {
-                    const iy = y + dy - 1;
-                    if (iy < 0 || iy >= hw) continue;
-                    for (let xx = 0; xx < hw; xx++) {
-                      const ix = xx + dx - 1;
-                      if (ix < 0 || ix >= hw) continue;
-                      out[(co * hw + y) * hw + xx] =
-                        (out[(co * hw + y) * hw + xx] as number) +
-                        wv * (x[(ci * hw + iy) * hw + ix] as number);
-                    }
-                  }
+  return throughputCase(
+    `conv2d 3×3 ${c} → ${c}, ${hw}×${hw}, padding 1`,
+    "GFLOP/s",
+    flops / 1e9,
+    () => b.conv2d(xt, wt, null, { padding: 1 }),
+    () => {
+      out.fill(0);
+      for (let co = 0; co < c; co++)
+        for (let ci = 0; ci < c; ci++)
+          for (let dy = 0; dy < 3; dy++)
+            for (let dx = 0; dx < 3; dx++) {
+              const wv = w[((co * c + ci) * 3 + dy) * 3 + dx] as number;
+              for (let y = 0; y < hw; y++) {
+                const iy = y + dy - 1;
+                if (iy < 0 || iy >= hw) continue;
+                for (let xx = 0; xx < hw; xx++) {
+                  const ix = xx + dx - 1;
+                  if (ix < 0 || ix >= hw) continue;
+                  out[(co * hw + y) * hw + xx] =
+                    (out[(co * hw + y) * hw + xx] as number) + wv * (x[(ci * hw + iy) * hw + ix] as number);
                 }
-        }),
+              }
+            }
     },
-  };
+    3,
+  );
 }
 
 export default {
