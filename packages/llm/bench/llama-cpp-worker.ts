@@ -17,16 +17,9 @@
  * usage: bun packages/llm/bench/llama-cpp-worker.ts FILE pp|tg N THREADS CTX
  */
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
-import { benchPromptIds } from "./prompt.ts";
+import { benchPromptIds, workerArgs } from "./prompt.ts";
 
-const [path, mode, nText, threadsText, ctxText] = process.argv.slice(2);
-if (path === undefined || (mode !== "pp" && mode !== "tg")) {
-  console.error("usage: llama-cpp-worker.ts FILE pp|tg N THREADS CTX");
-  process.exit(2);
-}
-const n = Number(nText);
-const threads = Number(threadsText);
-const ctx = Number(ctxText);
+const { path, mode, n, threads, ctx } = workerArgs("llama-cpp-worker.ts");
 try {
   const llama = await getLlama({
     gpu: false,

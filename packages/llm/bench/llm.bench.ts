@@ -138,7 +138,13 @@ export default {
           seen[side].engine.push(r.ms_per_token_engine);
         return r.tokens_per_second;
       };
-      const throughput = (mode: "pp" | "tg", n: number) => ({
+      /** The tok/s case of `mode` over `n` tokens: ours, llama.cpp and the baseline, each in its own processes. */
+      const speed = (mode: "pp" | "tg", n: number, metric: string) => ({
+        case: `${name} ${mode}${n}`,
+        metric,
+        unit: "tok/s",
+        better: "higher" as const,
+        runs: 3,
         ours: run(ours, "ours", mode, n),
         peer: { name: "llama.cpp", run: run(llamaCpp, "peer", mode, n) },
         ...(baseline === null ? {} : { baseline: run(baseline, "baseline", mode, n) }),
@@ -151,22 +157,8 @@ export default {
         return e.length === 0 ? 0 : e.reduce((a, b) => a + b, 0) / e.length;
       };
       return [
-        {
-          case: `${name} pp${PP}`,
-          metric: "prompt processing",
-          unit: "tok/s",
-          better: "higher" as const,
-          runs: 3,
-          ...throughput("pp", PP),
-        },
-        {
-          case: `${name} tg${TG}`,
-          metric: "generation",
-          unit: "tok/s",
-          better: "higher" as const,
-          runs: 3,
-          ...throughput("tg", TG),
-        },
+        speed("pp", PP, "prompt processing"),
+        speed("tg", TG, "generation"),
         {
           case: `${name} peak rss`,
           metric: "peak RSS over the runs above (each process's own VmHWM)",

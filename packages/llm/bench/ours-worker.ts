@@ -16,17 +16,11 @@
  */
 import { createBackend } from "@tp/backend-cpu";
 import { GenerationSession, loadModel } from "@tp/llm";
-import { benchPromptIds } from "./prompt.ts";
+import { benchPromptIds, workerArgs } from "./prompt.ts";
 
-const [path, mode, nText, threadsText, ctxText] = process.argv.slice(2);
-if (path === undefined || (mode !== "pp" && mode !== "tg")) {
-  console.error("usage: ours-worker.ts FILE pp|tg N THREADS CTX");
-  process.exit(2);
-}
-const n = Number(nText);
-const ctx = Number(ctxText);
+const { path, mode, n, threads, ctx } = workerArgs("ours-worker.ts");
 try {
-  const backend = createBackend({ threads: Number(threadsText) });
+  const backend = createBackend({ threads });
   const { model, tokenizer } = loadModel(path, { backend, maxContext: ctx });
   const session = new GenerationSession(model, tokenizer, { seed: 1 });
   let seconds = 0;
