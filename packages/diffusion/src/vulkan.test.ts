@@ -10,14 +10,14 @@
 // Error measure: max |ours − ref| / max |ref| over the tensor ("normalised max error").
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
 import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import type { Backend, Tensor } from "@tp/tensor";
 import { type Krea2Dit, type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { image01, loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
-import { expectComfyRun, readF32, relErr, TURBO_CFG1 } from "./testing/fixtures.ts";
+import { expectComfyRun, KREA2_TINY, readF32, relErr, TURBO_CFG1 } from "./testing/fixtures.ts";
 
 /** Float modes: f32 products summed in another order than torch (measured ≤ 6e-7 here). */
 const FLOAT_TOL = 1e-5;
@@ -38,9 +38,7 @@ const LATENT_TOL = 1e-5;
 /** 8-bit image: truncation turns a 1e-7 difference into one level on a boundary. */
 const MAX_BYTES_OFF_BY_ONE = 8;
 
-// <repo root>/../shared; this file is packages/diffusion/src/, three levels below the root.
-const SHARED = resolve(import.meta.dir, "../../..", "../shared");
-const DIR = join(SHARED, "testdata/krea2-tiny");
+const DIR = KREA2_TINY; // ../shared/testdata/krea2-tiny beside the repository root
 const RUN = join(DIR, "sampling/turbo_cfg1");
 const ckpt = (v: string) => join(DIR, "checkpoints", `krea2_tiny_${v}.safetensors`);
 const VAE = join(DIR, "checkpoints/wan21_vae_tiny_f32.safetensors");

@@ -9,7 +9,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { CpuBackend } from "@tp/backend-cpu";
 import { isTpError } from "@tp/tensor";
 import type { HostConditioning } from "../conditioning.ts";
@@ -22,7 +22,7 @@ import {
 import { loadWanVae } from "../models/wan-vae.ts";
 import { randn } from "../noise.ts";
 import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, krea2Sigmas } from "../schedule.ts";
-import { expectComfyRun, readF32, relErr, TURBO_CFG1 } from "../testing/fixtures.ts";
+import { expectComfyRun, KREA2_TINY, readF32, relErr, TURBO_CFG1 } from "../testing/fixtures.ts";
 import { TINY_KREA2_TEXT_CONFIG, writeRandomQwen3VlText } from "../testing/random-text-encoder.ts";
 import {
   CONDITIONING_FORMAT,
@@ -57,9 +57,7 @@ const MAX_BYTES_OFF_BY_ONE = 8;
 /** CFG vs the same arithmetic done by hand from DiT calls: same ops in the same order. */
 const CFG_TOL = 1e-6;
 
-// <repo root>/../shared; this file is packages/diffusion/src/pipelines/, four levels below the root.
-const SHARED = resolve(import.meta.dir, "../../../..", "../shared");
-const DIR = join(SHARED, "testdata/krea2-tiny");
+const DIR = KREA2_TINY; // ../shared/testdata/krea2-tiny beside the repository root
 const RUN = join(DIR, "sampling/turbo_cfg1");
 const DIT = join(DIR, "checkpoints/krea2_tiny_bf16.safetensors");
 const VAE = join(DIR, "checkpoints/wan21_vae_tiny_f32.safetensors");
