@@ -6,21 +6,23 @@
  * stripping) without a download. Its conditioning is noise: the weights are random.
  */
 import { writeSafetensors } from "@tp/formats";
+import type { LlmConfig } from "@tp/llm";
 import { encodeFromF32, TpError } from "@tp/tensor";
 import { KREA2_TEXT_TAPS } from "../models/krea2-text.ts";
 import { TINY_KREA2_CONFIG } from "./random-checkpoints.ts";
 import { uniform } from "./uniform.ts";
 
-/** Sizes of a Qwen3-VL language model to write (config.json names). */
-export interface RandomQwen3VlTextConfig {
-  readonly vocab_size: number;
-  readonly hidden_size: number;
-  readonly num_hidden_layers: number;
-  readonly num_attention_heads: number;
-  readonly num_key_value_heads: number;
-  readonly head_dim: number;
-  readonly intermediate_size: number;
-}
+/** Sizes of a Qwen3-VL language model to write: those of @tp/llm's `LlmConfig` (config.json names). */
+export type RandomQwen3VlTextConfig = Pick<
+  LlmConfig,
+  | "vocab_size"
+  | "hidden_size"
+  | "num_hidden_layers"
+  | "num_attention_heads"
+  | "num_key_value_heads"
+  | "head_dim"
+  | "intermediate_size"
+>;
 
 /**
  * A tiny text encoder for {@link TINY_KREA2_CONFIG}'s DiT: hidden 80 (its text width, so 12 taps × 80
