@@ -114,7 +114,8 @@ function profiled(backend: Backend) {
       const value = Reflect.get(target, prop); // getters see the backend itself (private fields)
       if (typeof value !== "function" || typeof prop !== "string") return value;
       return (...args: unknown[]) => {
-        if (!state.on) return value.apply(target, args);
+        // scope / persist are not ops: timing them would count the ops inside them twice
+        if (!state.on || prop === "scope" || prop === "persist") return value.apply(target, args);
         const t0 = performance.now();
         const r = value.apply(target, args);
         const s = (performance.now() - t0) / 1000;
