@@ -186,7 +186,7 @@ describe("the Qwen3-VL text encoder", () => {
       expect(await host(await te.encode("a red kite"))).toEqual(pos); // deterministic
       // The device packing equals the host reference over the same hidden states read back.
       const ids = te.ids("a red kite");
-      const states = te.model.hiddenStates(ids, KREA2_TEXT_TAPS);
+      const states = te.model.forward(ids, { collect: KREA2_TEXT_TAPS });
       const taps: Float32Array[] = [];
       for (const t of states) taps.push((await backend.read(t)) as Float32Array);
       for (const t of states) t[Symbol.dispose]();
@@ -251,7 +251,7 @@ describe("the Qwen3-VL text encoder", () => {
     writeRandomQwen3VlText(small, { ...TINY_KREA2_TEXT_CONFIG, vocab_size: 1000 });
     const te = loadKrea2TextEncoder(small, { backend });
     try {
-      expect(await errorOf(() => te.encode("cat"))).toStartWith("E_ARG: hiddenStates: token id 151644");
+      expect(await errorOf(() => te.encode("cat"))).toStartWith("E_ARG: forward: token id 151644");
     } finally {
       te.dispose();
     }

@@ -217,7 +217,7 @@ export class Krea2QwenTextEncoder implements PromptEncoder, Disposable {
     }
     const b = this.model.backend;
     const from = krea2KeepFrom(ids);
-    const states = this.model.hiddenStates(ids, KREA2_TEXT_TAPS); // 12 × [n, H]
+    const states = this.model.forward(ids, { collect: KREA2_TEXT_TAPS }); // 12 × [n, H]
     try {
       // [kept, taps·H]: each kept token's taps side by side, tap-major (ComfyUI's packing)
       const packed = b.concat(

@@ -1,4 +1,4 @@
-// Qwen3 hidden states without a KV cache (models/qwen3-vl-text.ts, `hiddenStates` = forward with collect): a tiny random Qwen3-VL-style
+// Qwen3 hidden states without a KV cache (models/qwen3-vl-text.ts, `forward(ids, { collect })`): a tiny random Qwen3-VL-style
 // text encoder (prefix model.language_model., no config.json) written with our safetensors writer,
 // against the float64 reference forward of testing/tiny-models.ts (each tap through the final norm and
 // the tied head on the host = the reference logits of the first k layers); the same rows through the
@@ -105,7 +105,7 @@ describe("Qwen3 hidden states without a KV cache, tiny random Qwen3-VL text enco
       });
       const layers = [3, 0, 2, 1]; // any order
       const before = backend.memory.current;
-      const taps = model.hiddenStates(IDS, layers);
+      const taps = model.forward(IDS, { collect: layers });
       expect(taps.map((t) => t.shape)).toEqual(layers.map(() => [IDS.length, 32]));
       const emb = w.get("model.embed_tokens.weight")?.values as Float32Array;
       for (let i = 0; i < layers.length; i++) {
@@ -128,12 +128,12 @@ describe("Qwen3 hidden states without a KV cache, tiny random Qwen3-VL text enco
   test("equals the cached step's forward, and step still works afterwards", async () => {
     const { model } = loadQwen3VlText(file, { backend, weights: "f32" });
     try {
-      const [h] = model.hiddenStates(IDS, [3]);
+      const [h] = model.forward(IDS, { collect: [3] });
       const fromTaps = headOf(await read(h as Tensor), w);
       const logits = await read(model.step(IDS, { allLogits: true }));
       expect(maxAbsDiff(fromTaps, logits)).toBeLessThan(SAME_OPS_TOL);
       expect(model.cached).toBe(IDS.length);
-      const [again] = model.hiddenStates(IDS.slice(0, 3), [3]); // ignores the cache that now exists
+      const [again] = model.forward(IDS.slice(0, 3), { collect: [3] }); // ignores the cache that now exists
       expect(maxAbsDiff(headOf(await read(again as Tensor), w), fromTaps.subarray(0, 3 * 64))).toBeLessThan(
         SAME_OPS_TOL,
       );
@@ -155,11 +155,13 @@ describe("Qwen3 hidden states without a KV cache, tiny random Qwen3-VL text enco
       }
     };
     try {
-      expect(code(() => model.hiddenStates([], [1]))).toBe("E_ARG: hiddenStates: no token ids");
-      expect(code(() => model.hiddenStates([64], [1]))).toStartWith("E_ARG: hiddenStates: token id 64");
-      expect(code(() => model.hiddenStates([1], [4]))).toStartWith("E_ARG: hiddenStates: layer 4 must be");
-      expect(code(() => model.hiddenStates([1], [1, 1]))).toStartWith("E_ARG: hiddenStates: layer 1 must be");
-      expect(code(() => model.hiddenStates([1], []))).toBe("E_ARG: hiddenStates: no layers asked for");
+      expect(code(() => model.forward([], { collect: [1] }))).toBe("E_ARG: forward: no token ids");
+      expect(code(() => model.forward([64], { collect: [1] }))).toStartWith("E_ARG: forward: token id 64");
+      expect(code(() => model.forward([1], { collect: [4] }))).toStartWith("E_ARG: forward: layer 4 must be");
+      expect(code(() => model.forward([1], { collect: [1, 1] }))).toStartWith(
+        "E_ARG: forward: layer 1 must be",
+      );
+      expect(code(() => model.forward([1], { collect: [] }))).toBe("E_ARG: forward: no layers asked for");
       expect(backend.memory.current).toBe(before); // nothing left behind
     } finally {
       model.dispose();
@@ -207,7 +209,7 @@ describe.skipIf(!HAVE_TE)(
             config.head_dim,
             config.intermediate_size,
           ]).toEqual([16, 36, 128, 48]);
-          const taps = model.hiddenStates(ids, TAPS);
+          const taps = model.forward(ids, { collect: TAPS });
           for (let i = 0; i < TAPS.length; i++) {
             const k = TAPS[i] as number;
             const ref = f32File(

@@ -232,19 +232,9 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
    *   distinct integer in [0, num_hidden_layers], or none; E_STATE after dispose; backend errors
    */
   forward(ids: Int32Array | readonly number[], options: ForwardOptions): Tensor[] {
-    return this.#collect(ids, options.collect, "forward");
-  }
-
-  /**
-   * `forward(ids, { collect: layers })`, with errors prefixed "hiddenStates:" (the name Krea 2's text
-   * encoder calls).
-   */
-  hiddenStates(ids: Int32Array | readonly number[], layers: readonly number[]): Tensor[] {
-    return this.#collect(ids, layers, "hiddenStates");
-  }
-
-  #collect(ids: Int32Array | readonly number[], layers: readonly number[], where: string): Tensor[] {
     this.#assertLive();
+    const where = "forward";
+    const layers = options.collect;
     const L = this.config.num_hidden_layers;
     const list = tokenIds(ids, this.config.vocab_size, where);
     const n = list.length;

@@ -41,7 +41,7 @@ export type HiddenStateWeights = "native" | "f32";
 
 /**
  * A Qwen3 model with its KV cache, as {@link loadQwen3VlText} returns it: `forward(ids, { collect })`
- * (or its older name `hiddenStates(ids, layers)`) gives hidden states without the cache; `step` works
+ * gives hidden states without the cache; `step` works
  * as for any {@link LanguageModel}.
  */
 export type Qwen3HiddenStates = LanguageModel<Qwen3Model>;
