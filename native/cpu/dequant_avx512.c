@@ -1,7 +1,7 @@
 /*
  * Row dequantization with AVX-512 for the common formats, bit-exact with dequant_scalar.c (the same
  * f32 operations per element: the products and differences are single IEEE operations, so 16 lanes
- * round exactly as the scalar code does). Q2_K, Q3_K and ConvRot rows use the scalar code.
+ * round exactly as the scalar code does). Q2_K, Q3_K, IQ4_NL, IQ4_XS and ConvRot rows use the scalar code.
  */
 #include <immintrin.h>
 
@@ -109,6 +109,8 @@ void tp_dequant_rows_avx512(int32_t fmt, const uint8_t *w, size_t w_row, int64_t
   switch (fmt) {
     case TP_W_Q2_K:
     case TP_W_Q3_K:
+    case TP_W_IQ4_NL:
+    case TP_W_IQ4_XS:
     case TP_W_INT8_CONVROT:
     case TP_W_INT4_CONVROT:
     case TP_W_F32:

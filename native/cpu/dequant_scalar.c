@@ -5,6 +5,7 @@
  * same f32 value bit for bit:
  *   Q4_0 / Q5_0 / Q8_0: f32(q · d);  Q4_1 / Q5_1: f32(f32(n · d) + m);
  *   Q2_K / Q4_K / Q5_K: f32(f32(f32(d · sc) · q) − f32(dmin · mn));  Q3_K / Q6_K: f32(f32(d · s) · q);
+ *   IQ4_NL: f32(d · K[n]);  IQ4_XS: f32(f32(d · (ls − 32)) · K[n])  (K = tp_kvalues_iq4nl);
  *   fp8 scaled: f32(f32(fp8) · scale);  ConvRot: f32(t · s) · 2^-m with t the integer butterfly of the codes.
  */
 #include "matmul.h"
@@ -96,6 +97,18 @@ static void q6_k(const uint8_t *b, float *o) {
   }
 }
 
+static void iq4_nl(const uint8_t *b, float *o) {
+  const float d = tp_f16p(b);
+  for (int e = 0; e < 32; e++) o[e] = d * (float)tp_kvalues_iq4nl[nib32(b + 2, e)];
+}
+static void iq4_xs(const uint8_t *b, float *o) {
+  const float d = tp_f16p(b);
+  for (int ib = 0; ib < 8; ib++) {
+    const float dl = d * (float)(tp_iq4xs_scale(b, ib) - 32);
+    for (int e = 0; e < 32; e++) o[32 * ib + e] = dl * (float)tp_kvalues_iq4nl[nib32(b + 8 + 16 * ib, e)];
+  }
+}
+
 typedef void (*block_fn)(const uint8_t *b, float *o);
 
 static block_fn block_decoder(int32_t fmt) {
@@ -110,6 +123,8 @@ static block_fn block_decoder(int32_t fmt) {
     case TP_W_Q4_K: return q4_k;
     case TP_W_Q5_K: return q5_k;
     case TP_W_Q6_K: return q6_k;
+    case TP_W_IQ4_NL: return iq4_nl;
+    case TP_W_IQ4_XS: return iq4_xs;
     default: return NULL;
   }
 }

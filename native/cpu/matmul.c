@@ -86,6 +86,8 @@ const tp_wformat_info tp_wformats[TP_W_COUNT] = {
     [TP_W_Q4_K] = {"q4_k", 256, 144, TP_ACT_Q8_K},
     [TP_W_Q5_K] = {"q5_k", 256, 176, TP_ACT_Q8_K},
     [TP_W_Q6_K] = {"q6_k", 256, 210, TP_ACT_Q8_K},
+    [TP_W_IQ4_NL] = {"iq4_nl", 32, 18, TP_ACT_Q8_0},
+    [TP_W_IQ4_XS] = {"iq4_xs", 256, 136, TP_ACT_Q8_K},
 };
 
 /* Largest element count / byte size the entry points accept (keeps every product below 2^63). */
@@ -459,9 +461,10 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   mm.part_bytes = tp_wformats[format].block >= 32 ? 0 : tp_mm_part_bytes(m, tasks);
   mm.task_scratch = tp_mm_task_scratch(k, mm.part_bytes);
   const int convrot = mm.act == TP_ACT_CONVROT;
-  /* the GGUF GEMM (AVX-512 VNNI; every GGUF format) reads per-block activation scales and sums */
+  /* the GGUF GEMM (AVX-512 VNNI; every GGUF format but IQ4_NL / IQ4_XS) reads per-block activation scales and sums */
 #if TP_MM_X86
-  const int block_sums = tp_wformats[format].block >= 32 /* GGUF */ && m >= TP_GGML_GEMM_MIN_M &&
+  const int block_sums = tp_wformats[format].block >= 32 /* GGUF */ && format != TP_W_IQ4_NL &&
+                         format != TP_W_IQ4_XS /* the 256-bit body: ggml_ymm */ && m >= TP_GGML_GEMM_MIN_M &&
                          pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
 #else
   const int block_sums = 0;

@@ -34,7 +34,7 @@
 /* ---- weight formats ------------------------------------------------------------------------ */
 
 /* Number of tp_wformat values (tp.h). */
-#define TP_W_COUNT 17
+#define TP_W_COUNT 19
 
 /* Elements and bytes of one storage block of a format (1 element for plain types, 2 for packed int4). */
 typedef struct tp_wformat_info {
@@ -227,6 +227,16 @@ void tp_dequant_rows_avx512(int32_t fmt, const uint8_t *w, size_t w_row, int64_t
  * A Q8_0 / Q8_1 block (bb = 34 / 36 bytes at o) of non-finite input, as @tp/quant's reference gives it:
  * d = NaN if the block holds a NaN, else +inf; codes 0; Q8_1's s = NaN (quantize_act.c).
  */
+/* ggml kvalues_iq4nl: the 16 values of the IQ4_NL / IQ4_XS non-linear 4-bit grid (llm.md §2.4). */
+static const int8_t tp_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The 6-bit scale ls (0..63) of sub-block ib of an IQ4_XS super-block b (value d · (ls − 32) · K[n]). */
+static inline int tp_iq4xs_scale(const uint8_t *b, int ib) {
+  const int low = (b[4 + (ib >> 1)] >> (4 * (ib & 1))) & 15;
+  const int high = (tp_rd16(b + 2) >> (2 * ib)) & 3;
+  return low | (high << 4);
+}
+
 static inline void tp_q8_nonfinite_block(uint8_t *o, size_t bb, int nan) {
   const uint16_t dh = tp_f32_f16(nan ? NAN : INFINITY), sh = tp_f32_f16(NAN);
   memset(o, 0, bb);

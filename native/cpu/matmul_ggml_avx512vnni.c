@@ -2,8 +2,8 @@
  * GGUF block dot products with AVX-512 BW + VNNI on 512-bit vectors: several weight blocks per
  * instruction, against activations that each task first lays out for these kernels (from the ggml
  * Q8_0 / Q8_1 / Q8_K blocks matmul.c prepared; same integer codes, so the sums are the same exact
- * integers as the scalar kernels'). Q2_K, Q3_K and the blocks left over at the end of a row use the
- * 256-bit body (matmul_ggml_body.h) with vpdpbusd.
+ * integers as the scalar kernels'). Q2_K, Q3_K, IQ4_NL, IQ4_XS and the blocks left over at the end of
+ * a row use the 256-bit body (matmul_ggml_body.h) with vpdpbusd.
  *
  * 32-element formats, 4 blocks per step (Q8_0: 2): two loads cover the blocks, one vpermt2w gathers
  * their codes (and one their f16 scales) into place; the nibbles of Q4_x / Q5_x are the unsigned
@@ -772,7 +772,7 @@ void tp_mm_ggml_avx512vnni(const tp_mm *mm, int64_t n0, int64_t n1, uint8_t *scr
     tp_mm_ggml_gemm_avx512vnni(mm, n0, n1, scratch);
     return;
   }
-  if (mm->fmt == TP_W_Q2_K || mm->fmt == TP_W_Q3_K) {
+  if (mm->fmt == TP_W_Q2_K || mm->fmt == TP_W_Q3_K || mm->fmt == TP_W_IQ4_NL || mm->fmt == TP_W_IQ4_XS) {
     ggml_ymm(mm, n0, n1, scratch);
     return;
   }

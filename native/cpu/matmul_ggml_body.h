@@ -7,7 +7,7 @@
  *   dot_u8s8(u, s)   __m256i of 8 int32: lane i = Σ_{b<4} u[4i+b]·s[4i+b], u unsigned, s signed bytes
  *
  * and include this file once. Every weight block is unpacked to 32 unsigned codes (the sign trick for
- * Q4_0 / Q5_0 / Q8_0: |q_w| against sign(q_w)·q_a), so a dot of 32 products is one dot_u8s8 — whose
+ * Q4_0 / Q5_0 / Q8_0 / IQ4_NL / IQ4_XS: |q_w| against sign(q_w)·q_a), so a dot of 32 products is one dot_u8s8 — whose
  * products stay in int16 range for AVX2's saturating maddubs: |u| ≤ 128, |s| ≤ 127. Sub-block scales
  * multiply the int32 lanes (each lane covers 4 elements of one sub-block), offsets use the Q8_K block
  * sums, so a super-block is summed exactly in int32 and scaled once in f32 (llm.md §2.6; ggml
@@ -36,6 +36,12 @@ static inline __m256i nibbles32(const uint8_t *qs) {
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
+/* ggml kvalues_iq4nl in both 128-bit lanes (the table of _mm256_shuffle_epi8). */
+static inline __m256i kvalues_iq4nl(void) {
+  const __m128i t = _mm_loadu_si128((const __m128i *)tp_kvalues_iq4nl);
+  return _mm256_set_m128i(t, t);
+}
+
 /* Bit e of the 32-bit qh → 0x10 in byte e (Q5_0 / Q5_1 high bits). */
 static inline __m256i bits32_to_0x10(uint32_t qh) {
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
@@ -57,7 +63,7 @@ static inline int32_t q8k_bsum(const uint8_t *a, int g) {
 /* ---- 32-element blocks ---------------------------------------------------------------------- */
 
 /*
- * y rows r < R: Σ over blocks. Signed formats (Q4_0, Q5_0, Q8_0): u = |q_w|, s = sign(q_a, q_w).
+ * y rows r < R: Σ over blocks. Signed formats (Q4_0, Q5_0, Q8_0, IQ4_NL): u = |q_w|, s = sign(q_a, q_w).
  * Q4_1 / Q5_1: u = n (0..31), s = q_a, plus m_w · s_a per block.
  */
 static inline __attribute__((always_inline)) void dot32_rows(int32_t fmt, int R, const uint8_t *w, int64_t nb,
@@ -82,6 +88,10 @@ static inline __attribute__((always_inline)) void dot32_rows(int32_t fmt, int R,
       case TP_W_Q8_0:
         dw = f16v(blk);
         q = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        break;
+      case TP_W_IQ4_NL: /* the nibbles index the grid: one byte shuffle per 16 */
+        dw = f16v(blk);
+        q = _mm256_shuffle_epi8(kvalues_iq4nl(), nibbles32(blk + 2));
         break;
       case TP_W_Q4_1:
         dw = f16v(blk);
@@ -208,6 +218,15 @@ static inline __attribute__((always_inline)) void unpack_k(int32_t fmt, const ui
       }
       break;
     }
+    case TP_W_IQ4_XS: { /* u holds the signed grid values K[n] (the dot applies the sign trick) */
+      kb->d = f16v(b);
+      kb->dmin = 0.0f;
+      for (int c = 0; c < 8; c++) {
+        kb->u[c] = _mm256_shuffle_epi8(kvalues_iq4nl(), nibbles32(b + 8 + 16 * c));
+        kb->sc[c] = _mm256_set1_epi32(tp_iq4xs_scale(b, c) - 32);
+      }
+      break;
+    }
     default: { /* Q3_K: u = q + 4·hb (0..7), value u − 4 */
       kb->d = f16v(b + 108);
       kb->dmin = 0.0f;
@@ -245,7 +264,10 @@ static inline __attribute__((always_inline)) void dotk_rows(int32_t fmt, int R, 
     __m256i isum = _mm256_setzero_si256();                                                      \
     for (int c = 0; c < 8; c++) {                                                               \
       const __m256i s = _mm256_loadu_si256((const __m256i *)(qa + 32 * c));                    \
-      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(dot_u8s8(kb.u[c], s), kb.sc[c]));       \
+      const __m256i d4 = fmt == TP_W_IQ4_XS                                                     \
+                             ? dot_u8s8(_mm256_sign_epi8(kb.u[c], kb.u[c]), _mm256_sign_epi8(s, kb.u[c])) \
+                             : dot_u8s8(kb.u[c], s);                                            \
+      isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(d4, kb.sc[c]));                          \
     }                                                                                           \
     int32_t corr = 0, msum = 0;                                                                 \
     if (offset) {                                                                               \
@@ -253,7 +275,7 @@ static inline __attribute__((always_inline)) void dotk_rows(int32_t fmt, int R, 
       corr *= offset;                                                                           \
     } else if (fmt == TP_W_Q2_K) {                                                              \
       for (int t = 0; t < 16; t++) msum += kb.min16[t] * q8k_bsum(ab, t);                       \
-    } else {                                                                                    \
+    } else if (fmt != TP_W_IQ4_XS) {                                                            \
       for (int t = 0; t < 8; t++) msum += kb.mins[t] * (q8k_bsum(ab, 2 * t) + q8k_bsum(ab, 2 * t + 1)); \
     }                                                                                           \
     isum = _mm256_sub_epi32(isum, _mm256_setr_epi32(corr, 0, 0, 0, 0, 0, 0, 0));                \
@@ -288,6 +310,8 @@ DOT_FNS(TP_W_Q3_K)
 DOT_FNS(TP_W_Q4_K)
 DOT_FNS(TP_W_Q5_K)
 DOT_FNS(TP_W_Q6_K)
+DOT_FNS(TP_W_IQ4_NL)
+DOT_FNS(TP_W_IQ4_XS)
 
 typedef void (*dot_fn)(const uint8_t *w, int64_t nb, const uint8_t *const *a, float *out);
 
@@ -296,7 +320,7 @@ static const dot_fn dots[TP_W_COUNT][4] = {
     [TP_W_Q4_0] = DOT_ROW(TP_W_Q4_0), [TP_W_Q4_1] = DOT_ROW(TP_W_Q4_1), [TP_W_Q5_0] = DOT_ROW(TP_W_Q5_0),
     [TP_W_Q5_1] = DOT_ROW(TP_W_Q5_1), [TP_W_Q8_0] = DOT_ROW(TP_W_Q8_0), [TP_W_Q2_K] = DOT_ROW(TP_W_Q2_K),
     [TP_W_Q3_K] = DOT_ROW(TP_W_Q3_K), [TP_W_Q4_K] = DOT_ROW(TP_W_Q4_K), [TP_W_Q5_K] = DOT_ROW(TP_W_Q5_K),
-    [TP_W_Q6_K] = DOT_ROW(TP_W_Q6_K),
+    [TP_W_Q6_K] = DOT_ROW(TP_W_Q6_K), [TP_W_IQ4_NL] = DOT_ROW(TP_W_IQ4_NL), [TP_W_IQ4_XS] = DOT_ROW(TP_W_IQ4_XS),
 };
 
 /* Weight rows per block of the loop nest: they stay in L1 / L2 while every activation row passes. */

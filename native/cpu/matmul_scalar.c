@@ -8,6 +8,8 @@
  *   Q4_1 / Q5_1 · Q8_1:         Σ_b (d_w·d_a) · Σ n·q_a + m_w · s_a   (s_a = the f16 sum of the Q8_1 block)
  *   Q2_K / Q4_K / Q5_K · Q8_K:  Σ_B (d_w·d_a) · Σ_sub sc · Σ n·q_a − (dmin_w·d_a) · Σ_sub mn · Σ q_a
  *   Q3_K / Q6_K · Q8_K:         Σ_B (d_w·d_a) · Σ_16 s · Σ q·q_a       (q: −4..3, −32..31)
+ *   IQ4_NL · Q8_0:              Σ_b (d_w·d_a) · Σ K[n]·q_a            (ggml_vec_dot_iq4_nl_q8_0)
+ *   IQ4_XS · Q8_K:              Σ_B (d_w·d_a) · Σ_32 (ls − 32) · Σ K[n]·q_a   (ggml_vec_dot_iq4_xs_q8_K)
  * ConvRot: the exact int32 Σ q_w·q_x (rescaled by tp_convrot_out). bf16 / fp8: Σ bf16(x)·w in f32
  * (each product exact); f32 / f16: Σ x·w in f32.
  */
@@ -50,6 +52,9 @@ static void unpack32(int32_t fmt, const uint8_t *b, int32_t *q, float *d, float 
       for (int e = 0; e < 32; e++) q[e] = nib32(b + 8, e) | (int)(((qh >> e) & 1) << 4);
       break;
     }
+    case TP_W_IQ4_NL:
+      for (int e = 0; e < 32; e++) q[e] = tp_kvalues_iq4nl[nib32(b + 2, e)];
+      break;
     default: /* Q8_0 */
       for (int e = 0; e < 32; e++) q[e] = (int8_t)b[2 + e];
   }
@@ -139,6 +144,15 @@ static float dot_k(int32_t fmt, const uint8_t *w, const uint8_t *a, int64_t nb) 
           }
           isum += sc * s;
           msum += mn * (bsum(ab, 2 * sb) + bsum(ab, 2 * sb + 1));
+        }
+        break;
+      }
+      case TP_W_IQ4_XS: {
+        d = tp_f16p(b);
+        for (int ib = 0; ib < 8; ib++) {
+          int32_t s = 0;
+          for (int e = 0; e < 32; e++) s += tp_kvalues_iq4nl[nib32(b + 8 + 16 * ib, e)] * qa[32 * ib + e];
+          isum += (tp_iq4xs_scale(b, ib) - 32) * s;
         }
         break;
       }

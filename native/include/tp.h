@@ -130,7 +130,9 @@ typedef enum tp_wformat {
   TP_W_Q3_K = 13,
   TP_W_Q4_K = 14,
   TP_W_Q5_K = 15,
-  TP_W_Q6_K = 16
+  TP_W_Q6_K = 16,
+  TP_W_IQ4_NL = 17,      /* ggml's non-linear 4-bit grid kvalues_iq4nl (llm.md §2.4) */
+  TP_W_IQ4_XS = 18
 } tp_wformat;
 
 /* Bytes of one weight row of k elements in `format`; -1 for an unknown format or k not whole blocks. */
@@ -139,7 +141,8 @@ TP_API int64_t tp_weight_row_bytes(int32_t format, int64_t k);
 /*
  * matmul: y[m, n] = x[m, k] · Wᵀ (+ bias[n]), f32 in and out (bias may be NULL). Activations are
  * prepared per format as llama.cpp / ComfyUI pair them (llm.md §2.6, krea2.md §1.7–1.8): GGUF
- * types quantize x per row to Q8_0 (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1) or Q8_K (k-quants) and
+ * types quantize x per row to Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL), Q8_1 (Q4_1, Q5_1) or Q8_K (k-quants,
+ * IQ4_XS) and
  * take integer dot products per block; ConvRot rotates and quantizes x per row (int8 / int4,
  * round half to even) and takes exact int32 dot products, rescaled exactly as @tp/quant's
  * convRotLinear (bit-exact); bf16 and fp8 round x to bf16 (products exact, f32 sums); f32 and f16

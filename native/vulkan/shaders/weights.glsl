@@ -5,6 +5,7 @@
 // term by term; fp8 and f16 decode exactly (minifloat.glsl, common.glsl).
 //   0 f32   1 f16   2 bf16   3 f8_e4m3fn   4 f8_e5m2
 //   5 q8_0  6 q4_0  7 q4_1   8 q5_0   9 q5_1   10 q2_k   11 q3_k   12 q4_k   13 q5_k   14 q6_k
+//   15 iq4_nl  16 iq4_xs
 // Needs common.glsl and minifloat.glsl first.
 
 // With TP_STORAGE16 (the .s16.spv variants, for devices with storageBuffer16BitAccess) the same
@@ -42,6 +43,10 @@ uvec2 scale_min_k4(uint s, uint k) {
   return uvec2((wb(s + k + 4u) & 15u) | ((wb(s + k - 4u) >> 6) << 4), (wb(s + k + 4u) >> 4) | ((wb(s + k) >> 6) << 4));
 }
 
+// ggml kvalues_iq4nl: the IQ4_NL / IQ4_XS non-linear 4-bit grid (llm.md §2.4).
+const float KVALUES_IQ4NL[16] = float[16](-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0,
+                                          38.0, 53.0, 69.0, 89.0, 113.0);
+
 float w_at(uint rb, uint k) {
   if (FORMAT == 0u) return uintBitsToFloat(wq[(rb >> 2) + k]);
   if (FORMAT == 1u) return f16_to_f32(wu16(rb + 2u * k));
@@ -71,6 +76,10 @@ float w_at(uint rb, uint k) {
     uint n = nib32(o + 8u, e) | (((wu32(o + 4u) >> e) & 1u) << 4);
     return float(n) * wf16(o) + wf16(o + 2u);
   }
+  if (FORMAT == 15u) {  // IQ4_NL (18 B): d · qs[16]; value d · K[n]
+    uint o = rb + (k >> 5) * 18u;
+    return wf16(o) * KVALUES_IQ4NL[nib32(o + 2u, e)];
+  }
   uint f = k & 255u;  // element in a 256-element super-block
   uint half_ = f >> 7;
   uint j = (f & 127u) >> 5;
@@ -99,6 +108,12 @@ float w_at(uint rb, uint k) {
     if (q5) n += 16u * ((wb(o + 16u + l) >> (f >> 5)) & 1u);
     uvec2 sm = scale_min_k4(o + 4u, f >> 5);
     return (wf16(o) * float(sm.x)) * float(n) - wf16(o + 2u) * float(sm.y);
+  }
+  if (FORMAT == 16u) {  // IQ4_XS (136 B): d · scales_h u16 · scales_l[4] · qs[128]; d · (ls − 32) · K[n]
+    uint o = rb + (k >> 8) * 136u;
+    uint ib = f >> 5;
+    uint ls = ((wb(o + 4u + (ib >> 1)) >> (4u * (ib & 1u))) & 15u) | (((wu16(o + 2u) >> (2u * ib)) & 3u) << 4);
+    return (wf16(o) * float(int(ls) - 32)) * KVALUES_IQ4NL[nib32(o + 8u + 16u * ib, f & 31u)];
   }
   // FORMAT 14: Q6_K (210 B): ql[128] · qh[64] · scales[16] i8 · d
   uint o = rb + (k >> 8) * 210u;

@@ -784,7 +784,7 @@ describe("the shared argument checks of the wrappers", () => {
       [
         () => lib.weightRowBytes("q9_z" as NativeWeightFormat, 32),
         'weightRowBytes: unknown weight format "q9_z"; expected one of: f32, f16, bf16, f8_e4m3fn, f8_e5m2, ' +
-          "int8_convrot, int4_convrot, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k",
+          "int8_convrot, int4_convrot, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs",
       ],
       [
         () => ctx().quantizeActivations("q8_2" as "q8_0", new Float32Array(32), 1, 32, new Uint8Array(34)),

@@ -62,6 +62,8 @@ export const NATIVE_WEIGHT_FORMATS = {
   q4_k: 14,
   q5_k: 15,
   q6_k: 16,
+  iq4_nl: 17,
+  iq4_xs: 18,
 } as const;
 
 /**

@@ -159,11 +159,11 @@ describe.skipIf(backend === null)("vulkan backend", () => {
   });
 
   test("what is missing is E_UNSUPPORTED naming op, backend and format", () => {
-    const x = b().upload(new Float32Array(32), [1, 32], "f32");
-    const w = new Weight({ name: "w", format: "iq4_nl", shape: [2, 32], data: new Uint8Array(36) });
+    const x = b().upload(new Float32Array(256), [1, 256], "f32");
+    const w = new Weight({ name: "w", format: "q8_k", shape: [2, 256], data: new Uint8Array(584) });
     const e = errorOf(() => b().matmul(x, w));
     expect(e.code).toBe("E_UNSUPPORTED");
-    expect(e.message).toMatch(/op matmul on backend vulkan does not support weight format iq4_nl/);
+    expect(e.message).toMatch(/op matmul on backend vulkan does not support weight format q8_k/);
     const i = b().upload(new Int32Array(4), [4], "i32");
     expect(errorOf(() => b().silu(i)).message).toContain("does not support dtype i32");
     expect(errorOf(() => b().cast(i, "f32")).message).toContain("no conversion i32 → f32");

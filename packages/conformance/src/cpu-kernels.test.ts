@@ -114,6 +114,8 @@ const SCALE_FIELDS: Partial<Record<NativeWeightFormat, number[]>> = {
   q4_k: [0, 2],
   q5_k: [0, 2],
   q6_k: [208],
+  iq4_nl: [0],
+  iq4_xs: [0],
 };
 
 /** A test weight [n, k] in `format`: quantized from random values where @tp/quant can, else random blocks. */
@@ -160,7 +162,7 @@ function makeWeight(format: NativeWeightFormat, n: number, k: number, seed: numb
       if (format === "q8_0" || format === "q4_0" || format === "q4_k" || format === "q6_k") {
         return { format, n, k, data: quantizeGgml(format, values(), n * k), scale: null, group: 0 };
       }
-      const block = format.endsWith("_k") ? 256 : 32;
+      const block = superBlocks(format) ? 256 : 32;
       const blockBytes = lib.weightRowBytes(format, block);
       const data = Uint8Array.from({ length: n * lib.weightRowBytes(format, k) }, () =>
         Math.floor(r() * 256),
@@ -258,10 +260,14 @@ function reference(
 }
 
 const FORMATS = Object.keys(NATIVE_WEIGHT_FORMATS) as NativeWeightFormat[];
+/** GGUF block types with 256-element super-blocks (the k-quants and IQ4_XS). */
+const superBlocks = (f: NativeWeightFormat) => f.endsWith("_k") || f === "iq4_xs";
+/** GGUF block types of 32 elements. */
+const blocks32 = (f: NativeWeightFormat) => (f.startsWith("q") || f === "iq4_nl") && !superBlocks(f);
 
 /** [m, n, k] cases per format: GEMV, small odd m, and m ≥ 16 with n spanning several 64-column strips (and K chunks). */
 function shapes(format: NativeWeightFormat): [number, number, number][] {
-  if (format.endsWith("_k"))
+  if (superBlocks(format))
     return [
       [1, 67, 512],
       [3, 33, 768],
@@ -269,7 +275,7 @@ function shapes(format: NativeWeightFormat): [number, number, number][] {
       // the Q4_K GEMM: 64 blocks of 32 = two K chunks of its packed panels (48 + 16), m % 4 = 1
       [21, 100, 2048],
     ];
-  if (format.startsWith("q"))
+  if (blocks32(format))
     return [
       [1, 67, 320],
       [5, 33, 1024],
@@ -330,7 +336,7 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
             continue;
           }
           const refs = ref as { semantic: Float64Array; plain: Float64Array };
-          const ggml = format.startsWith("q");
+          const ggml = blocks32(format) || superBlocks(format);
           expect({ isa, nmse: nmse(y, refs.semantic) < (ggml ? GGML_NMSE : FLOAT_NMSE) }).toEqual({
             isa,
             nmse: true,
@@ -355,7 +361,8 @@ describe(`matmul against @tp/quant references at ${LEVELS}`, () => {
     // before); N odd and even, ranges split over threads; with and without bias.
     const ggufFormats = FORMATS.filter(
       (f) =>
-        f.startsWith("q") ||
+        blocks32(f) ||
+        superBlocks(f) ||
         f.endsWith("_convrot") ||
         f.startsWith("f8") ||
         f === "bf16" ||
@@ -652,11 +659,11 @@ function hadamardRowsF64(v: Float32Array, k: number, group: number): void {
 describe("get_rows / dequantization are bit-exact with @tp/quant", () => {
   for (const format of FORMATS) {
     test(`${format}: rows at ids, every ISA level`, () => {
-      const k = format.endsWith("_k") || format.includes("convrot") ? 512 : format.startsWith("q") ? 96 : 37;
+      const k = superBlocks(format) || format.includes("convrot") ? 512 : blocks32(format) ? 96 : 37;
       const n = 9;
       const r = rng(k * 3 + format.length);
       let w: NativeWeight;
-      if (format.startsWith("q") || format.startsWith("f8")) {
+      if (blocks32(format) || superBlocks(format) || format.startsWith("f8")) {
         // random bytes everywhere (fp8 NaN codes included), sane f16 scales
         w = makeWeight(format, n, k, 77);
         if (format.startsWith("f8")) w = { ...w, data: Uint8Array.from(w.data, () => Math.floor(r() * 256)) };
@@ -739,9 +746,9 @@ describe("CpuBackend.matmul / embedding", () => {
     expect(() => b.matmul(b.alloc([2, 64], "f16"), w)).toThrow(
       "op matmul on backend cpu does not support dtype f16",
     );
-    const iq = new Weight({ name: "t", format: "iq4_nl", shape: [2, 32], data: new Uint8Array(36) });
-    expect(() => b.matmul(b.alloc([1, 32], "f32"), iq)).toThrow(
-      "op matmul on backend cpu does not support weight format iq4_nl",
+    const q8k = new Weight({ name: "t", format: "q8_k", shape: [2, 256], data: new Uint8Array(584) });
+    expect(() => b.matmul(b.alloc([1, 256], "f32"), q8k)).toThrow(
+      "op matmul on backend cpu does not support weight format q8_k",
     );
     const scaledBf16 = new Weight({
       name: "s",
@@ -752,7 +759,8 @@ describe("CpuBackend.matmul / embedding", () => {
     });
     expect(code(() => b.matmul(b.alloc([1, 4], "f32"), scaledBf16))).toBe("E_UNSUPPORTED");
     expect(b.supports("matmul", ["q6_k", "f32"])).toBe(true);
-    expect(b.supports("matmul", ["iq4_xs"])).toBe(false);
+    expect(b.supports("matmul", ["iq4_xs"])).toBe(true);
+    expect(b.supports("matmul", ["q8_k"])).toBe(false);
     expect(b.capabilities().weightFormats).toContain("int4_convrot");
     b.dispose();
   });

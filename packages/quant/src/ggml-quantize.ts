@@ -20,19 +20,35 @@
  *   around `−32 / max` and keeping the least-squares optimum; the 16 scales are quantized to int8
  *   against `d = max_scale / −128` and the codes recomputed.
  *
+ * - Q4_1 / Q5_1: per 32, `d = (max − min) / (2^b − 1)`, `m = min`, `q = min(2^b − 1, trunc((x − min)/d + ½))`;
+ *   Q5_0: as Q4_0 with `d = max / −16` and 5-bit codes (the fifth bits in `qh`).
+ * - Q5_K: as Q4_K with 5-bit codes ({@link makeQkx2Quants} with nmax 31, grid −0.5 + 0.1·is, 16 steps).
+ * - Q2_K: per 256 = 16 sub-blocks of 16, {@link makeQkx2Quants} with nmax 3 weighted by |x| (mean absolute
+ *   error), the 16 scales and mins quantized to 4 bits against the super-block maxima.
+ * - Q3_K: per 256 = 16 sub-blocks of 16, a symmetric 3-bit fit ({@link makeQxQuants} with nmax 4,
+ *   weights x²), the 16 scales quantized to signed 6 bits against `d = max_scale / −32`.
+ * - IQ4_NL / IQ4_XS: codes index ggml's non-linear grid K4 (`kvalues_iq4nl`, llm.md §2.4); per 32
+ *   the scale is the weighted (x²) least-squares optimum over 15 grid scalings around `max / K4[0]`
+ *   (ggml `quantize_row_iq4_nl_impl`'s search); IQ4_XS then stores the 8 sub-block scales of a
+ *   super-block as 6-bit `ls − 32` against `d = max_scale / −32`, and the codes are recomputed.
+ *   These follow ggml's algorithms but are not checked byte for byte against `llama-quantize`: any
+ *   valid blocks decode alike, which is all a reader needs.
+ *
  * Activation types (what ggml quantizes the other operand of a dot product to; llm.md §2.6):
  * - Q8_0 (same as the weight quantizer), Q8_1 (Q8_0 plus `s = d · Σq`), Q8_K (per 256:
  *   `is = −127 / max`, `q = min(127, nearest(is · x))`, f32 `d = 1/is`, `bsums` per 16).
  *
  * Source: ggml-org/llama.cpp ggml/src/ggml-quants.c — `quantize_row_q8_0_ref`, `quantize_row_q8_1_ref`,
- * `quantize_row_q4_0_ref`, `quantize_row_q4_K_ref` + `make_qkx2_quants`, `quantize_row_q6_K_ref` +
+ * `quantize_row_q4_0_ref`, `quantize_row_q4_1_ref`, `quantize_row_q5_0_ref`, `quantize_row_q5_1_ref`,
+ * `quantize_row_q2_K_ref`, `quantize_row_q3_K_ref`, `quantize_row_q5_K_ref`, `quantize_iq4_nl_impl`,
+ * `quantize_row_q4_K_ref` + `make_qkx2_quants`, `quantize_row_q6_K_ref` +
  * `make_qx_quants` (rmse_type 1), `quantize_row_q8_K_ref`, `nearest_int`; `quantize_q4_K` /
  * `quantize_q6_K` call the `_ref` functions when `quant_weights` is NULL. The code below is written
  * from the published algorithm, not copied.
  */
 
 import { decodeTable, f32ToF16, TpError, type WeightFormat, weightFormatInfo } from "@tp/tensor";
-import { dequantizeGgml } from "./ggml-dequant.ts";
+import { dequantizeGgml, KVALUES_IQ4NL } from "./ggml-dequant.ts";
 import { ctx, type FloatInput, toF32 } from "./input.ts";
 import { nearestInt, roundHalfAway } from "./rounding.ts";
 
@@ -45,9 +61,17 @@ export const GGML_QUANTIZE_FORMATS: readonly WeightFormat[] = [
   "q8_0",
   "q8_1",
   "q4_0",
+  "q4_1",
+  "q5_0",
+  "q5_1",
+  "q2_k",
+  "q3_k",
   "q4_k",
+  "q5_k",
   "q6_k",
   "q8_k",
+  "iq4_nl",
+  "iq4_xs",
 ];
 
 /** binary16 `GGML_FP32_TO_FP16` (round to nearest even), and the value the block will hold. */
@@ -409,9 +433,328 @@ function quantizeQ8_K(x: Float32Array, out: Uint8Array): void {
   }
 }
 
+/** Q4_1 (bits 4) / Q5_1 (bits 5): per 32, codes on the grid from the block minimum to its maximum. */
+function quantizeQx_1(x: Float32Array, out: Uint8Array, bits: 4 | 5): void {
+  const nmax = (1 << bits) - 1;
+  const bb = bits === 4 ? 20 : 24;
+  const qs = bits === 4 ? 4 : 8;
+  for (let blk = 0; blk * 32 < x.length; blk++) {
+    const o = blk * 32;
+    let min = Number.POSITIVE_INFINITY;
+    let max = Number.NEGATIVE_INFINITY;
+    for (let j = 0; j < 32; j++) {
+      const v = x[o + j] as number;
+      if (v < min) min = v;
+      if (v > max) max = v;
+    }
+    const d = f32(f32(max - min) / nmax);
+    const id = d !== 0 ? f32(1 / d) : 0;
+    const ob = blk * bb;
+    putF16(out, ob, f32ToF16(d));
+    putF16(out, ob + 2, f32ToF16(min));
+    let qh = 0;
+    for (let j = 0; j < 16; j++) {
+      const q0 = Math.min(nmax, Math.trunc(f32(f32(f32((x[o + j] as number) - min) * id) + 0.5)));
+      const q1 = Math.min(nmax, Math.trunc(f32(f32(f32((x[o + 16 + j] as number) - min) * id) + 0.5)));
+      out[ob + qs + j] = (q0 & 15) | ((q1 & 15) << 4);
+      qh |= ((q0 >> 4) << j) | ((q1 >> 4) << (j + 16));
+    }
+    if (bits === 5) new DataView(out.buffer, out.byteOffset + ob + 4, 4).setUint32(0, qh >>> 0, true);
+  }
+}
+
+/** Q5_0: as Q4_0 with `d = max / −16`, codes 0..31 (fifth bits in the u32 `qh`). */
+function quantizeQ5_0(x: Float32Array, out: Uint8Array): void {
+  for (let blk = 0; blk * 32 < x.length; blk++) {
+    const o = blk * 32;
+    const { max } = signedAbsMax(x, o, 32);
+    const d = f32(max / -16);
+    const id = d !== 0 ? f32(1 / d) : 0;
+    const ob = blk * 22;
+    putF16(out, ob, f32ToF16(d));
+    let qh = 0;
+    for (let j = 0; j < 16; j++) {
+      const q0 = Math.min(31, Math.trunc(f32(f32((x[o + j] as number) * id) + 16.5)));
+      const q1 = Math.min(31, Math.trunc(f32(f32((x[o + 16 + j] as number) * id) + 16.5)));
+      out[ob + 6 + j] = (q0 & 15) | ((q1 & 15) << 4);
+      qh |= ((q0 >> 4) << j) | ((q1 >> 4) << (j + 16));
+    }
+    new DataView(out.buffer, out.byteOffset + ob + 2, 4).setUint32(0, qh >>> 0, true);
+  }
+}
+
+/** Pack 8 six-bit scales and mins into the 12 bytes of Q4_K / Q5_K (ggml get_scale_min_k4's inverse). */
+function packScaleMinK4(S: Uint8Array, ls: readonly number[], lm: readonly number[]): void {
+  for (let j = 0; j < 8; j++) {
+    const a = ls[j] as number;
+    const m = lm[j] as number;
+    if (j < 4) {
+      S[j] = a;
+      S[j + 4] = m;
+    } else {
+      S[j + 4] = (a & 15) | ((m & 15) << 4);
+      S[j - 4] = (S[j - 4] as number) | ((a >> 4) << 6);
+      S[j] = (S[j] as number) | ((m >> 4) << 6);
+    }
+  }
+}
+
+/** Q5_K: Q4_K's scheme with 5-bit codes (the fifth bits in `qh[32]`, bit j for sub-block j). */
+function quantizeQ5_K(x: Float32Array, out: Uint8Array): void {
+  const L = new Uint8Array(256);
+  const weights = new Float32Array(32);
+  const scales = new Float32Array(8);
+  const mins = new Float32Array(8);
+  for (let blk = 0; blk * 256 < x.length; blk++) {
+    const o = blk * 256;
+    const ob = blk * 176;
+    let maxScale = 0;
+    let maxMin = 0;
+    for (let j = 0; j < 8; j++) {
+      let sumX2 = 0;
+      for (let l = 0; l < 32; l++) sumX2 = f32(sumX2 + f32((x[o + 32 * j + l] as number) ** 2));
+      const avX = f32(Math.sqrt(f32(sumX2 / 32)));
+      for (let l = 0; l < 32; l++) weights[l] = f32(avX + Math.abs(x[o + 32 * j + l] as number));
+      const r = makeQkx2Quants(32, 31, x, o + 32 * j, weights, L, 32 * j, f32(-0.5), f32(0.1), 15, false);
+      scales[j] = r.scale;
+      mins[j] = r.min;
+      if (r.scale > maxScale) maxScale = r.scale;
+      if (r.min > maxMin) maxMin = r.min;
+    }
+    const invScale = maxScale > 0 ? f32(63 / maxScale) : 0;
+    const invMin = maxMin > 0 ? f32(63 / maxMin) : 0;
+    const ls = Array.from(scales, (v) => Math.min(63, nearestInt(f32(invScale * v)) & 255));
+    const lm = Array.from(mins, (v) => Math.min(63, nearestInt(f32(invMin * v)) & 255));
+    const S = out.subarray(ob + 4, ob + 16);
+    packScaleMinK4(S, ls, lm);
+    const d = viaF16(f32(maxScale / 63));
+    const dmin = viaF16(f32(maxMin / 63));
+    putF16(out, ob, d.bits);
+    putF16(out, ob + 2, dmin.bits);
+    for (let j = 0; j < 8; j++) {
+      const [sc, m] = scaleMinFromPacked(S, j);
+      const dj = f32(d.value * sc);
+      if (dj === 0) continue;
+      const dm = f32(dmin.value * m);
+      for (let ii = 0; ii < 32; ii++) {
+        const l = nearestInt(f32(f32((x[o + 32 * j + ii] as number) + dm) / dj));
+        L[32 * j + ii] = Math.max(0, Math.min(31, l));
+      }
+    }
+    for (let c = 0; c < 4; c++) {
+      for (let l = 0; l < 32; l++) {
+        const l1 = L[64 * c + l] as number;
+        const l2 = L[64 * c + 32 + l] as number;
+        out[ob + 48 + 32 * c + l] = (l1 & 15) | ((l2 & 15) << 4);
+        out[ob + 16 + l] = (out[ob + 16 + l] as number) | ((l1 >> 4) << (2 * c)) | ((l2 >> 4) << (2 * c + 1));
+      }
+    }
+  }
+}
+
+/** The 2-bit code bytes of Q2_K / Q3_K: byte 32h + l holds codes 128h + l + 32j at bits 2j. */
+function pack2bit(L: Uint8Array, out: Uint8Array, at: number): void {
+  for (let h = 0; h < 2; h++) {
+    for (let l = 0; l < 32; l++) {
+      const c = (j: number) => (L[128 * h + 32 * j + l] as number) & 3;
+      out[at + 32 * h + l] = c(0) | (c(1) << 2) | (c(2) << 4) | (c(3) << 6);
+    }
+  }
+}
+
+/** Q2_K: 16 sub-blocks of 16 with 4-bit scales and mins ({@link makeQkx2Quants}, nmax 3, |x| weights). */
+function quantizeQ2_K(x: Float32Array, out: Uint8Array): void {
+  const L = new Uint8Array(256);
+  const weights = new Float32Array(16);
+  const scales = new Float32Array(16);
+  const mins = new Float32Array(16);
+  for (let blk = 0; blk * 256 < x.length; blk++) {
+    const o = blk * 256;
+    const ob = blk * 84;
+    let maxScale = 0;
+    let maxMin = 0;
+    for (let j = 0; j < 16; j++) {
+      for (let l = 0; l < 16; l++) weights[l] = Math.abs(x[o + 16 * j + l] as number);
+      const r = makeQkx2Quants(16, 3, x, o + 16 * j, weights, L, 16 * j, f32(-0.5), f32(0.1), 15, true);
+      scales[j] = r.scale;
+      mins[j] = r.min;
+      if (r.scale > maxScale) maxScale = r.scale;
+      if (r.min > maxMin) maxMin = r.min;
+    }
+    const iscale = maxScale > 0 ? f32(15 / maxScale) : 0;
+    const imin = maxMin > 0 ? f32(15 / maxMin) : 0;
+    for (let j = 0; j < 16; j++) {
+      const ls = Math.min(15, nearestInt(f32(iscale * (scales[j] as number))));
+      const lm = Math.min(15, nearestInt(f32(imin * (mins[j] as number))));
+      out[ob + j] = ls | (lm << 4);
+    }
+    const d = viaF16(maxScale > 0 ? f32(maxScale / 15) : 0);
+    const dmin = viaF16(maxMin > 0 ? f32(maxMin / 15) : 0);
+    putF16(out, ob + 80, d.bits);
+    putF16(out, ob + 82, dmin.bits);
+    for (let j = 0; j < 16; j++) {
+      const sc = out[ob + j] as number;
+      const dl = f32(d.value * (sc & 15));
+      if (dl === 0) continue;
+      const dm = f32(dmin.value * (sc >> 4));
+      for (let ii = 0; ii < 16; ii++) {
+        const l = nearestInt(f32(f32((x[o + 16 * j + ii] as number) + dm) / dl));
+        L[16 * j + ii] = Math.max(0, Math.min(3, l));
+      }
+    }
+    pack2bit(L, out, ob + 16);
+  }
+}
+
+/** Q3_K: 16 sub-blocks of 16, symmetric 3-bit codes, signed 6-bit scales; hmask holds code bit 2. */
+function quantizeQ3_K(x: Float32Array, out: Uint8Array): void {
+  const L = new Uint8Array(256);
+  const scales = new Float32Array(16);
+  for (let blk = 0; blk * 256 < x.length; blk++) {
+    const o = blk * 256;
+    const ob = blk * 110;
+    let maxScale = 0;
+    let amax = 0;
+    for (let j = 0; j < 16; j++) {
+      const s = makeQxQuants(16, 4, x, o + 16 * j, L, 16 * j);
+      scales[j] = s;
+      if (Math.abs(s) > amax) {
+        amax = Math.abs(s);
+        maxScale = s;
+      }
+    }
+    L.fill(4); // code 0 where the block stays zero
+    if (amax >= GROUP_MAX_EPS) {
+      const iscale = f32(-32 / maxScale);
+      const S = out.subarray(ob + 96, ob + 108);
+      for (let j = 0; j < 16; j++) {
+        const l = Math.max(-32, Math.min(31, nearestInt(f32(iscale * (scales[j] as number))))) + 32;
+        if (j < 8) S[j] = l & 15;
+        else S[j - 8] = (S[j - 8] as number) | ((l & 15) << 4);
+        S[8 + (j & 3)] = (S[8 + (j & 3)] as number) | ((l >> 4) << (2 * (j >> 2)));
+      }
+      const d = viaF16(f32(1 / iscale));
+      putF16(out, ob + 108, d.bits);
+      for (let j = 0; j < 16; j++) {
+        const low = j < 8 ? (S[j] as number) & 15 : (S[j - 8] as number) >> 4;
+        const high = ((S[8 + (j & 3)] as number) >> (2 * (j >> 2))) & 3;
+        const dl = f32(d.value * ((low | (high << 4)) - 32));
+        if (dl === 0) continue;
+        for (let ii = 0; ii < 16; ii++) {
+          const l = nearestInt(f32((x[o + 16 * j + ii] as number) / dl));
+          L[16 * j + ii] = Math.max(-4, Math.min(3, l)) + 4;
+        }
+      }
+    }
+    for (let j = 0; j < 256; j++) {
+      if ((L[j] as number) > 3) {
+        out[ob + (j & 31)] = (out[ob + (j & 31)] as number) | (1 << (j >> 5));
+        L[j] = (L[j] as number) - 4;
+      }
+    }
+    pack2bit(L, out, ob + 32);
+  }
+}
+
+/** Index of the K4 grid value nearest to v (the lower one on a tie). */
+function nearestK4(v: number): number {
+  let best = 0;
+  let bestErr = Math.abs(v - (KVALUES_IQ4NL[0] as number));
+  for (let i = 1; i < 16; i++) {
+    const e = Math.abs(v - (KVALUES_IQ4NL[i] as number));
+    if (e < bestErr) {
+      bestErr = e;
+      best = i;
+    }
+  }
+  return best;
+}
+
+/**
+ * The IQ4 scale of the 32 values x[o ..]: weighted (w = x²) least squares over the K4 codes chosen on
+ * the grids `id = (t + K4[0]) / max`, t = −7..7, starting from `d = max / K4[0]` (ggml
+ * quantize_iq4_nl_impl, ntry 7). Returns 0 for an all-zero group.
+ */
+function iq4Scale(x: Float32Array, o: number): number {
+  const { amax, max } = signedAbsMax(x, o, 32);
+  if (amax < GROUP_MAX_EPS) return 0;
+  const k0 = KVALUES_IQ4NL[0] as number;
+  const fit = (id: number): [number, number] => {
+    let sumqx = 0;
+    let sumq2 = 0;
+    for (let j = 0; j < 32; j++) {
+      const v = x[o + j] as number;
+      const q = KVALUES_IQ4NL[nearestK4(f32(id * v))] as number;
+      const w = f32(v * v);
+      sumqx = f32(sumqx + f32(f32(w * q) * v));
+      sumq2 = f32(sumq2 + f32(f32(w * q) * q));
+    }
+    return [sumqx, sumq2];
+  };
+  let [sumqx, sumq2] = fit(f32(k0 / max));
+  let d = sumq2 > 0 ? f32(sumqx / sumq2) : f32(max / k0);
+  let best = f32(d * sumqx);
+  for (let t = -7; t <= 7; t++) {
+    [sumqx, sumq2] = fit(f32((t + k0) / max));
+    if (sumq2 > 0 && f32(sumqx * sumqx) > f32(best * sumq2)) {
+      d = f32(sumqx / sumq2);
+      best = f32(d * sumqx);
+    }
+  }
+  return d;
+}
+
+/** The nibbles of 32 IQ4 codes for values x[o ..] on scale dl (low nibbles: elements 0..15). */
+function putIq4Codes(x: Float32Array, o: number, dl: number, out: Uint8Array, at: number): void {
+  const id = dl !== 0 ? f32(1 / dl) : 0;
+  for (let j = 0; j < 16; j++) {
+    out[at + j] =
+      nearestK4(f32(id * (x[o + j] as number))) | (nearestK4(f32(id * (x[o + 16 + j] as number))) << 4);
+  }
+}
+
+function quantizeIq4Nl(x: Float32Array, out: Uint8Array): void {
+  for (let blk = 0; blk * 32 < x.length; blk++) {
+    const d = viaF16(iq4Scale(x, blk * 32));
+    putF16(out, blk * 18, d.bits);
+    putIq4Codes(x, blk * 32, d.value, out, blk * 18 + 2);
+  }
+}
+
+function quantizeIq4Xs(x: Float32Array, out: Uint8Array): void {
+  const scales = new Float32Array(8);
+  for (let blk = 0; blk * 256 < x.length; blk++) {
+    const o = blk * 256;
+    const ob = blk * 136;
+    let maxScale = 0;
+    let amax = 0;
+    for (let ib = 0; ib < 8; ib++) {
+      const s = iq4Scale(x, o + 32 * ib);
+      scales[ib] = s;
+      if (Math.abs(s) > amax) {
+        amax = Math.abs(s);
+        maxScale = s;
+      }
+    }
+    const d = viaF16(amax > 0 ? f32(maxScale / -32) : 0);
+    const id = d.value !== 0 ? f32(1 / d.value) : 0;
+    putF16(out, ob, d.bits);
+    let scalesH = 0;
+    for (let ib = 0; ib < 8; ib++) {
+      const l = Math.max(-32, Math.min(31, nearestInt(f32(id * (scales[ib] as number)))));
+      const ls = l + 32;
+      out[ob + 4 + (ib >> 1)] = (out[ob + 4 + (ib >> 1)] as number) | ((ls & 15) << (4 * (ib & 1)));
+      scalesH |= (ls >> 4) << (2 * ib);
+      putIq4Codes(x, o + 32 * ib, f32(d.value * l), out, ob + 8 + 16 * ib);
+    }
+    out[ob + 2] = scalesH & 255;
+    out[ob + 3] = scalesH >> 8;
+  }
+}
+
 /**
  * Quantize `count` values to a GGUF block type with llama.cpp's reference choices (module comment).
- * @param format q8_0, q8_1, q4_0, q4_k, q6_k or q8_k
+ * @param format one of {@link GGML_QUANTIZE_FORMATS}
  * @param input  f32 values, or f16 / bf16 / f32 bytes (widened exactly); a multiple of the block size
  *   (32, or 256 for k-quants). Rows are independent blocks, so a [N, K] matrix is quantized as N·K
  *   values when K is a multiple of the block size.
@@ -447,7 +790,15 @@ export function quantizeGgml(
   if (format === "q8_0") quantizeQ8_0(x, out, false);
   else if (format === "q8_1") quantizeQ8_0(x, out, true);
   else if (format === "q4_0") quantizeQ4_0(x, out);
+  else if (format === "q4_1") quantizeQx_1(x, out, 4);
+  else if (format === "q5_0") quantizeQ5_0(x, out);
+  else if (format === "q5_1") quantizeQx_1(x, out, 5);
+  else if (format === "q2_k") quantizeQ2_K(x, out);
+  else if (format === "q3_k") quantizeQ3_K(x, out);
   else if (format === "q4_k") quantizeQ4_K(x, out);
+  else if (format === "q5_k") quantizeQ5_K(x, out);
+  else if (format === "iq4_nl") quantizeIq4Nl(x, out);
+  else if (format === "iq4_xs") quantizeIq4Xs(x, out);
   else if (format === "q6_k") quantizeQ6_K(x, out);
   else quantizeQ8_K(x, out);
   return out;

@@ -1,11 +1,11 @@
 // GGUF block types: the llm.md §2.5 probe vectors (bit for bit), a second decoder that follows ggml's
 // loop structure (bit for bit on 200 random blocks per type), the quantizers' scale conventions, and
 // llama.cpp tests/test-quantize-fns.cpp style limits: round-trip error (their metric sqrt(Σd²)/n) below
-// 0.002 (0.0075 would be the 2-bit limit; no 2-bit quantizer here) and dot-product error below 0.02,
+// 0.002 (0.004 for 3-bit, 0.0075 for 2-bit) and dot-product error below 0.02,
 // plus true-RMSE limits per bit width measured on the same data.
 import { describe, expect, test } from "bun:test";
-import { f32ToF16, type TpError, type WeightFormat, weightFormatInfo } from "@tp/tensor";
-import { dequantizeGgml, GGML_DEQUANT_FORMATS } from "./ggml-dequant.ts";
+import { decodeTable, f32ToF16, type TpError, type WeightFormat, weightFormatInfo } from "@tp/tensor";
+import { dequantizeGgml, GGML_DEQUANT_FORMATS, KVALUES_IQ4NL } from "./ggml-dequant.ts";
 import { ACTIVATION_TYPE, dotGgml, quantizeActivationsGgml, quantizeGgml } from "./ggml-quantize.ts";
 import { gaussian, thrown, uniform } from "./testing/fixtures.ts";
 import { dequantizeLoops } from "./testing/ggml-loops.ts";
@@ -201,10 +201,23 @@ describe("quantize: llama.cpp's scale conventions", () => {
     ).toBe(true);
   });
 
+  test("iq4_nl / iq4_xs: values on the K4 grid come back as f16(d) · K4 (the grid is found exactly)", () => {
+    const K = KVALUES_IQ4NL;
+    const x = new Float32Array(256).map((_, i) => Math.fround(0.01 * (K[(i * 7) % 16] as number)));
+    const f16 = (v: number) => decodeTable("f16")[f32ToF16(v)] as number;
+    const nl = dequantizeGgml("iq4_nl", quantizeGgml("iq4_nl", x, 256), 256);
+    const dNl = f16(0.01);
+    expect(Array.from(nl)).toEqual(Array.from(x, (_, i) => Math.fround(dNl * (K[(i * 7) % 16] as number))));
+    // IQ4_XS: every sub-block scale is 0.01, so d = 0.01 / −32 and ls − 32 = −32
+    const xs = dequantizeGgml("iq4_xs", quantizeGgml("iq4_xs", x, 256), 256);
+    const dl = Math.fround(f16(0.01 / -32) * -32);
+    expect(Array.from(xs)).toEqual(Array.from(x, (_, i) => Math.fround(dl * (K[(i * 7) % 16] as number))));
+  });
+
   test("unsupported targets are E_UNSUPPORTED naming the type; partial blocks are E_SHAPE", () => {
-    const e = thrown(() => quantizeGgml("q5_k", new Float32Array(256), 256, "w")) as TpError;
+    const e = thrown(() => quantizeGgml("f16", new Float32Array(256), 256, "w")) as TpError;
     expect(e.code).toBe("E_UNSUPPORTED");
-    expect(e.message).toContain("Q5_K");
+    expect(e.message).toContain("F16");
     expect(e.tensor).toBe("w");
     expect((thrown(() => quantizeGgml("q4_k", new Float32Array(100), 100)) as TpError).code).toBe("E_SHAPE");
   });
@@ -223,31 +236,56 @@ describe("test-quantize-fns style limits (llama.cpp tests/test-quantize-fns.cpp)
     return Math.sqrt(s) / a.length;
   };
   // True RMSE limits per bit width on this data (|x| ≤ 2.1), 1.25× the measured value:
-  // Q8_0 / Q8_1 0.00476, Q8_K 0.00481, Q6_K 0.0167, Q4_K 0.0628, Q4_0 0.0718.
+  // Q8_0 / Q8_1 0.00476, Q8_K 0.00481, Q6_K 0.0167, Q5_K 0.0340, Q5_0 0.0378, Q5_1 0.0356,
+  // Q4_K 0.0628, Q4_0 0.0718, Q4_1 0.0732, IQ4_NL 0.0796, IQ4_XS 0.0804, Q3_K 0.163, Q2_K 0.299.
   const TRUE_RMSE: Record<string, number> = {
     q8_0: 0.006,
     q8_1: 0.006,
     q8_k: 0.006,
     q6_k: 0.021,
+    q5_k: 0.043,
+    q5_0: 0.047,
+    q5_1: 0.045,
     q4_k: 0.079,
     q4_0: 0.09,
+    q4_1: 0.092,
+    iq4_nl: 0.1,
+    iq4_xs: 0.1,
+    q3_k: 0.2,
+    q2_k: 0.37,
   };
-  const MAX_TOTAL_ERROR = 0.002;
+  // llama.cpp's limits: MAX_QUANTIZATION_TOTAL_ERROR (0.002), _3BITS (0.004), _2BITS (0.0075).
+  const MAX_TOTAL_ERROR: Record<string, number> = { q3_k: 0.004, q2_k: 0.0075 };
   const MAX_DOT_ERROR = 0.02;
+  const FORMATS = [
+    "q8_0",
+    "q8_1",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+    "q2_k",
+    "q3_k",
+    "q4_k",
+    "q5_k",
+    "q6_k",
+    "q8_k",
+  ] as const;
+  const ALL = [...FORMATS, "iq4_nl", "iq4_xs"] as const;
 
-  for (const format of ["q8_0", "q8_1", "q4_0", "q4_k", "q6_k", "q8_k"] as const) {
-    test(`${format}: round trip below 0.002 (llama metric) and its true-RMSE limit`, () => {
+  for (const format of ALL) {
+    test(`${format}: round trip below llama.cpp's limit (its metric) and its true-RMSE limit`, () => {
       const back = dequantizeGgml(format, quantizeGgml(format, x, n), n);
-      expect(llamaRmse(back, x)).toBeLessThan(MAX_TOTAL_ERROR);
+      expect(llamaRmse(back, x)).toBeLessThan(MAX_TOTAL_ERROR[format] ?? 0.002);
       expect(llamaRmse(back, x) * Math.sqrt(n)).toBeLessThan(TRUE_RMSE[format] as number);
     });
   }
 
-  for (const format of ["q8_0", "q4_0", "q4_k", "q6_k"] as const) {
+  for (const format of ALL.filter((f) => f !== "q8_1" && f !== "q8_k")) {
     test(`${format}: dot product with ${ACTIVATION_TYPE[format]} activations within 0.02 per element`, () => {
       const w = quantizeGgml(format, x, n);
       const a = quantizeActivationsGgml(format, y);
-      expect(a.format).toBe(ACTIVATION_TYPE[format] as "q8_0" | "q8_k");
+      expect(a.format).toBe(ACTIVATION_TYPE[format] as "q8_0" | "q8_1" | "q8_k");
       let ref = 0;
       for (let i = 0; i < n; i++) ref += Math.fround((x[i] as number) * (y[i] as number));
       const err = Math.abs(dotGgml(format, w, a, n) - ref) / n;

@@ -53,6 +53,8 @@ const GGML_ACTIVATION: Readonly<Partial<Record<WeightFormat, { kind: number; blo
   q4_k: { kind: 1, block: 256 },
   q5_k: { kind: 1, block: 256 },
   q6_k: { kind: 1, block: 256 },
+  iq4_nl: { kind: 0, block: 32 },
+  iq4_xs: { kind: 1, block: 256 },
 };
 
 /**
@@ -124,6 +126,8 @@ export const WEIGHT_FORMAT_CODES: Readonly<Partial<Record<WeightFormat, number>>
   q4_k: 12,
   q5_k: 13,
   q6_k: 14,
+  iq4_nl: 15,
+  iq4_xs: 16,
 };
 
 /** ConvRot formats (matmul only): codes with one f32 scale per row, Hadamard-rotated columns. */

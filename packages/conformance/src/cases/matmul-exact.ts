@@ -48,6 +48,8 @@ const GGUF: readonly WeightFormat[] = [
   "q4_k",
   "q5_k",
   "q6_k",
+  "iq4_nl",
+  "iq4_xs",
 ];
 
 function ggmlActivationCases(): ConformanceCase[] {

@@ -47,6 +47,8 @@ export const MATMUL_FORMATS: readonly FormatCase[] = [
   { format: "q4_k" },
   { format: "q5_k" },
   { format: "q6_k" },
+  { format: "iq4_nl" },
+  { format: "iq4_xs" },
 ];
 
 /**
@@ -89,7 +91,14 @@ export function makeWeight(fc: FormatCase, n: number, k: number, seed: number, n
     data = q.data;
     scale = { kind: "row", values: q.scale };
     rotationGroup = q.groupSize;
-  } else if (f === "q8_0" || f === "q4_0" || f === "q4_k" || f === "q6_k") {
+  } else if (
+    f === "q8_0" ||
+    f === "q4_0" ||
+    f === "q4_k" ||
+    f === "q6_k" ||
+    f === "iq4_nl" ||
+    f === "iq4_xs"
+  ) {
     data = quantizeGgml(f, w, n * k, name);
   } else {
     const layout = RANDOM_BLOCKS[f];
