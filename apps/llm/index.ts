@@ -207,4 +207,7 @@ async function repl(
   return 0;
 }
 
+// `bun apps/llm serve …` is `bun apps/server …`
+if (Bun.argv[2] === "serve")
+  await runCli(async () => (await import("@tp/app-server")).serverMain(Bun.argv.slice(3)));
 await runCli(() => main(parseLlmArgs(Bun.argv.slice(2))));

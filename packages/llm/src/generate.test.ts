@@ -158,6 +158,25 @@ describe("GenerationSession", () => {
     expect(backend.memory.current).toBe(0); // every logits tensor was freed
   });
 
+  test("logitsProcessor sees each full row with its context and its masking decides the token", async () => {
+    // the model always prefers ▁upon; the processor forbids it, so greedy takes the runner-up ▁a,
+    // until the context holds two ▁a, when it leaves only EOS.
+    const m = new FakeLM(() => peak(id("▁upon"), id("▁a")));
+    const seen: number[][] = [];
+    const r = await new GenerationSession(m, tok).generate([BOS], {
+      logitsProcessor: (row, context) => {
+        expect(row.length).toBe(V);
+        seen.push(context.slice());
+        row[id("▁upon")] = Number.NEGATIVE_INFINITY;
+        if (context.filter((t) => t === id("▁a")).length === 2)
+          for (let i = 0; i < row.length; i++) if (i !== EOS) row[i] = Number.NEGATIVE_INFINITY;
+      },
+    });
+    expect(r.ids).toEqual([id("▁a"), id("▁a")]);
+    expect(r.stopReason).toBe("eos");
+    expect(seen).toEqual([[BOS], [BOS, id("▁a")], [BOS, id("▁a"), id("▁a")]]);
+  });
+
   test("the budget: -n tokens, and no forward for the last one", async () => {
     const m = new FakeLM(scripted([id("▁upon"), id("▁a"), id("▁time")], 1));
     const s = new GenerationSession(m, tok);

@@ -47,6 +47,13 @@ export interface GenerateOptions {
   onToken?: (id: number) => void;
   /** Prefill at most this many rows per forward (bounds activation memory). Default 512. */
   prefillChunk?: number;
+  /**
+   * Sees (and may change) the full f32 logits row [vocab] of each position before the sampler draws
+   * from it: set entries to −∞ to forbid tokens (constrained decoding), or read it for log-probs.
+   * `context` is the prompt plus the ids generated so far. With it set the whole row is always read
+   * back (no device argmax / top-k shortcut). A row left with nothing above −∞ is E_ARG from the sampler.
+   */
+  logitsProcessor?: (logits: Float32Array, context: readonly number[]) => void;
 }
 
 /** What one {@link GenerationSession.generate} call produced. */
@@ -287,9 +294,12 @@ export class GenerationSession {
     // Plain greedy on a backend with argmax: only the winning id crosses to the host (llm.md §6.1,
     // "GPU path"), not the vocab-sized logits row. Sampling with top-k and no penalty on a backend
     // with top_k: only the top_k + 1 largest logits cross, unless ties with the k-th reach past them.
-    const deviceArgmax = greedy && model.backend.supports("argmax", ["f32"]);
+    const processor = options.logitsProcessor;
+    const deviceArgmax = greedy && processor === undefined && model.backend.supports("argmax", ["f32"]);
     const candidates =
-      greedy || !model.backend.supports("top_k", ["f32"]) ? 0 : sampler.candidateCount(vocab);
+      greedy || processor !== undefined || !model.backend.supports("top_k", ["f32"])
+        ? 0
+        : sampler.candidateCount(vocab);
     const read: ReadMode = deviceArgmax ? { argmax: true } : candidates > 0 ? { sampler, k: candidates } : {};
     const t0 = performance.now();
     let logits: Float32Array | Candidates | number | null = null;
@@ -317,8 +327,10 @@ export class GenerationSession {
       }
       let id: number;
       if (typeof logits === "number") id = logits;
-      else if (logits instanceof Float32Array) id = greedy ? argmax(logits) : sampler.sample(logits, context);
-      else {
+      else if (logits instanceof Float32Array) {
+        processor?.(logits, context);
+        id = greedy ? argmax(logits) : sampler.sample(logits, context);
+      } else {
         const c = logits as Candidates; // #step returns candidates only when they suffice
         id = sampler.sampleFromCandidates(c.values, c.ids) as number;
       }
