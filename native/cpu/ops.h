@@ -11,6 +11,7 @@
  *   conv2d{,_avx2,_avx512}.c     im2col + blocked f32 GEMM and its micro-kernels
  *   layout.c  upsample.c         strided copy (copy / slice / concat), upsample_nearest2d
  *   sample.c                     argmax, top_k
+ *   numeric.c                    count_nonfinite
  *
  * Nothing here is exported (-fvisibility=hidden); the entry points are declared in tp.h.
  */

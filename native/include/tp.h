@@ -341,6 +341,9 @@ TP_API tp_status tp_cpu_argmax_f32(tp_ctx *ctx, const float *x, int32_t *out, ui
 TP_API tp_status tp_cpu_top_k_f32(tp_ctx *ctx, const float *x, float *values, int32_t *indices, uint64_t rows,
                                   uint64_t n, uint64_t k);
 
+/* The number of NaN / ±∞ values among x[0, n) into *out (saturating at INT32_MAX). */
+TP_API tp_status tp_cpu_count_nonfinite_f32(tp_ctx *ctx, const float *x, uint64_t n, int32_t *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -131,4 +131,5 @@ export const TP_SYMBOLS = {
   tp_cpu_upsample_nearest2d_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64", "u64", "i32"], returns: "i32" },
   tp_cpu_argmax_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64"], returns: "i32" },
   tp_cpu_top_k_f32: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "u64", "u64"], returns: "i32" },
+  tp_cpu_count_nonfinite_f32: { args: ["ptr", "ptr", "u64", "ptr"], returns: "i32" },
 } as const satisfies Record<string, FFIFunction>;

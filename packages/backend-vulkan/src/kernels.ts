@@ -78,6 +78,7 @@ export const KERNELS = {
   attention_merge: { bindings: 2, push: 36 },
   argmax: { bindings: 2, push: 12, variants: SUBGROUP },
   top_k: { bindings: 3, push: 16, variants: SUBGROUP },
+  count_nonfinite: { bindings: 2, push: 8 },
   conv2d: { bindings: 4, push: 68 },
   /** spec 1: largest rotation group. */
   convrot_quantize: { bindings: 4, push: 24, variants: SUBGROUP },

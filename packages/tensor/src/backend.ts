@@ -49,6 +49,7 @@ export const OP_NAMES = [
   "cast",
   "argmax",
   "top_k",
+  "count_nonfinite",
 ] as const;
 
 /** One of {@link OP_NAMES}. */
@@ -281,6 +282,16 @@ export interface Backend {
   argmax(x: Tensor): Tensor;
   /** The k largest values along the last dimension, descending, and their i32 indices. */
   topK(x: Tensor, k: number): { values: Tensor; indices: Tensor };
+
+  // ------------------------------------------------------------------ numeric checks
+  /**
+   * How many elements of `x` are NaN or ±∞ → i32 [] (a scalar; saturates at 2^31 − 1). A reduction on
+   * the device, so a pipeline can check a stage's output by reading 4 bytes instead of the tensor
+   * (ARCHITECTURE.md §Errors: non-finite results are errors). x: any shape and view, f32.
+   * Source: IEEE 754 — exponent bits all ones (torch.isfinite(x).logical_not().sum()).
+   * @throws TpError E_STATE; E_UNSUPPORTED for another dtype or a backend without the op
+   */
+  countNonFinite(x: Tensor): Tensor;
 }
 
 /** The names of the op methods of {@link Backend}, by op name. */
@@ -311,6 +322,7 @@ export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
   cast: "cast",
   argmax: "argmax",
   top_k: "topK",
+  count_nonfinite: "countNonFinite",
 };
 
 /**

@@ -468,4 +468,7 @@ export abstract class BackendBase implements Backend {
   topK(x: Tensor, k: number): { values: Tensor; indices: Tensor } {
     return sample.topK(this, x, k);
   }
+  countNonFinite(x: Tensor): Tensor {
+    return sample.countNonFinite(this, x);
+  }
 }

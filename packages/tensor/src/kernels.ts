@@ -138,6 +138,8 @@ export interface KernelSignatures {
   argmax: (out: Tensor, x: Tensor) => void;
   /** values (x's dtype) and indices (i32), both [..., k], 0 ≤ k ≤ the last dimension of x. */
   top_k: (values: Tensor, indices: Tensor, x: Tensor, k: number) => void;
+  /** out i32 [] ← the number of NaN / ±∞ elements of x (any shape and view; saturating at 2^31 − 1). */
+  count_nonfinite: (out: Tensor, x: Tensor) => void;
 }
 
 /** One entry of a {@link KernelTable}: the kernel and what it takes. */
@@ -168,6 +170,7 @@ export const OP_INDEX_DTYPES: Readonly<Partial<Record<OpName, readonly DTypeName
   embedding: ["i32"],
   argmax: ["i32"],
   top_k: ["i32"],
+  count_nonfinite: ["i32"],
 };
 
 /** The table of a backend that implements no op (every op call is E_UNSUPPORTED). */

@@ -633,6 +633,14 @@ export function argmaxF32(
   check(ctx, ctx.lib.raw.tp_cpu_argmax_f32(ctx.handle, px, po, rows, n));
 }
 
+/** The number of NaN / ±∞ values among n f32 into out (one i32; tp_cpu_count_nonfinite_f32). */
+export function countNonFiniteF32(ctx: NativeContext, x: NativeRegion, out: NativeRegion, n: number): void {
+  const op = "count_nonfinite";
+  const px = region(op, "x", x, count(op, "n", n) * 4, 4);
+  const po = region(op, "out", out, 4, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_count_nonfinite_f32(ctx.handle, px, n, po));
+}
+
 /** Per row of n f32: the k largest values, descending, and their i32 indices (tp_cpu_top_k_f32). */
 export function topKF32(
   ctx: NativeContext,

@@ -5,7 +5,7 @@
  */
 import type { KernelTable, Tensor } from "@tp/tensor";
 import { type CpuOpHost, dense, region } from "./common.ts";
-import { argmaxF32, topKF32 } from "./native.ts";
+import { argmaxF32, countNonFiniteF32, topKF32 } from "./native.ts";
 
 /** Rows of x (0 when rows are empty). */
 function rowsOf(x: Tensor): number {
@@ -40,9 +40,22 @@ function topK(host: CpuOpHost, values: Tensor, indices: Tensor, x: Tensor, k: nu
   );
 }
 
-/** The kernel-table entries of argmax and top_k (f32 values; indices are i32 by the op contract). */
-export function sampleKernels(host: CpuOpHost): Pick<KernelTable, "argmax" | "top_k"> {
+function countNonFinite(host: CpuOpHost, out: Tensor, x: Tensor): void {
+  const op = "count_nonfinite";
+  if (!x.isContiguous) {
+    host.scope(() => countNonFinite(host, out, dense(host, x, op)));
+    return;
+  }
+  countNonFiniteF32(host.ctx, region(host, x, op), region(host, out, op), x.numel);
+}
+
+/**
+ * The kernel-table entries of argmax, top_k and count_nonfinite (f32 values; indices and the count are
+ * i32 by the op contract).
+ */
+export function sampleKernels(host: CpuOpHost): Pick<KernelTable, "argmax" | "top_k" | "count_nonfinite"> {
   return {
+    count_nonfinite: { dtypes: ["f32"], run: (out, x) => countNonFinite(host, out, x) },
     argmax: { dtypes: ["f32"], run: (out, x) => argmax(host, out, x) },
     top_k: { dtypes: ["f32"], run: (values, indices, x, k) => topK(host, values, indices, x, k) },
   };

@@ -60,5 +60,6 @@ export function vulkanKernelTable(host: VkOpHost): KernelTable {
     conv2d: { dtypes: F32, run: conv2d.bind(null, host) },
     argmax: { dtypes: F32, run: sample.argmax.bind(null, host) },
     top_k: { dtypes: F32, run: sample.topK.bind(null, host) },
+    count_nonfinite: { dtypes: F32, run: sample.countNonFinite.bind(null, host) },
   };
 }

@@ -1,13 +1,13 @@
 /**
  * Cases of the data-movement ops — copy (every element size, permuted / strided / broadcast views),
  * slice, concat (views among the inputs), cast (@tp/tensor's bit-exact conversions as the
- * reference) — and of the sampling helpers argmax (ties: the first) and topK.
+ * reference) — of the sampling helpers argmax (ties: the first) and topK, and of count_nonfinite.
  */
 import { type DTypeName, decodeToF32, encodeFromF32, type HostArray, type Tensor } from "@tp/tensor";
 import { type ConformanceCase, defineCase, type InputSpec, logicalData } from "../case.ts";
 import { gaussian, integers, uniformF32 } from "../data.ts";
 import { numelOf } from "../host.ts";
-import { argmaxRef, concatRef, sliceRef, topKRef } from "../reference/index.ts";
+import { argmaxRef, concatRef, countNonFiniteRef, sliceRef, topKRef } from "../reference/index.ts";
 import { EXACT } from "../tolerances.ts";
 
 /** Host data of `dtype` with n elements, from a seed (integers, or f32 values encoded as `dtype`). */
@@ -408,6 +408,67 @@ function setCases(): ConformanceCase[] {
 }
 
 /** Every layout, cast and sampling case. */
+/**
+ * count_nonfinite: NaN (quiet, signalling, negative), ±∞ at the first and last element, vector tails,
+ * sizes that split over threads and past the Vulkan workgroup's first stride; finite extremes
+ * (f32 max, subnormals, −0) that must not count; permuted, every-other and broadcast views; empty.
+ */
+function countNonFiniteCases(): ConformanceCase[] {
+  const bits = (u: number): number => new Float32Array(new Uint32Array([u]).buffer)[0] as number;
+  const seed = (n: number, s: number, bad: [number, number][]): Float32Array => {
+    const d = gaussian(s, n);
+    for (const [i, v] of bad) d[i] = v;
+    return d;
+  };
+  const extremes = Float32Array.of(3.4028234663852886e38, -3.4028234663852886e38, 1e-45, -1e-45, -0, 0, 1);
+  const many: [number, number][] = [];
+  for (let i = 0; i < 300_001; i += 997) many.push([i, i % 3 === 0 ? Number.NaN : -Infinity]);
+  const cases: { shape: number[]; data: Float32Array; view?: InputSpec["view"]; note: string }[] = [
+    { shape: [1000], data: gaussian(2100, 1000), note: " all finite" },
+    { shape: [7], data: extremes, note: " finite extremes" },
+    {
+      shape: [3, 11],
+      data: seed(33, 2101, [
+        [0, Number.NaN],
+        [5, Infinity],
+        [17, -Infinity],
+        [32, bits(0x7f800001)], // signalling NaN
+        [20, bits(0xffc00000)], // negative quiet NaN
+      ]),
+      note: " NaN and ±∞, first and last",
+    },
+    { shape: [300_001], data: seed(300_001, 2102, many), note: " over threads" },
+    { shape: [4, 4], data: new Float32Array(16).fill(Number.NaN), note: " all NaN" },
+    {
+      shape: [6, 9],
+      data: seed(54, 2103, [
+        [3, Number.NaN],
+        [40, Infinity],
+      ]),
+      view: { kind: "permute", perm: [1, 0] },
+      note: "",
+    },
+    { shape: [50], data: seed(50, 2104, [[9, Number.NaN]]), view: { kind: "stride2" }, note: "" },
+    {
+      shape: [5, 7],
+      data: seed(7, 2105, [[2, -Infinity]]),
+      view: { kind: "broadcast", from: [1, 7] },
+      note: " (each of 5 rows sees the −∞)",
+    },
+    { shape: [0, 3], data: new Float32Array(0), note: " empty" },
+  ];
+  return cases.map(({ shape, data, view, note }) =>
+    defineCase({
+      op: "count_nonfinite",
+      name: `count_nonfinite [${shape}]${note}${viewName(view)}`,
+      tolerance: EXACT,
+      inputs: [{ name: "x", dtype: "f32", shape, data, ...(view ? { view } : {}) }],
+      call: (b, [x]) => b.countNonFinite(x as Tensor),
+      reference: ([x]) => [{ shape: [], dtype: "i32", data: countNonFiniteRef(x as never) }],
+    }),
+  );
+}
+
 export function layoutCases(): ConformanceCase[] {
   return [
     ...copyCases(),
@@ -417,5 +478,6 @@ export function layoutCases(): ConformanceCase[] {
     ...castCases(),
     ...argmaxCases(),
     ...topKCases(),
+    ...countNonFiniteCases(),
   ];
 }

@@ -57,6 +57,13 @@ export function concatRef(xs: readonly HostTensor<HostArray>[], dim: number): Ho
   return { shape, data: out };
 }
 
+/** The number of NaN / ±∞ values of x (count_nonfinite), as an i32 scalar. */
+export function countNonFiniteRef(x: HostTensor): Int32Array {
+  let n = 0;
+  for (const v of x.data as ArrayLike<number>) if (!Number.isFinite(v)) n++;
+  return Int32Array.of(n);
+}
+
 /** (value, index) order of argmax / topK: larger first; ties to the lower index. */
 function before(a: number, ia: number, b: number, ib: number): boolean {
   return a > b || (a === b && ia < ib);

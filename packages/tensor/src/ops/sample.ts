@@ -1,6 +1,7 @@
 /**
  * The front-end of the sampling helpers: argmax and top_k along the last dimension (order: larger
- * first, NaN above every number, ties to the lower index — the kernels' contract).
+ * first, NaN above every number, ties to the lower index — the kernels' contract), and the
+ * count of non-finite elements that the pipelines' stage checks read.
  */
 import { integerOption, opError } from "../op-args.ts";
 import { formatShape } from "../shape.ts";
@@ -61,4 +62,15 @@ export function topK(host: OpHost, x: Tensor, k: number): { values: Tensor; indi
     discard(host, values, e);
   }
   return { values, indices };
+}
+
+/**
+ * The number of NaN / ±∞ elements of x (any shape, any view) → i32 [] (saturating at 2^31 − 1).
+ * @throws TpError E_STATE; E_UNSUPPORTED for a dtype the entry lacks
+ */
+export function countNonFinite(host: OpHost, x: Tensor): Tensor {
+  const op = "count_nonfinite";
+  const k = kernel(host, op);
+  checkInput(host, op, k, x, "x");
+  return run(host, host.alloc([], INDEX_DTYPE, x.name), k.run, x);
 }
