@@ -424,7 +424,7 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm: broken files fail at load, reruns r
   );
 
   test(
-    "NaN weights: --temp 0 and --temp 0.8 both stop with E_FORMAT 'non-finite logits' naming the file",
+    "NaN weights: --temp 0 and --temp 0.8 both stop with E_NUMERIC 'logits at position' naming the file and the NaN tensor",
     async () => {
       const dir = mkdtempSync(join(tmpdir(), "tp-llm-app-"));
       try {
@@ -436,7 +436,14 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm: broken files fail at load, reruns r
         );
         for (const temp of ["0", "0.8"]) {
           const r = await run(["-m", file, "-p", "Once", "--temp", temp, "-n", "4", "--json"]);
-          oneLine(r, 1, "error E_FORMAT:", "non-finite logits at position", file);
+          oneLine(
+            r,
+            1,
+            "error E_NUMERIC:",
+            "logits at position",
+            file,
+            "holds NaN in tensor output_norm.weight",
+          );
         }
       } finally {
         rmSync(dir, { recursive: true, force: true });

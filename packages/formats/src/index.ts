@@ -21,6 +21,7 @@ export * from "./layouts/text-encoder.ts";
 export * from "./layouts/types.ts";
 export * from "./layouts/vae.ts";
 export * from "./mmap.ts";
+export * from "./nonfinite.ts";
 export * from "./safetensors/dtypes.ts";
 export * from "./safetensors/file.ts";
 export * from "./safetensors/header.ts";

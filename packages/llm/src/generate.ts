@@ -10,7 +10,8 @@
  * §5.3 step 3 (longest common prefix with the cache, rewind by truncation), §6.1 (per-turn seeds from
  * splitmix64 over a base seed).
  */
-import { TpError } from "@tp/tensor";
+import { explainNonFiniteWeights } from "@tp/formats";
+import { nonFiniteError, TpError } from "@tp/tensor";
 import type { StreamDecoder, Tokenizer } from "@tp/tokenizer";
 import type { CausalLM } from "./model.ts";
 import { argmax, Sampler, type SamplerOptions, splitmix64 } from "./sampling.ts";
@@ -107,26 +108,20 @@ export function checkPromptFits(model: Pick<CausalLM, "maxContext" | "config">, 
 }
 
 /**
- * The error for a logits row that holds NaN or +∞, or nothing above −∞: the weights (or the
- * computation) are broken, and neither greedy nor sampling can pick a token.
+ * The error for a logits row that holds NaN or ±∞: the weights (or the computation) are broken, and
+ * neither greedy nor sampling can pick a token. The reason is the model file's first NaN / ∞ tensor,
+ * found by a scan of its mapped bytes made only now.
  */
-function nonFiniteLogits(model: CausalLM, position: number, value: number): TpError {
-  return new TpError(
-    "E_FORMAT",
-    `the model produced non-finite logits at position ${position} (${value}); its weights may hold NaN or infinite values`,
-    model.file === undefined ? {} : { file: model.file },
+function nonFiniteLogits(model: CausalLM, position: number, count: number): TpError {
+  return nonFiniteError(
+    {
+      stage: `logits at position ${position}`,
+      ...(model.file === undefined ? {} : { file: model.file }),
+      explain: () => explainNonFiniteWeights([{ what: "model", path: model.file }], false),
+    },
+    count,
+    model.config.vocab_size,
   );
-}
-
-/** True when a logits row has a NaN or +∞, or no value above −∞. */
-function rowIsBroken(row: ArrayLike<number>): boolean {
-  let any = false;
-  for (let i = 0; i < row.length; i++) {
-    const v = row[i] as number;
-    if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) return true;
-    if (v !== Number.NEGATIVE_INFINITY) any = true;
-  }
-  return !any;
 }
 
 /** Length of the longest common prefix of `a` and `b`. */
@@ -246,7 +241,7 @@ export class GenerationSession {
    * @throws TpError E_ARG for an empty prompt, ids outside the vocabulary (from `model.step`),
    *   maxNewTokens < 1, or a prompt
    *   that fills the context window ("context window full", naming --ctx); E_STATE for a concurrent call;
-   *   E_FORMAT naming the model file when the model produces NaN or infinite logits
+   *   E_NUMERIC naming the position and the model file when the model produces NaN or infinite logits
    */
   async generate(promptIds: ArrayLike<number>, options: GenerateOptions = {}): Promise<GenerateResult> {
     if (this.#busy) throw new TpError("E_STATE", "GenerationSession.generate is already running");
@@ -374,9 +369,10 @@ export class GenerationSession {
   /**
    * Run `ids` through the model; when `wantLogits`, read the last row's f32 logits, or only their
    * argmax (an id) with `read.argmax`, or only its `read.k` largest logits with `read.sampler` when
-   * they suffice for that sampler (else the row). Frees what the model returned.
-   * @throws TpError E_FORMAT naming the model file when the row holds NaN or +∞ or nothing above −∞
-   *   (checked on what is read: the argmax's own value, the largest candidate, or the whole row)
+   * they suffice for that sampler (else the row). Frees what the model returned. Every read row is
+   * checked on the backend (`count_nonfinite`, read with the answer: the same check on every backend).
+   * @throws TpError E_NUMERIC naming the position and the model file (and its first NaN / ∞ tensor)
+   *   when the row holds NaN or ±∞
    */
   async #step(
     ids: number[],
@@ -391,39 +387,29 @@ export class GenerationSession {
     if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
     const position = model.cached - 1; // of the row read
     if (!wantLogits) return null;
+    const rowStart = t.rank === 2 ? (t.shape[0] as number) - 1 : 0;
+    using bad = backend.countNonFinite(t.rank === 2 ? t.slice(0, rowStart, rowStart + 1) : t);
+    const check = async (): Promise<void> => {
+      const n = (await backend.read(bad))[0] as number;
+      if (n !== 0) throw nonFiniteLogits(model, position, n);
+    };
     if (read.sampler !== undefined && read.k !== undefined) {
       const top = backend.topK(t, read.k);
       using values = top.values;
       using indices = top.indices;
-      const [v, i] = await Promise.all([backend.read(values), backend.read(indices)]);
+      const [v, i] = await Promise.all([backend.read(values), backend.read(indices), check()]);
       const c = { values: v.subarray(v.length - read.k), ids: i.subarray(i.length - read.k) } as Candidates;
-      // Descending, NaN first: the largest candidate tells whether the row is broken.
-      const first = c.values[0] as number;
-      if (!Number.isFinite(first)) throw nonFiniteLogits(model, position, first);
       if (read.sampler.candidatesSuffice(c.values, c.ids)) return c;
     }
     if (read.argmax) {
       using best = backend.argmax(t);
-      const winner = await backend.read(best);
-      const id = Number(winner[winner.length - 1]);
-      // One more value crosses: the winner's own logit (NaN wins an argmax; all −∞ has no winner).
-      const rowStart = t.rank === 2 ? (t.shape[0] as number) - 1 : 0;
-      const value = (
-        await backend.read(t.slice(0, rowStart, rowStart + 1).slice(1, id, id + 1))
-      )[0] as number;
-      if (!Number.isFinite(value)) throw nonFiniteLogits(model, position, value);
-      return id;
+      const [winner] = await Promise.all([backend.read(best), check()]);
+      return Number(winner[winner.length - 1]);
     }
-    const data = await backend.read(t);
+    const [data] = await Promise.all([backend.read(t), check()]);
     if (!(data instanceof Float32Array))
       throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
-    const row = data.length === vocab ? data : data.subarray(data.length - vocab);
-    if (rowIsBroken(row)) {
-      let bad = Number.NEGATIVE_INFINITY;
-      for (const v of row) if (Number.isNaN(v) || v === Number.POSITIVE_INFINITY) bad = v;
-      throw nonFiniteLogits(model, position, bad);
-    }
-    return row;
+    return data.length === vocab ? data : data.subarray(data.length - vocab);
   }
 
   /**

@@ -2,15 +2,16 @@
 // safetensors writers (testing/tiny-models.ts) and then altered: tokenizer vs embedding sizes (GGUF:
 // equal, as llama.cpp; tokenizer.json: at most the rows, as transformers), out-of-range hyper-parameters
 // (E_FORMAT naming the file and the key), paths that are not models, weight formats the backend cannot
-// run, maxContext naming itself; then non-finite logits (NaN weights) as one E_FORMAT naming the file
+// run, maxContext naming itself; then non-finite logits (NaN weights) as one E_NUMERIC naming the file
 // on every read path of the generation loop, and step(null).
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
+import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import { ggufKv } from "@tp/formats";
-import { TpError } from "@tp/tensor";
+import { type Backend, TpError } from "@tp/tensor";
 import { BYTE_TO_UNICODE, HF_SPLIT_PATTERNS } from "@tp/tokenizer";
 import { GenerationSession } from "./generate.ts";
 import { loadCausalLM, loadModel } from "./load.ts";
@@ -24,9 +25,18 @@ import {
 
 const backend = createBackend({ threads: 2 });
 const tmp = mkdtempSync(join(tmpdir(), "tp-llm-load-"));
+/** The Vulkan backend for the non-finite checks, or why it does not start here. */
+const vulkan = ((): { backend?: Backend; reason?: string } => {
+  try {
+    return { backend: createVulkan() };
+  } catch (e) {
+    return { reason: (e instanceof Error ? e.message : String(e)).split("\n")[0] as string };
+  }
+})();
 afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
   backend.dispose();
+  vulkan.backend?.dispose();
 });
 
 const QWEN3: TinyConfig = {
@@ -268,40 +278,54 @@ describe("paths that are not models, formats the backend cannot run, options", (
   });
 });
 
-describe("non-finite logits: one E_FORMAT naming the model file, however the row is read", () => {
-  // NaN in the final norm's scale: every logit is NaN.
-  const nanPath = gguf({
-    tensor: (t) =>
-      t.name === "output_norm.weight"
-        ? { ...t, data: new Uint8Array(new Float32Array(32).fill(Number.NaN).buffer) }
-        : t,
-  });
-  const modes: [string, object][] = [
-    ["greedy (the backend's argmax)", { temperature: 0 }],
-    ["greedy with a penalty (the whole row)", { temperature: 0, repeatPenalty: 1.3 }],
-    ["top-k sampling (the backend's top-k candidates)", { temperature: 0.8, topK: 40 }],
-    ["top-k 0 sampling (the whole row)", { temperature: 0.8, topK: 0 }],
-  ];
-  for (const [what, sampling] of modes) {
-    test(what, async () => {
-      const { model, tokenizer } = loadModel(nanPath, { backend });
-      try {
-        const session = new GenerationSession(model, tokenizer, { seed: 1 });
-        let err: unknown;
-        try {
-          await session.generate([1, 5, 9], { sampling, maxNewTokens: 4 });
-        } catch (e) {
-          err = e;
-        }
-        expect(err).toBeInstanceOf(TpError);
-        expectError(err as TpError, "E_FORMAT", nanPath, "non-finite logits at position 2");
-      } finally {
-        model.dispose();
+// The same on every backend: the row is checked by count_nonfinite on the device (the Vulkan argmax and
+// top_k order NaN below numbers, so reading their answer alone misses it).
+for (const [name, b] of [
+  ["cpu", backend],
+  ["vulkan", vulkan.backend],
+] as const) {
+  const skip = b === undefined ? `: skipped, no Vulkan device starts (${vulkan.reason})` : "";
+  describe.skipIf(b === undefined)(
+    `non-finite logits on ${name}: one E_NUMERIC naming the position, the model file and its NaN tensor, however the row is read${skip}`,
+    () => {
+      // NaN in the final norm's scale: every logit is NaN.
+      const nanPath = gguf({
+        tensor: (t) =>
+          t.name === "output_norm.weight"
+            ? { ...t, data: new Uint8Array(new Float32Array(32).fill(Number.NaN).buffer) }
+            : t,
+      });
+      const modes: [string, object][] = [
+        ["greedy (the backend's argmax)", { temperature: 0 }],
+        ["greedy with a penalty (the whole row)", { temperature: 0, repeatPenalty: 1.3 }],
+        ["top-k sampling (the backend's top-k candidates)", { temperature: 0.8, topK: 40 }],
+        ["top-k 0 sampling (the whole row)", { temperature: 0.8, topK: 0 }],
+      ];
+      for (const [what, sampling] of modes) {
+        test(what, async () => {
+          const { model, tokenizer } = loadModel(nanPath, { backend: b as Backend });
+          try {
+            const session = new GenerationSession(model, tokenizer, { seed: 1 });
+            let err: unknown;
+            try {
+              await session.generate([1, 5, 9], { sampling, maxNewTokens: 4 });
+            } catch (e) {
+              err = e;
+            }
+            expect(err).toBeInstanceOf(TpError);
+            expectError(err as TpError, "E_NUMERIC", nanPath, "logits at position 2: all 96 values are NaN");
+            expect((err as TpError).message).toContain(
+              "the model file holds NaN in tensor output_norm.weight (element 0)",
+            );
+          } finally {
+            model.dispose();
+          }
+        });
       }
-    });
-  }
-  test("nothing was left allocated", () => expect(backend.memory.current).toBe(0));
-});
+      test("nothing was left allocated", () => expect((b as Backend).memory.current).toBe(0));
+    },
+  );
+}
 
 describe("token ids are checked once, by the model", () => {
   test("a prompt id outside the vocabulary: E_ARG from step naming the id and the vocabulary size", async () => {

@@ -23,6 +23,8 @@ export const ERROR_CODES = {
   E_ARG: "bad argument",
   /** A tensor used after it was freed, or on the wrong backend. */
   E_STATE: "invalid state",
+  /** A result holds NaN or ±∞ (broken weights or inputs); the message names the stage and step. */
+  E_NUMERIC: "non-finite result",
   /** A failure inside native code that the caller did not cause. */
   E_INTERNAL: "internal error",
 } as const;

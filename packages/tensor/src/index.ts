@@ -7,6 +7,7 @@ export * from "./errors.ts";
 export * from "./kernels.ts";
 export * from "./memory.ts";
 export * from "./native-library.ts";
+export * from "./numeric.ts";
 export * from "./op-args.ts";
 export * from "./registry.ts";
 export * from "./shape.ts";

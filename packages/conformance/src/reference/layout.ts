@@ -60,7 +60,7 @@ export function concatRef(xs: readonly HostTensor<HostArray>[], dim: number): Ho
 /** The number of NaN / ±∞ values of x (count_nonfinite), as an i32 scalar. */
 export function countNonFiniteRef(x: HostTensor): Int32Array {
   let n = 0;
-  for (const v of x.data as ArrayLike<number>) if (!Number.isFinite(v)) n++;
+  for (let i = 0; i < x.data.length; i++) if (!Number.isFinite(x.data[i] as number)) n++;
   return Int32Array.of(n);
 }
 

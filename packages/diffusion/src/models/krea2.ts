@@ -675,6 +675,11 @@ export class Krea2Dit implements Disposable {
 
   #disposed = false;
 
+  /** The checkpoint the weights came from (for the reason of a non-finite step). */
+  get file(): string {
+    return this.src.path;
+  }
+
   /**
    * The matmul weight the model uses for a checkpoint linear (bare name, e.g.
    * `blocks.0.mlp.down.weight`), as prepared for the mode.

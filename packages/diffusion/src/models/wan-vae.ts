@@ -151,6 +151,8 @@ const WAN22_KEY = "decoder.upsamples.0.upsamples.0.residual.2.weight";
 export class WanVaeDecoder implements Disposable {
   readonly backend: Backend;
   readonly config: WanVaeConfig;
+  /** The checkpoint the weights came from (for the reason of a non-finite decode). */
+  readonly file: string;
   readonly #postQuant: Conv;
   readonly #convIn: Conv;
   readonly #middle: readonly Block[];
@@ -163,6 +165,7 @@ export class WanVaeDecoder implements Disposable {
   /** @internal use {@link loadWanVae} */
   constructor(backend: Backend, src: TensorSource) {
     this.backend = backend;
+    this.file = src.path;
     try {
       checkWan21(src);
       this.#postQuant = this.#conv(src, "conv2");

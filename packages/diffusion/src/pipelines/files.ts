@@ -10,7 +10,7 @@
  */
 import { existsSync } from "node:fs";
 import { identifyCheckpoint, openSafetensors, type SafetensorsFile, writeSafetensors } from "@tp/formats";
-import { isTpError, TpError } from "@tp/tensor";
+import { checkFiniteHost, isTpError, TpError } from "@tp/tensor";
 import type { HostConditioning } from "../conditioning.ts";
 import { checkKrea2Latent } from "./krea2.ts";
 
@@ -71,7 +71,9 @@ function f32Tensor(
       { file: src.path, tensor: name },
     );
   }
-  return { data: readF32(src, name), shape: [...t.shape] };
+  const data = readF32(src, name);
+  checkFiniteHost(data, { stage: `the saved ${what}`, file: src.path, tensor: name });
+  return { data, shape: [...t.shape] };
 }
 
 /** Conditioning as stored: positive, optional negative, and the file's metadata. */
@@ -101,6 +103,7 @@ export function writeConditioning(
     if (c.shape.length !== 3 || c.data.length !== c.shape[0] * c.shape[1] * c.shape[2]) {
       throw new TpError("E_SHAPE", `${name} conditioning: ${c.data.length} values for shape [${c.shape}]`);
     }
+    checkFiniteHost(c.data, { stage: `the ${name} conditioning to write`, file: path });
   }
   if (cond.negative && cond.negative.shape[2] !== cond.positive.shape[2]) {
     throw new TpError(
@@ -171,6 +174,7 @@ export function writeLatent(
   if (latent.shape.length !== 5 || latent.data.length !== n) {
     throw new TpError("E_SHAPE", `latent: ${latent.data.length} values for shape [${latent.shape}] (rank 5)`);
   }
+  checkFiniteHost(latent.data, { stage: "the latent to write", file: path });
   writeSafetensors(
     path,
     [{ name: "latent", dtype: "F32", shape: [...latent.shape], data: bytesOf(latent.data) }],

@@ -8,7 +8,8 @@
  * Sources: krea2.md §6.1 (the pipeline), §2.6 (negative conditioning), §6.5 (PNG parameters).
  */
 import { basename, extname } from "node:path";
-import { type Backend, TpError } from "@tp/tensor";
+import { explainNonFiniteWeights } from "@tp/formats";
+import { type Backend, checkFinite, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning } from "../conditioning.ts";
 import {
   KREA2_MODES,
@@ -195,6 +196,10 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
     using encoder = loadKrea2TextEncoder(o.textEncoder, { backend: o.backend, mode: teMode });
     using positive = await encoder.encode(o.prompt);
     using negative = o.negative === undefined ? null : await encoder.encode(o.negative);
+    const explain = () => explainNonFiniteWeights([{ what: "text encoder", path: o.textEncoder }]);
+    await checkFinite(o.backend, positive.tensor, { stage: "conditioning (positive)", explain });
+    if (negative)
+      await checkFinite(o.backend, negative.tensor, { stage: "conditioning (negative)", explain });
     return {
       positive: await positive.read(),
       ...(negative ? { negative: await negative.read() } : {}),
@@ -339,6 +344,7 @@ async function runKrea2(
     shift,
     schedule,
     noiseKernel: noise,
+    ...(tePath !== undefined ? { textEncoderFile: tePath } : {}),
     ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
     onStep: (s) =>
       report({

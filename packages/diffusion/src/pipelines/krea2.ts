@@ -10,7 +10,8 @@
  * space, 8 bits), §6.2–6.3 (sizes, defaults); ComfyUI nodes.py `KSampler`, `EmptyLatentImage`,
  * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
  */
-import { type Backend, type Tensor, TpError } from "@tp/tensor";
+import { explainNonFiniteWeights } from "@tp/formats";
+import { type Backend, checkFinite, checkFiniteHost, type Tensor, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning, type PromptEncoder } from "../conditioning.ts";
 import type { Krea2Config, Krea2Dit } from "../models/krea2.ts";
 import { KREA2_MAX_TEXT_TOKENS } from "../models/krea2-text.ts";
@@ -211,6 +212,16 @@ export interface Krea2GenerateOptions {
   readonly vaeDecode?: WanVaeDecodeOptions;
   /** Called after every step, awaited. */
   readonly onStep?: (info: Krea2StepInfo) => void | Promise<void>;
+  /**
+   * The text encoder's file, when it made the conditioning: scanned for the NaN / ∞ weight that
+   * explains a non-finite conditioning (the DiT's and VAE's files come from the models).
+   */
+  readonly textEncoderFile?: string;
+}
+
+/** The explanation of a failed stage check: the first of `files` holding a NaN / ∞ weight. */
+function weightsOf(...files: { what: string; path: string | undefined }[]): () => string | undefined {
+  return () => explainNonFiniteWeights(files);
 }
 
 /** Milliseconds spent in each stage of {@link generateKrea2}. */
@@ -292,11 +303,13 @@ function settingsOf(o: Krea2GenerateOptions): Krea2Result["settings"] {
  * the sigma schedule, Euler with CFG over the DiT (one forward per step when cfg = 1, two otherwise;
  * the text side of the DiT runs once per conditioning), de-normalization to VAE space, the VAE decode
  * and ComfyUI's 8-bit conversion. Everything runs on the DiT's backend; the only host reads are the
- * final latent and image.
+ * final latent and image, and the 4-byte non-finite counts of the stage checks (the conditioning,
+ * each step's latent, the decoded image: `count_nonfinite` on the device).
  * @returns image, latents, sigmas, settings and stage timings (see {@link Krea2Result})
  * @throws TpError E_ARG for a bad setting; E_UNSUPPORTED for a size out of range; E_SHAPE when the
  *   conditioning does not fit the DiT or the VAE's latent channels differ from the DiT's; E_STATE when
- *   the VAE lives on another backend; E_OOM from the backend
+ *   the VAE lives on another backend; E_OOM from the backend; E_NUMERIC naming the stage (and step)
+ *   whose result holds NaN or ∞, and the first weight of the text encoder, DiT or VAE file holding one
  * Source: ComfyUI `KSampler` (euler, simple | ModelSamplingAuraFlow), `ConditioningZeroOut`,
  *   `VAEDecode`, `SaveImage`.
  */
@@ -344,6 +357,10 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
         ? positive.zeros()
         : uploadIfHost(b, cond.negative as Conditioning | HostConditioning, "conditioning (negative, text)");
   const negative = settings.negative === "none" ? null : (negUpload ?? (cond.negative as Conditioning));
+  const teWeights = weightsOf({ what: "text encoder", path: options.textEncoderFile });
+  await checkFinite(b, positive.tensor, { stage: "conditioning (positive)", explain: teWeights });
+  if (settings.negative === "text" && negative !== null)
+    await checkFinite(b, negative.tensor, { stage: "conditioning (negative)", explain: teWeights });
   using negTxt = negative === null ? null : dit.encodeText(negative.tensor);
   const txt: Record<CondKind, Tensor | null> = { positive: posTxt, negative: negTxt };
   const textMs = performance.now() - tText;
@@ -363,6 +380,12 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
     sigmas,
     cfg: settings.cfg,
     onStep: async (info) => {
+      await checkFinite(b, info.x, {
+        stage: "sampling",
+        step: info.step + 1,
+        steps: info.steps,
+        explain: weightsOf({ what: "DiT", path: dit.file }),
+      });
       const now = performance.now();
       stepMs.push(now - lastStep);
       if (options.onStep) {
@@ -377,6 +400,7 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
   const tDecode = performance.now();
   using z = wan21ProcessOut(b, latentModel);
   using img = vae.decode(z, options.vaeDecode);
+  await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
   const modelLatent = (await b.read(latentModel)) as Float32Array;
   const latent = (await b.read(z)) as Float32Array;
   const raw = (await b.read(img)) as Float32Array;
@@ -444,7 +468,8 @@ export function checkKrea2Latent(
  * @param latent f32 `[1, 16, 1, h, w]` (or `[1, 16, h, w]`) in VAE space
  * @returns interleaved RGB8 `[8h, 8w, 3]` and its size
  * @throws TpError E_SHAPE for a latent of another shape or channel count, or a size out of range
- *   ({@link checkKrea2Latent})
+ *   ({@link checkKrea2Latent}); E_NUMERIC when the latent or the decoded image holds NaN or ∞ (the
+ *   latter naming the VAE's first non-finite weight)
  */
 export async function decodeKrea2Latent(
   vae: WanVaeDecoder,
@@ -453,12 +478,14 @@ export async function decodeKrea2Latent(
 ): Promise<{ width: number; height: number; rgb: Uint8Array }> {
   const s = latent.shape;
   checkKrea2Latent(s, latent.data.length, {}, vae.config.z_dim);
+  checkFiniteHost(latent.data, { stage: "the latent to decode" });
   const b = vae.backend;
   const k = vae.config.scale;
   const h = s[s.length - 2] as number;
   const w = s[s.length - 1] as number;
   using z = b.upload(latent.data, [...s], "f32", "latent");
   using img = vae.decode(z, options);
+  await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
   const raw = (await b.read(img)) as Float32Array;
   return { width: w * k, height: h * k, rgb: toRgb8(raw, h * k, w * k) };
 }
