@@ -10,7 +10,7 @@
  */
 import { isTpError } from "@tp/tensor";
 import { openCheckpoint } from "./layouts/detect.ts";
-import type { TensorEntry, TensorSource } from "./tensors.ts";
+import type { TensorSource } from "./tensors.ts";
 
 /** A non-finite value found in a checkpoint. */
 export interface NonFiniteWeight {
@@ -54,10 +54,14 @@ function f32NonFinite(u: number): number | null {
   return (u & 0x7fffff) !== 0 ? Number.NaN : u >>> 31 ? -Infinity : Infinity;
 }
 
-/** The first non-finite element of one tensor's bytes, or null. */
-function scanTensor(t: TensorEntry, bytes: Uint8Array): { index: number; value: number } | null {
+/**
+ * The first non-finite element of a tensor's bytes, or null (see the module comment for the types
+ * looked at; others give null).
+ * @param dtype the file's type name (`"BF16"`, `"F8_E4M3"`, `"Q4_K"`; any case)
+ */
+export function firstNonFinite(bytes: Uint8Array, dtype: string): { index: number; value: number } | null {
   const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const type = t.dtype.toUpperCase();
+  const type = dtype.toUpperCase();
   switch (type) {
     case "F32":
       for (let i = 0; i + 4 <= bytes.length; i += 4) {
@@ -129,7 +133,7 @@ export function findNonFiniteWeight(source: TensorSource): NonFiniteWeight | nul
       if (isTpError(e, "E_UNSUPPORTED")) continue; // over 4 GiB in one view: not scanned
       throw e;
     }
-    const found = scanTensor(t, bytes);
+    const found = firstNonFinite(bytes, t.dtype);
     if (found !== null) return { file: t.file, tensor: t.name, ...found };
   }
   return null;

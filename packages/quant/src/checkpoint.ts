@@ -14,6 +14,7 @@
  * bytes ComfyUI's files hold). Every other tensor is copied unchanged, and `__metadata__` is kept.
  */
 import {
+  firstNonFinite,
   formatBytes,
   openCheckpoint,
   quantizableWeights,
@@ -27,7 +28,7 @@ import { TpError } from "@tp/tensor";
 import { type ConvRotFormat, type ConvRotWeight, quantizeConvRot } from "./convrot.ts";
 import { type Fp8ScaledWeight, quantizeFp8Scaled } from "./fp8.ts";
 import { hadamardDigits } from "./hadamard.ts";
-import type { FloatBytes } from "./input.ts";
+import { type FloatBytes, nonFiniteInput } from "./input.ts";
 import { type ProgressReporter, silentProgress } from "./progress.ts";
 
 /** What a checkpoint can be quantized to. */
@@ -424,6 +425,9 @@ export function writeQuantizedLayer(
   quantizer: WeightQuantizer = referenceQuantizer,
 ): void {
   const dtype = FLOAT_DTYPES[p.dtype] as "bf16" | "f16" | "f32";
+  // Checked here for every quantizer (the native one too) before a byte is written.
+  const bad = firstNonFinite(bytes, p.dtype);
+  if (bad !== null) throw nonFiniteInput(bad.index, bad.value, p.name);
   const [n, k] = p.shape as [number, number];
   const layer = p.name.slice(0, -".weight".length);
   const rowBytes = bytes.byteLength / n;
@@ -531,6 +535,8 @@ export function quantizeCheckpoint(
       for (const p of plan.tensors) {
         const bytes = src.data(p.name);
         if (p.action === "copy") {
+          const bad = firstNonFinite(bytes, p.dtype);
+          if (bad !== null) throw nonFiniteInput(bad.index, bad.value, p.name);
           writer.write(p.name, bytes);
           progress.advance(bytes.byteLength, p.name);
         } else {

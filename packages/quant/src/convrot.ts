@@ -31,7 +31,7 @@ import {
   hadamardTransform,
   hadamardTransformInt,
 } from "./hadamard.ts";
-import { ctx, type FloatInput, toF32 } from "./input.ts";
+import { ctx, type FloatInput, finiteF32, toF32 } from "./input.ts";
 import { roundHalfEven } from "./rounding.ts";
 
 /** The two ConvRot weight formats (names as in `@tp/tensor`'s `WeightFormat`). */
@@ -161,7 +161,8 @@ export interface QuantizeConvRotOptions {
  * @param options format (default int8_convrot), groupSize (default 256), name
  * @returns the {@link ConvRotWeight}: codes (int8: N·K bytes; int4: N·K/2 packed bytes), scales [N]
  * @throws TpError E_SHAPE when K is not a multiple of the group size, K is odd for int4, or the input
- *   length is not N·K; E_ARG for a group size that is not a power of 4 — each naming the tensor.
+ *   length is not N·K; E_ARG for a group size that is not a power of 4; E_NUMERIC for a NaN or ±∞
+ *   value — each naming the tensor.
  */
 export function quantizeConvRot(
   weight: FloatInput,
@@ -177,7 +178,7 @@ export function quantizeConvRot(
     throw new TpError("E_SHAPE", `int4 ConvRot needs an even K, got K = ${k}`, ctx(name));
   }
   checkGroups(k, groupSize, name);
-  const w = toF32(weight, n * k, name);
+  const w = finiteF32(weight, n * k, name);
   // Rotate in f64 and round once: the correctly rounded f32 value of w[g] · Hᵀ.
   const rot = new Float32Array(n * k);
   const row = new Float64Array(k);

@@ -11,7 +11,7 @@
  */
 
 import { decodeTable, f32ToF8e4m3fn, f32ToF8e5m2, TpError } from "@tp/tensor";
-import { ctx, type FloatInput, toF32 } from "./input.ts";
+import { ctx, type FloatInput, finiteF32, toF32 } from "./input.ts";
 
 /** The two fp8 element types. */
 export type Fp8Dtype = "f8_e4m3fn" | "f8_e5m2";
@@ -55,8 +55,8 @@ export interface Fp8ScaledWeight {
  * @param count  number of elements
  * @param options dtype (default f8_e4m3fn), name for errors
  * @returns codes and scale
- * @throws TpError E_SHAPE when the input does not hold `count` values; E_ARG when it holds NaN or ±inf,
- *   or when max |w| is so small that 1 / scale overflows f32
+ * @throws TpError E_SHAPE when the input does not hold `count` values; E_NUMERIC when it holds NaN or
+ *   ±inf (naming the element); E_ARG when max |w| is so small that 1 / scale overflows f32
  */
 export function quantizeFp8Scaled(
   input: FloatInput,
@@ -64,7 +64,7 @@ export function quantizeFp8Scaled(
   options: { dtype?: Fp8Dtype; name?: string } = {},
 ): Fp8ScaledWeight {
   const dtype = options.dtype ?? "f8_e4m3fn";
-  const x = toF32(input, count, options.name);
+  const x = finiteF32(input, count, options.name);
   let amax = 0;
   for (let i = 0; i < x.length; i++) amax = Math.max(amax, Math.abs(x[i] as number));
   const max = FP8_MAX[dtype];

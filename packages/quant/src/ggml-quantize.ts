@@ -49,7 +49,7 @@
 
 import { decodeTable, f32ToF16, TpError, type WeightFormat, weightFormatInfo } from "@tp/tensor";
 import { dequantizeGgml, KVALUES_IQ4NL } from "./ggml-dequant.ts";
-import { ctx, type FloatInput, toF32 } from "./input.ts";
+import { ctx, type FloatInput, finiteF32, toF32 } from "./input.ts";
 import { nearestInt, roundHalfAway } from "./rounding.ts";
 
 const f32 = Math.fround;
@@ -762,7 +762,7 @@ function quantizeIq4Xs(x: Float32Array, out: Uint8Array): void {
  * @param name   tensor name, for errors
  * @returns the block bytes, `count / blockElems · blockBytes` long
  * @throws TpError E_UNSUPPORTED for another type (naming it and listing the supported ones);
- *   E_SHAPE when `count` is not whole blocks — naming the tensor.
+ *   E_SHAPE when `count` is not whole blocks; E_NUMERIC for a NaN or ±∞ value — naming the tensor.
  */
 export function quantizeGgml(
   format: WeightFormat,
@@ -785,7 +785,7 @@ export function quantizeGgml(
       ctx(name),
     );
   }
-  const x = toF32(input, count, name);
+  const x = finiteF32(input, count, name);
   const out = new Uint8Array((count / info.blockElems) * info.blockBytes);
   if (format === "q8_0") quantizeQ8_0(x, out, false);
   else if (format === "q8_1") quantizeQ8_0(x, out, true);

@@ -40,6 +40,29 @@ export function toF32(input: FloatInput, count: number, tensor?: string): Float3
   return out;
 }
 
+/**
+ * As {@link toF32}, and every value must be finite: a quantizer given NaN or ±∞ would write NaN
+ * scales or codes that decode to garbage (ARCHITECTURE.md §Errors: non-finite results are errors).
+ * @throws TpError E_SHAPE as toF32; E_NUMERIC naming the tensor, the element and the value
+ */
+export function finiteF32(input: FloatInput, count: number, tensor?: string): Float32Array {
+  const x = toF32(input, count, tensor);
+  for (let i = 0; i < x.length; i++) {
+    const v = x[i] as number;
+    if (!Number.isFinite(v)) throw nonFiniteInput(i, v, tensor);
+  }
+  return x;
+}
+
+/** The E_NUMERIC error of a quantizer input holding `value` at element `index`. */
+export function nonFiniteInput(index: number, value: number, tensor?: string): TpError {
+  return new TpError(
+    "E_NUMERIC",
+    `cannot quantize: element ${index} is ${value} (the source checkpoint is damaged; quantizing would write NaN)`,
+    ctx(tensor),
+  );
+}
+
 /** `{ tensor }` when a name is known, for TpError contexts. */
 export function ctx(tensor: string | undefined): { tensor?: string } {
   return tensor === undefined ? {} : { tensor };
