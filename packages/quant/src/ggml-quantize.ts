@@ -49,7 +49,7 @@
 
 import { decodeTable, f32ToF16, TpError, type WeightFormat, weightFormatInfo } from "@tp/tensor";
 import { dequantizeGgml, KVALUES_IQ4NL } from "./ggml-dequant.ts";
-import { ctx, type FloatInput, finiteF32, toF32 } from "./input.ts";
+import { ctx, type FloatInput, finiteF32 } from "./input.ts";
 import { nearestInt, roundHalfAway } from "./rounding.ts";
 
 const f32 = Math.fround;

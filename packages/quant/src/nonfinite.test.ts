@@ -6,12 +6,16 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { writeSafetensors } from "@tp/formats";
+import type { TpError } from "@tp/tensor";
 import { quantizeCheckpoint, type WeightQuantizer } from "./checkpoint.ts";
 import { quantizeConvRot } from "./convrot.ts";
 import { quantizeFp8Scaled } from "./fp8.ts";
 import { quantizeGgml } from "./ggml-quantize.ts";
 import { bf16Bytes, tempFolder } from "./testing/checkpoints.ts";
-import { thrown } from "./testing/fixtures.ts";
+import { thrown as thrownAny } from "./testing/fixtures.ts";
+
+/** The TpError a call throws (its code and message). */
+const thrown = (f: () => unknown): TpError => thrownAny(f) as TpError;
 
 const tmp = tempFolder("nonfinite");
 afterAll(tmp.cleanup);
