@@ -86,6 +86,8 @@ export interface ImageRequest {
   readonly vaeTiled?: boolean;
   /** Return the conditioning on the host too (to save it: `--cond-out`). */
   readonly keepConditioning?: boolean;
+  /** Read each step's x0 estimate back to the host and pass it in the "step" event (a live preview). */
+  readonly preview?: boolean;
 }
 
 /** Options of {@link DiffusionPipeline.generate}: files, backend and modes, and the image's settings. */
@@ -131,6 +133,11 @@ export type GenerateEvent =
       readonly steps: number;
       readonly stepMs: number;
       readonly elapsedMs: number;
+      /**
+       * With `preview`: this step's x0 estimate (what ComfyUI previews) in the DiT's latent space,
+       * f32 [1, channels, frames, latent_height, latent_width].
+       */
+      readonly denoised?: { readonly data: Float32Array; readonly shape: readonly number[] };
     };
 
 /** Conditioning as a file stores it, with the metadata `encode` writes beside it. */

@@ -224,6 +224,51 @@ describe("Krea 2's row", () => {
   );
 });
 
+describe("preview", () => {
+  test(
+    "with preview, each step event carries its x0 estimate; the last one is the final latent (σ_last = 0)",
+    onCpu(async (backend) => {
+      const before = backend.memory.current;
+      const steps: Extract<GenerateEvent, { kind: "step" }>[] = [];
+      const settings = { width: 48, height: 32, steps: 3, cfg: 1, seed: 5n };
+      await KREA2_PIPELINE.generate(
+        { files: { dit, vae, condIn: cond }, backend, ...settings, preview: true },
+        (e) => {
+          if (e.kind === "step") steps.push(e);
+        },
+      );
+      expect(backend.memory.current).toBe(before);
+      expect(steps.map((e) => [e.step, e.denoised?.shape])).toEqual(
+        [1, 2, 3].map((k) => [k, [1, 16, 1, 4, 6]]),
+      );
+      using m = loadKrea2(dit, { backend });
+      using v = loadWanVae(backend, vae);
+      const ref = await generateKrea2({
+        dit: m,
+        vae: v,
+        conditioning: { positive: readConditioning(cond).positive },
+        ...settings,
+      });
+      // x_final = x + (x − den)·f32(1/σ)·(0 − σ): den up to a few f32 roundings of |x − den|
+      const last = steps[2]?.denoised?.data as Float32Array;
+      let err = 0;
+      let scale = 0;
+      for (let i = 0; i < last.length; i++) {
+        err = Math.max(err, Math.abs((last[i] as number) - (ref.modelLatent[i] as number)));
+        scale = Math.max(scale, Math.abs(ref.modelLatent[i] as number));
+      }
+      expect(err / scale).toBeLessThan(1e-5);
+      // without preview nothing is read back
+      const plain: GenerateEvent[] = [];
+      await KREA2_PIPELINE.generate({ files: { dit, vae, condIn: cond }, backend, ...settings }, (e) =>
+        plain.push(e),
+      );
+      expect(plain.filter((e) => e.kind === "step" && e.denoised !== undefined)).toEqual([]);
+    }),
+    60_000,
+  );
+});
+
 describe("device conditioning", () => {
   test(
     "upload, read, zeros and dispose; wrong shapes are E_SHAPE",

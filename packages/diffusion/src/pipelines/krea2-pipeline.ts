@@ -346,13 +346,16 @@ async function runKrea2(
     noiseKernel: noise,
     ...(tePath !== undefined ? { textEncoderFile: tePath } : {}),
     ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
-    onStep: (s) =>
+    onStep: async (s) =>
       report({
         kind: "step",
         step: s.step + 1,
         steps: s.steps,
         stepMs: s.stepMs,
         elapsedMs: s.elapsedMs,
+        ...(o.preview
+          ? { denoised: { data: (await backend.read(s.denoised)) as Float32Array, shape: s.denoised.shape } }
+          : {}),
       }),
   });
 
