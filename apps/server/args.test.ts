@@ -51,6 +51,9 @@ describe("parseServerArgs", () => {
     );
     expect(argError(["-m", "x", "--api-key", " "])).toBe("E_ARG: --api-key must not be empty");
     expect(argError(["-m", "x", "--paralel", "2"])).toContain("did you mean --parallel?");
+    expect(argError(["--image-model", "dit.safetensors", "--vae", "v"])).toBe(
+      "E_ARG: --image-model needs --vae FILE and --text-encoder FILE",
+    );
   });
 });
 

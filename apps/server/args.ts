@@ -10,7 +10,10 @@ import { parseFlags, TpError } from "@tp/tensor";
 export const USAGE = `usage: bun apps/server --model FILE [options]      (or: bun apps/llm serve …)
 
   --model, -m FILE        language model: a GGUF file or a safetensors checkpoint
-  --image-model PATH      image model: a diffusion checkpoint folder or DiT file (@tp/diffusion)
+  --image-model FILE      image model: the diffusion model (DiT) file (@tp/diffusion's registry:
+                          Krea 2); with --vae and --text-encoder
+  --vae FILE              the image model's VAE
+  --text-encoder FILE     the image model's text encoder
   --alias NAME            the model's name in the API (default: the file name)
   --host ADDR             address to bind (default 127.0.0.1: this machine only)
   --port N                port (default 8080; 0 = any free port)
@@ -31,6 +34,8 @@ export const USAGE = `usage: bun apps/server --model FILE [options]      (or: bu
 export interface ServerArgs {
   model: string | undefined;
   imageModel: string | undefined;
+  vae: string | undefined;
+  textEncoder: string | undefined;
   alias: string | undefined;
   host: string;
   port: number;
@@ -74,6 +79,8 @@ export function parseServerArgs(
       options: {
         model: { type: "string", short: "m" },
         "image-model": { type: "string" },
+        vae: { type: "string" },
+        "text-encoder": { type: "string" },
         alias: { type: "string" },
         host: { type: "string" },
         port: { type: "string" },
@@ -97,6 +104,8 @@ export function parseServerArgs(
   const help = values.help === true;
   if (!help && s("model") === undefined && s("image-model") === undefined)
     throw new TpError("E_ARG", "--model FILE (or --image-model PATH) is required; see --help");
+  if (s("image-model") !== undefined && (s("vae") === undefined || s("text-encoder") === undefined))
+    throw new TpError("E_ARG", "--image-model needs --vae FILE and --text-encoder FILE");
   const rf = s("reasoning-format") ?? "deepseek";
   if (rf !== "deepseek" && rf !== "none")
     throw new TpError("E_ARG", `--reasoning-format must be deepseek or none, got '${rf}'`);
@@ -107,6 +116,8 @@ export function parseServerArgs(
   return {
     model: s("model"),
     imageModel: s("image-model"),
+    vae: s("vae"),
+    textEncoder: s("text-encoder"),
     alias: s("alias"),
     host,
     port: int("--port", s("port"), 0, 65535) ?? 8080,

@@ -54,7 +54,12 @@ export async function serve(args: ServerArgs): Promise<number> {
   let images: ImageService | undefined;
   if (args.imageModel !== undefined) {
     const { loadImageService } = await import("./images.ts");
-    images = await loadImageService(args.imageModel, backend, { outputDir: args.outputDir });
+    images = loadImageService(args.imageModel, backend, {
+      vae: args.vae as string,
+      textEncoder: args.textEncoder,
+      outputDir: args.outputDir,
+      queueLimit: args.queueLimit,
+    });
   }
   const server = startServer({
     llm,

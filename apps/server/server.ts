@@ -224,6 +224,7 @@ export function startServer(options: ServerOptions): RunningServer {
   };
 
   const chat = async (req: Request): Promise<Response> => {
+    if (llm === undefined) checkModel(undefined); // 404 before reading the body
     const r = parseChatRequest(await jsonBody(req, limit));
     const engine = checkModel(r.model);
     const prompt = engine.chatPrompt(r);
@@ -327,6 +328,7 @@ export function startServer(options: ServerOptions): RunningServer {
   };
 
   const completion = async (req: Request): Promise<Response> => {
+    if (llm === undefined) checkModel(undefined);
     const r = parseCompletionRequest(await jsonBody(req, limit));
     const engine = checkModel(r.model);
     const prompt = engine.completionPrompt(r);

@@ -114,11 +114,18 @@ export interface LoadedPipeline extends Disposable {
   /** One image; `condIn` is saved conditioning to use instead of the text encoder. */
   generate(
     request: ImageRequest & { readonly condIn?: string },
-    progress?: (event: GenerateEvent) => void,
+    progress?: ProgressCallback,
   ): Promise<GeneratedImage>;
   /** Free the networks. */
   dispose(): void;
 }
+
+/**
+ * Receives a run's {@link GenerateEvent}s. A promise it returns for a "step" event is awaited before
+ * the next step (a server yields to its event loop there); what it throws ends the run (cancel),
+ * freeing what the run allocated.
+ */
+export type ProgressCallback = (event: GenerateEvent) => unknown;
 
 /** What {@link DiffusionPipeline.generate} reports while it runs, in order. */
 export type GenerateEvent =
@@ -201,7 +208,7 @@ export interface DiffusionPipeline {
    * Files → image in one go, one network resident at a time: conditioning (text encoder, then freed,
    * or saved), DiT and VAE loaded, sampled, decoded, freed.
    */
-  generate(options: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage>;
+  generate(options: GenerateOptions, progress?: ProgressCallback): Promise<GeneratedImage>;
   /** Load the networks once for many {@link LoadedPipeline.generate} calls (checks as `generate`). */
   load(options: LoadOptions): LoadedPipeline;
   /** The text-encode step alone: prompt (and negative) → conditioning to save. */

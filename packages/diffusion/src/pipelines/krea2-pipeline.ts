@@ -32,12 +32,12 @@ import type {
   ConditioningOutput,
   DiffusionPipeline,
   GeneratedImage,
-  GenerateEvent,
   GenerateOptions,
   ImageRequest,
   LoadedPipeline,
   LoadOptions,
   PipelineFiles,
+  ProgressCallback,
 } from "../pipeline.ts";
 import { readConditioning, readLatent } from "./files.ts";
 import {
@@ -129,7 +129,7 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
     noiseKernels: ["avx2", "default"],
   },
 
-  generate(o: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage> {
+  generate(o: GenerateOptions, progress?: ProgressCallback): Promise<GeneratedImage> {
     const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
     const mode = oneOf<Krea2Mode>("DiT mode", o.ditMode, "native", KREA2_MODES);
     const { backend, files } = o;
@@ -238,11 +238,7 @@ interface Krea2Parts {
  * conditioning (saved, or encoded and kept on the backend), the networks, {@link generateKrea2}, and
  * the PNG text.
  */
-async function runKrea2(
-  o: ImageRequest,
-  report: (event: GenerateEvent) => void,
-  run: Krea2Parts,
-): Promise<GeneratedImage> {
+async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Parts): Promise<GeneratedImage> {
   const { backend, files, ditConfig, ditMode: mode, teMode } = run;
   const d = KREA2_DEFAULTS;
   const cfg = o.cfg ?? d.cfg;
@@ -346,8 +342,8 @@ async function runKrea2(
     noiseKernel: noise,
     ...(tePath !== undefined ? { textEncoderFile: tePath } : {}),
     ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
-    onStep: async (s) =>
-      report({
+    onStep: async (s) => {
+      await report({
         kind: "step",
         step: s.step + 1,
         steps: s.steps,
@@ -356,7 +352,8 @@ async function runKrea2(
         ...(o.preview
           ? { denoised: { data: (await backend.read(s.denoised)) as Float32Array, shape: s.denoised.shape } }
           : {}),
-      }),
+      });
+    },
   });
 
   // 5. What the files get: PNG text, and the conditioning on the host when it is to be saved.
