@@ -33,7 +33,10 @@ export function detectQwen3VlTextEncoder(src: TensorSource): DetectedLayout | nu
   if (src.has("model.language_model.embed_tokens.weight")) prefix = "model.language_model.";
   else if (
     src.has("model.embed_tokens.weight") &&
-    src.tensors.some((t) => t.name.startsWith("model.visual."))
+    // ComfyUI's files carry the vision tower; a text-only export (the tiny Qwen-Image-2.1 one) has
+    // Qwen3's per-head q_norm, which no other model family under `model.` has.
+    (src.tensors.some((t) => t.name.startsWith("model.visual.")) ||
+      src.has("model.layers.0.self_attn.q_norm.weight"))
   )
     prefix = "model.";
   else return null;
