@@ -9,6 +9,7 @@
  * Types only; Krea 2's implementation is pipelines/krea2-pipeline.ts.
  */
 import type { LayoutKind } from "@tp/formats";
+import type { WeightQuantizer } from "@tp/quant";
 import type { Backend } from "@tp/tensor";
 import type { HostConditioning } from "./conditioning.ts";
 import type { TorchCpuCapability } from "./noise.ts";
@@ -97,6 +98,8 @@ export interface GenerateOptions extends ImageRequest {
   readonly backend: Backend;
   readonly ditMode?: string;
   readonly textEncoderMode?: string;
+  /** The quantizer for a quantize-on-load cache that must be built (Qwen-Image-2.1; default @tp/quant's). */
+  readonly quantizer?: WeightQuantizer;
 }
 
 /** Options of {@link DiffusionPipeline.load}. */
@@ -106,6 +109,7 @@ export interface LoadOptions {
   readonly backend: Backend;
   readonly ditMode?: string;
   readonly textEncoderMode?: string;
+  readonly quantizer?: WeightQuantizer;
 }
 
 /** A pipeline with its networks resident (a server's form): many images, one load. */
@@ -162,6 +166,8 @@ export interface GeneratedImage {
   readonly height: number;
   /** Interleaved 8-bit RGB, [height, width, 3]. */
   readonly rgb: Uint8Array;
+  /** Interleaved 8-bit RGBA, [height, width, 4], for models that make alpha (Qwen-Image-2.1). */
+  readonly rgba?: Uint8Array;
   /** The final latent in VAE space (what `decode` takes back), f32. */
   readonly latent: { readonly data: Float32Array; readonly shape: readonly number[] };
   /** PNG text chunks: `parameters` (AUTOMATIC1111's format) and `tensorpencil` (the settings as JSON). */
@@ -214,7 +220,9 @@ export interface DiffusionPipeline {
   /** The text-encode step alone: prompt (and negative) → conditioning to save. */
   encode(options: EncodeOptions): Promise<ConditioningOutput>;
   /** A saved latent → 8-bit RGB through the VAE. */
-  decode(options: DecodeOptions): Promise<{ width: number; height: number; rgb: Uint8Array }>;
+  decode(
+    options: DecodeOptions,
+  ): Promise<{ width: number; height: number; rgb: Uint8Array; rgba?: Uint8Array }>;
   /**
    * Read a latent file and check its shape against what this pipeline decodes (before its data).
    * @throws TpError E_IO, E_FORMAT, E_SHAPE naming the file and tensor

@@ -1,7 +1,7 @@
 // PNG output: encode with upng-js plus our text chunks, decode back with upng-js (pixels and texts), and
 // walk the chunks by hand (order, CRCs against node:zlib's crc32, colour type) so a reader other than
 // upng would accept the file too.
-import { afterAll, expect, test } from "bun:test";
+import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -100,4 +100,24 @@ test("writePng writes through a temporary name; errors leave nothing", () => {
   expect(readdirSync(tmp)).toEqual(["out.png"]);
   expect(existsSync(join(tmp, "no-such-dir"))).toBe(false);
   expect(code(() => decodePng(new Uint8Array([1, 2, 3])))).toBe("E_FORMAT: not a PNG file (bad signature)");
+});
+
+describe("RGBA PNG", () => {
+  test("alpha round-trips; RGB stays colour type 2", () => {
+    const w = 3;
+    const h = 2;
+    const rgba = Uint8Array.from({ length: w * h * 4 }, (_, i) => (i * 37 + 11) % 256);
+    const png = encodePng(rgba, w, h, { channels: 4, text: { parameters: "p" } });
+    expect(png[25]).toBe(6); // IHDR colour type: RGBA
+    const back = decodePng(png);
+    expect(Array.from(back.rgba)).toEqual(Array.from(rgba));
+    expect(back.text.parameters).toBe("p");
+    const rgb = Uint8Array.from({ length: w * h * 3 }, (_, i) => i);
+    expect(
+      decodePng(encodePng(rgb, w, h))
+        .rgba.filter((_, i) => i % 4 === 3)
+        .every((a) => a === 255),
+    ).toBe(true);
+    expect(() => encodePng(rgb, w, h, { channels: 4 })).toThrow("RGBA8");
+  });
 });

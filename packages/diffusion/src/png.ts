@@ -11,12 +11,14 @@ import { writeAtomically } from "@tp/formats";
 import { TpError } from "@tp/tensor";
 import UPNG from "upng-js";
 
-/** A decoded PNG: interleaved 8-bit RGB and its text chunks (tEXt and iTXt, by keyword). */
+/** A decoded PNG: interleaved 8-bit RGB (and RGBA) and its text chunks (tEXt and iTXt, by keyword). */
 export interface PngImage {
   readonly width: number;
   readonly height: number;
   /** [height, width, 3] RGB8 (alpha, if any, dropped). */
   readonly rgb: Uint8Array;
+  /** [height, width, 4] RGBA8 (255 where the file has no alpha). */
+  readonly rgba: Uint8Array;
   readonly text: Readonly<Record<string, string>>;
 }
 
@@ -24,6 +26,8 @@ export interface PngImage {
 export interface PngOptions {
   /** Text chunks, keyword → text, in order (keywords: 1–79 Latin-1 characters, no NUL). */
   readonly text?: Readonly<Record<string, string>>;
+  /** Interleaved channels of the pixel bytes: 3 (RGB, default) or 4 (RGBA, written with its alpha). */
+  readonly channels?: 3 | 4;
 }
 
 /** CRC-32 (ISO-HDLC, the PNG / zlib polynomial 0xEDB88320), table-driven. */
@@ -85,13 +89,14 @@ function textChunk(keyword: string, text: string): Uint8Array {
 }
 
 /**
- * Encode 8-bit RGB as a PNG (colour type 2, depth 8, lossless; upng-js picks the row filter) with text
+ * Encode 8-bit RGB (or RGBA with `channels: 4`) as a PNG (depth 8, lossless; upng-js picks the colour
+ * type and row filter: RGB when every alpha is 255, else RGBA) with text
  * chunks inserted before the image data.
- * @param rgb    interleaved [height, width, 3] bytes
+ * @param rgb    interleaved [height, width, channels] bytes
  * @param width  pixels ≥ 1
  * @param height pixels ≥ 1
  * @returns the PNG file's bytes
- * @throws TpError E_SHAPE when rgb is not width × height × 3 bytes; E_ARG for a bad text keyword
+ * @throws TpError E_SHAPE when rgb is not width × height × channels bytes; E_ARG for a bad text keyword
  */
 export function encodePng(
   rgb: Uint8Array,
@@ -102,16 +107,24 @@ export function encodePng(
   if (!Number.isSafeInteger(width) || !Number.isSafeInteger(height) || width < 1 || height < 1) {
     throw new TpError("E_SHAPE", `PNG size must be positive integers, got ${width}x${height}`);
   }
-  if (rgb.length !== width * height * 3) {
-    throw new TpError("E_SHAPE", `PNG: ${rgb.length} bytes is not ${width} × ${height} × 3 (RGB8)`);
+  const channels = options.channels ?? 3;
+  if ((channels !== 3 && channels !== 4) || rgb.length !== width * height * channels) {
+    throw new TpError(
+      "E_SHAPE",
+      `PNG: ${rgb.length} bytes is not ${width} × ${height} × ${channels} (${channels === 4 ? "RGBA8" : "RGB8"})`,
+    );
   }
   const texts = Object.entries(options.text ?? {}).map(([k, v]) => textChunk(k, v));
+  // its own buffer either way: upng reads the whole ArrayBuffer
   const rgba = new Uint8Array(width * height * 4);
-  for (let i = 0, j = 0; i < rgb.length; i += 3, j += 4) {
-    rgba[j] = rgb[i] as number;
-    rgba[j + 1] = rgb[i + 1] as number;
-    rgba[j + 2] = rgb[i + 2] as number;
-    rgba[j + 3] = 255;
+  if (channels === 4) rgba.set(rgb);
+  else {
+    for (let i = 0, j = 0; i < rgb.length; i += 3, j += 4) {
+      rgba[j] = rgb[i] as number;
+      rgba[j + 1] = rgb[i + 1] as number;
+      rgba[j + 2] = rgb[i + 2] as number;
+      rgba[j + 3] = 255;
+    }
   }
   // cnum 0: lossless; forbidPlte: never a palette (upng would add a tRNS chunk to palette images).
   const encode = UPNG.encode as (
@@ -177,5 +190,5 @@ export function decodePng(bytes: Uint8Array): PngImage {
     rgb[i * 3 + 1] = rgba[i * 4 + 1] as number;
     rgb[i * 3 + 2] = rgba[i * 4 + 2] as number;
   }
-  return { width: img.width, height: img.height, rgb, text: { ...img.tabs.tEXt, ...img.tabs.iTXt } };
+  return { width: img.width, height: img.height, rgb, rgba, text: { ...img.tabs.tEXt, ...img.tabs.iTXt } };
 }

@@ -58,13 +58,13 @@ function onCpu(body: (backend: CpuBackend) => Promise<void>): () => Promise<void
 
 describe("the registry", () => {
   test("the DiT's tensors pick the row; other files are E_FORMAT saying what they are", async () => {
-    expect(PIPELINES.map((p) => p.id)).toEqual(["krea2"]);
+    expect(PIPELINES.map((p) => p.id)).toEqual(["krea2", "qwen-image"]);
     expect(pipelineForCheckpoint(dit)).toBe(KREA2_PIPELINE);
     expect(await errorOf(() => pipelineForCheckpoint(vae))).toStartWith(
-      `E_FORMAT: ${vae} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight): it looks like a Wan 2.1-family VAE`,
+      `E_FORMAT: ${vae} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight) or Qwen-Image-2.1 transformer (no img_in.weight + modulation.1.weight): it looks like a Wan 2.1-family VAE`,
     );
     expect(await errorOf(() => pipelineForCheckpoint(cond))).toStartWith(
-      `E_FORMAT: ${cond} is not a Krea 2 DiT: unknown checkpoint layout`,
+      `E_FORMAT: ${cond} is not a Krea 2 DiT or Qwen-Image-2.1 transformer: unknown checkpoint layout`,
     );
     expect(await errorOf(() => pipelineForCheckpoint(join(tmp, "none.safetensors")))).toStartWith("E_IO");
     expect(pipelineForComponent(vae, "vae")).toBe(KREA2_PIPELINE);

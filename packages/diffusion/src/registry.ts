@@ -8,9 +8,10 @@ import { type DetectedLayout, identifyCheckpoint, openCheckpoint } from "@tp/for
 import { isTpError, TpError } from "@tp/tensor";
 import type { DiffusionPipeline, PipelineComponent } from "./pipeline.ts";
 import { KREA2_PIPELINE } from "./pipelines/krea2-pipeline.ts";
+import { QWEN_IMAGE_PIPELINE } from "./pipelines/qwen-image-pipeline.ts";
 
 /** Every pipeline, by the checkpoint layout of its DiT; the first is the default for `decode` / `encode`. */
-export const PIPELINES: readonly DiffusionPipeline[] = [KREA2_PIPELINE];
+export const PIPELINES: readonly DiffusionPipeline[] = [KREA2_PIPELINE, QWEN_IMAGE_PIPELINE];
 
 /**
  * The detected layout of a checkpoint file; `wrap` turns an identification failure (not an open one)
