@@ -141,6 +141,8 @@ export class QwenImageVaeDecoder implements Disposable {
     readonly backend: Backend,
     src: TensorSource,
     settings: QwenImageVaeSettings,
+    /** The checkpoint file (for messages). */
+    readonly file: string = src.path,
   ) {
     this.settings = settings;
     const comfy = src.has("decoder.conv1.weight");

@@ -478,6 +478,7 @@ async function runQwenImage(
     schedule,
     scheduler,
     noiseKernel: o.noise ?? "avx2",
+    ...(saved === undefined && tePath !== undefined ? { textEncoderFile: tePath } : {}),
     onStep: (s) =>
       report({ kind: "step", step: s.step + 1, steps: s.steps, stepMs: s.stepMs, elapsedMs: s.elapsedMs }),
   });

@@ -10,7 +10,8 @@
  * pipeline_qwenimage21.py (`calculate_shift`, sigmas linspace(1, 1/N, N)); ComfyUI samplers.py.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { type Backend, type Tensor, TpError } from "@tp/tensor";
+import { explainNonFiniteWeights } from "@tp/formats";
+import { type Backend, checkFinite, type Tensor, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning } from "../conditioning.ts";
 import type { QwenImageDit, QwenImageTextKv } from "../models/qwen-image.ts";
 import { type QwenImageVaeDecoder, toRgba8 } from "../models/qwen-image-vae.ts";
@@ -200,6 +201,13 @@ export interface QwenImageGenerateOptions {
   /** A starting state instead of the seed's noise ([1, 64, h, w] f32, e.g. a saved step). */
   readonly initialNoise?: Float32Array;
   readonly onStep?: (info: QwenImageStepInfo) => void | Promise<void>;
+  /** The text encoder's file, when it made the conditioning (scanned to explain a NaN / ∞ conditioning). */
+  readonly textEncoderFile?: string;
+}
+
+/** The explanation of a failed stage check: the first of the files holding a NaN / ∞ weight. */
+function weightsOf(what: string, path: string | undefined): () => string | undefined {
+  return () => explainNonFiniteWeights([{ what, path }]);
 }
 
 /** The result of {@link generateQwenImage}. */
@@ -226,7 +234,8 @@ export interface QwenImageResult {
 /**
  * One image (see the module comment).
  * @throws TpError E_ARG / E_UNSUPPORTED for settings out of range, E_SHAPE for conditioning that does
- *   not fit the DiT, E_ARG when cfg ≠ 1 without a negative conditioning, E_STATE for a non-finite latent
+ *   not fit the DiT, E_ARG when cfg ≠ 1 without a negative conditioning, E_NUMERIC naming the stage (conditioning,
+ *   sampling step, VAE decode) whose result holds NaN or ∞, and the weight file that explains it
  */
 export async function generateQwenImage(o: QwenImageGenerateOptions): Promise<QwenImageResult> {
   const d = QWEN_IMAGE_DEFAULTS;
@@ -258,6 +267,9 @@ export async function generateQwenImage(o: QwenImageGenerateOptions): Promise<Qw
   };
   const pos = device(o.positive, "positive");
   const neg = useCfg ? device(o.negative as Conditioning | HostConditioning, "negative") : null;
+  const teWeights = weightsOf("text encoder", o.textEncoderFile);
+  await checkFinite(b, pos, { stage: "conditioning (positive)", explain: teWeights });
+  if (neg) await checkFinite(b, neg, { stage: "conditioning (negative)", explain: teWeights });
 
   const t0 = performance.now();
   const reuse = o.reuseTextKv ?? true;
@@ -287,6 +299,12 @@ export async function generateQwenImage(o: QwenImageGenerateOptions): Promise<Qw
     sigmas,
     cfg,
     onStep: async (s) => {
+      await checkFinite(b, s.x, {
+        stage: "sampling",
+        step: s.step + 1,
+        steps: s.steps,
+        explain: weightsOf("transformer", o.dit.layout.path),
+      });
       const now = performance.now();
       const dt = now - tStep;
       stepMs.push(dt);
@@ -305,17 +323,10 @@ export async function generateQwenImage(o: QwenImageGenerateOptions): Promise<Qw
 
   const tD = performance.now();
   const modelLatent = (await b.read(final)) as Float32Array;
-  for (let i = 0; i < modelLatent.length; i++) {
-    if (!Number.isFinite(modelLatent[i] as number)) {
-      throw new TpError(
-        "E_STATE",
-        "the sampled latent holds non-finite values (NaN or ±∞); no image was written",
-      );
-    }
-  }
   using z = o.vae.processOut(final);
   const latent = (await b.read(z)) as Float32Array;
   using raw = o.vae.decode(z);
+  await checkFinite(b, raw, { stage: "VAE decode", explain: weightsOf("VAE", o.vae.file) });
   const px = (await b.read(raw)) as Float32Array;
   const rgba = toRgba8(px, size.height, size.width);
   const decodeMs = performance.now() - tD;
