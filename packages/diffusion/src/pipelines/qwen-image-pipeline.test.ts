@@ -101,6 +101,7 @@ run(`Qwen-Image-2.1 registry row${note}`, () => {
     const images: Uint8Array[] = [];
     for (const files of [qwenImageModelFiles(DIFF), qwenImageModelFiles(comfyFolder("bf16", "bf16"))]) {
       const events: string[] = [];
+      const previews: (readonly number[])[] = [];
       const r = await QWEN_IMAGE_PIPELINE.generate(
         {
           files,
@@ -114,11 +115,16 @@ run(`Qwen-Image-2.1 registry row${note}`, () => {
           seed: 3n,
           ditMode: "f32",
           textEncoderMode: "f32",
+          preview: true,
         },
-        (e) => events.push(e.kind),
+        (e) => {
+          events.push(e.kind);
+          if (e.kind === "step" && e.denoised) previews.push(e.denoised.shape);
+        },
       );
       expect([r.width, r.height, r.rgba?.length, r.rgb.length]).toEqual([64, 96, 64 * 96 * 4, 64 * 96 * 3]);
       expect(events.filter((k) => k === "step").length).toBe(3);
+      expect(previews).toEqual([0, 1, 2].map(() => [1, 64, 1, 6, 4]));
       expect(r.text.parameters).toContain("Negative prompt: blurry");
       images.push(r.rgba as Uint8Array);
     }

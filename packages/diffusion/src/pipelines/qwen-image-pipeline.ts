@@ -31,6 +31,7 @@ import type {
   LoadedPipeline,
   LoadOptions,
   PipelineFiles,
+  ProgressCallback,
 } from "../pipeline.ts";
 import { readConditioning } from "./files.ts";
 import {
@@ -238,7 +239,7 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     noiseKernels: ["avx2", "default"],
   },
 
-  generate(o: GenerateOptions, progress?: (event: GenerateEvent) => void): Promise<GeneratedImage> {
+  generate(o: GenerateOptions, progress?: ProgressCallback): Promise<GeneratedImage> {
     const mode = oneOf<QwenImageDitMode>("DiT mode", o.ditMode, "q8", QWEN_IMAGE_DIT_MODES);
     const teMode = oneOf<QwenImageTextMode>(
       "text-encoder mode",
@@ -380,11 +381,7 @@ interface Parts {
 const quote = (v: string): string => (/[,:\n"]/.test(v) ? JSON.stringify(v) : v);
 
 /** One run: checks, conditioning, models, sampling, PNG text. */
-async function runQwenImage(
-  o: ImageRequest,
-  report: (event: GenerateEvent) => void,
-  run: Parts,
-): Promise<GeneratedImage> {
+async function runQwenImage(o: ImageRequest, report: ProgressCallback, run: Parts): Promise<GeneratedImage> {
   const { backend, files } = run;
   const d = QWEN_IMAGE_DEFAULTS;
   const cfg = o.cfg ?? d.cfg;
@@ -479,8 +476,30 @@ async function runQwenImage(
     scheduler,
     noiseKernel: o.noise ?? "avx2",
     ...(saved === undefined && tePath !== undefined ? { textEncoderFile: tePath } : {}),
-    onStep: (s) =>
-      report({ kind: "step", step: s.step + 1, steps: s.steps, stepMs: s.stepMs, elapsedMs: s.elapsedMs }),
+    onStep: async (s) => {
+      await report({
+        kind: "step",
+        step: s.step + 1,
+        steps: s.steps,
+        stepMs: s.stepMs,
+        elapsedMs: s.elapsedMs,
+        // [1, 64, h, w] as the event's [1, channels, frames, h, w]
+        ...(o.preview
+          ? {
+              denoised: {
+                data: (await backend.read(s.denoised)) as Float32Array,
+                shape: [
+                  1,
+                  s.denoised.shape[1] as number,
+                  1,
+                  s.denoised.shape[2] as number,
+                  s.denoised.shape[3] as number,
+                ],
+              },
+            }
+          : {}),
+      });
+    },
   });
 
   const fields: [string, string][] = [

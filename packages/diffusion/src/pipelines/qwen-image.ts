@@ -176,6 +176,8 @@ export interface QwenImageStepInfo {
   readonly sigma: number;
   /** The state after the step (valid during the callback). */
   readonly x: Tensor;
+  /** This step's x0 estimate, [1, 64, h, w] (valid during the callback). */
+  readonly denoised: Tensor;
   readonly stepMs: number;
   readonly elapsedMs: number;
 }
@@ -314,6 +316,7 @@ export async function generateQwenImage(o: QwenImageGenerateOptions): Promise<Qw
         steps: s.steps,
         sigma: s.sigma,
         x: s.x,
+        denoised: s.denoised,
         stepMs: dt,
         elapsedMs: now - tS,
       });
