@@ -17,6 +17,7 @@ export * from "./layouts/gguf-llm.ts";
 export * from "./layouts/names.ts";
 export * from "./layouts/quantizable.ts";
 export * from "./layouts/tensor-format.ts";
+export * from "./layouts/tensor-set.ts";
 export * from "./layouts/text-encoder.ts";
 export * from "./layouts/types.ts";
 export * from "./layouts/vae.ts";

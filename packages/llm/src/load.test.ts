@@ -5,7 +5,7 @@
 // run, maxContext naming itself; then non-finite logits (NaN weights) as one E_NUMERIC naming the file
 // on every read path of the generation loop, and step(null).
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
@@ -226,6 +226,26 @@ describe("hyper-parameters out of range: E_FORMAT naming the file and the key", 
     });
   }
   test("nothing was left allocated", () => expect(backend.memory.current).toBe(0));
+});
+
+describe("layers past the declared depth: E_FORMAT naming the first stray tensor", () => {
+  test("GGUF: blk.1.* in a file whose block_count says 1", () => {
+    const path = gguf({ kv: [ggufKv("qwen3.block_count", "u32", 1)] }, { ...QWEN3, num_hidden_layers: 2 });
+    const e = thrown(() => loadModel(path, { backend }));
+    expectError(e, "E_FORMAT", path, "declares qwen3.block_count = 1 but holds layer 1 (blk.1.");
+    expect(e.tensor?.startsWith("blk.1.")).toBe(true);
+  });
+  test("safetensors: model.layers.1.* with num_hidden_layers 1 in config.json", () => {
+    const dir = join(tmp, "hf-stray");
+    mkdirSync(dir, { recursive: true });
+    const two = { ...QWEN3, num_hidden_layers: 2 };
+    writeTinySafetensors(dir, two, tinyWeights(two, 5));
+    const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+    writeFileSync(join(dir, "config.json"), JSON.stringify({ ...cfg, num_hidden_layers: 1 }));
+    const e = thrown(() => loadCausalLM(dir, { backend }));
+    expectError(e, "E_FORMAT", "num_hidden_layers = 1 but the checkpoint holds layer 1 (model.layers.1.");
+    expect(backend.memory.current).toBe(0);
+  });
 });
 
 describe("paths that are not models, formats the backend cannot run, options", () => {

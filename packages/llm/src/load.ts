@@ -12,7 +12,15 @@
  */
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { GGUF_HF_NAMES, openCheckpoint, openGguf, type TensorSource, unmapName } from "@tp/formats";
+import {
+  checkGgufDepth,
+  declaredDepth,
+  GGUF_HF_NAMES,
+  openCheckpoint,
+  openGguf,
+  type TensorSource,
+  unmapName,
+} from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
 import type { LlmConfig } from "./model.ts";
@@ -141,14 +149,9 @@ function openGgufModel(path: string): Opened {
       source: g,
       name: (hf) => (table === undefined ? hf : (unmapName(table, hf) ?? hf)),
     };
-    return {
-      format: "gguf",
-      path,
-      reader,
-      arch,
-      config: arch.configFromGguf(g.metadata, reader),
-      tokenizerFrom: path,
-    };
+    const config = arch.configFromGguf(g.metadata, reader);
+    checkGgufDepth(g, config.num_hidden_layers, `${name}.block_count`);
+    return { format: "gguf", path, reader, arch, config, tokenizerFrom: path };
   } catch (e) {
     g.close();
     throw e;
@@ -181,14 +184,18 @@ function openSafetensorsModel(path: string): Opened {
   const src: TensorSource = openCheckpoint(weights);
   try {
     const reader: CheckpointReader = { source: src, name: (hf) => hf };
-    return {
-      format: "safetensors",
-      path: weights,
-      reader,
-      arch,
-      config: arch.configFromHf(json, reader, cfgPath),
-      tokenizerFrom: dir,
-    };
+    const config = arch.configFromHf(json, reader, cfgPath);
+    // Layers past num_hidden_layers would be ignored: the file and config.json disagree on the model.
+    const depth = declaredDepth(src, "model.layers.");
+    if (depth > config.num_hidden_layers) {
+      const stray = src.tensors.find((t) => t.name.startsWith(`model.layers.${depth - 1}.`))?.name as string;
+      throw new TpError(
+        "E_FORMAT",
+        `config.json declares num_hidden_layers = ${config.num_hidden_layers} but the checkpoint holds layer ${depth - 1} (${stray}); the extra layers would be ignored`,
+        { file: src.path, tensor: stray },
+      );
+    }
+    return { format: "safetensors", path: weights, reader, arch, config, tokenizerFrom: dir };
   } catch (e) {
     src.close();
     throw e;

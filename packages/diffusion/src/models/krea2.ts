@@ -12,8 +12,10 @@
  */
 
 import {
+  checkTensorSet,
   type DetectedLayout,
   identifyCheckpoint,
+  krea2DitTensorSet,
   loadWeight,
   openCheckpoint,
   type TensorSource,
@@ -415,8 +417,15 @@ class ParamLoader {
   }
 }
 
-/** The layout of a Krea 2 DiT file, or E_FORMAT saying what the file is instead. */
-function identifyKrea2(src: TensorSource, path: string): DetectedLayout {
+/**
+ * The layout of a Krea 2 DiT file and the tensors it holds that the model does not read, after
+ * checking its complete tensor set (@tp/formats krea2DitTensorSet) — or E_FORMAT saying what the file
+ * is instead, or which tensor is missing.
+ */
+function identifyKrea2(
+  src: TensorSource,
+  path: string,
+): { layout: DetectedLayout; unexpected: readonly string[] } {
   let layout: DetectedLayout;
   try {
     layout = identifyCheckpoint(src);
@@ -433,7 +442,8 @@ function identifyKrea2(src: TensorSource, path: string): DetectedLayout {
       { file: path },
     );
   }
-  return layout;
+  const { unexpected } = checkTensorSet(src, krea2DitTensorSet(src, layout.prefix ?? ""));
+  return { layout, unexpected };
 }
 
 /**
@@ -444,7 +454,7 @@ function identifyKrea2(src: TensorSource, path: string): DetectedLayout {
 export function readKrea2DitConfig(path: string): Krea2Config {
   const src = openCheckpoint(path);
   try {
-    return readKrea2Config(src, identifyKrea2(src, path).prefix ?? "");
+    return readKrea2Config(src, identifyKrea2(src, path).layout.prefix ?? "");
   } finally {
     src.close();
   }
@@ -470,14 +480,14 @@ export function loadKrea2(path: string, options: LoadKrea2Options): Krea2Dit {
   }
   const src = openCheckpoint(path);
   try {
-    const layout = identifyKrea2(src, path);
+    const { layout, unexpected } = identifyKrea2(src, path);
     const prefix = layout.prefix ?? "";
     const config = readKrea2Config(src, prefix);
     const loader = new ParamLoader(src, prefix, options.backend, mode);
     // A throw while loading frees every upload made so far; what loads is the model's until dispose.
     const params = options.backend.scope(() => loader.params(config));
     options.backend.persist(loader.uploaded);
-    return new Krea2Dit(options.backend, config, params, mode, layout, src, loader.uploaded);
+    return new Krea2Dit(options.backend, config, params, mode, layout, src, loader.uploaded, unexpected);
   } catch (e) {
     src.close();
     throw e;
@@ -671,6 +681,8 @@ export class Krea2Dit implements Disposable {
     readonly layout: DetectedLayout,
     private readonly src: TensorSource,
     private readonly uploaded: readonly Tensor[],
+    /** Tensors of the file the model does not read (for a warning; see @tp/formats checkTensorSet). */
+    readonly unexpected: readonly string[] = [],
   ) {}
 
   #disposed = false;

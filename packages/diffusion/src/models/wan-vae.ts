@@ -15,7 +15,7 @@
  * `RMS_norm`, `CausalConv3d`, `WanVAE.decode`), comfy/latent_formats.py (`Wan21`), comfy/sd.py
  * (`VAE.process_output`), nodes.py (`SaveImage`); ../shared/spec/krea2.md §0, §1.10, §5.
  */
-import { openSafetensors, type TensorSource } from "@tp/formats";
+import { checkTensorSet, openSafetensors, type TensorSource, wan21VaeTensorSet } from "@tp/formats";
 import { type Backend, dtypeFromSafetensors, type Tensor, TpError } from "@tp/tensor";
 
 // ------------------------------------------------------------------------------- latent format
@@ -153,6 +153,8 @@ export class WanVaeDecoder implements Disposable {
   readonly config: WanVaeConfig;
   /** The checkpoint the weights came from (for the reason of a non-finite decode). */
   readonly file: string;
+  /** Decoder tensors of the file the decoder does not read (for a warning). */
+  readonly unexpected: readonly string[] = [];
   readonly #postQuant: Conv;
   readonly #convIn: Conv;
   readonly #middle: readonly Block[];
@@ -168,6 +170,8 @@ export class WanVaeDecoder implements Disposable {
     this.file = src.path;
     try {
       checkWan21(src);
+      this.unexpected = checkTensorSet(src, wan21VaeTensorSet(src)).unexpected;
+      checkWanShapes(src);
       this.#postQuant = this.#conv(src, "conv2");
       this.#convIn = this.#conv(src, "decoder.conv1");
       this.#middle = [0, 1, 2].map((i) => this.#block(src, `decoder.middle.${i}`));
@@ -491,6 +495,73 @@ export class WanVaeDecoder implements Disposable {
   dispose(): void {
     for (const t of this.#weights.splice(0)) t[Symbol.dispose]();
   }
+}
+
+/**
+ * Check every decoder tensor's shape against the channel chain the file declares, from the header
+ * alone, before any weight is uploaded: conv2 [z, z, 1(, 1), 1], decoder.conv1 [C, z, …], each block's
+ * convs and norms [C_out, C_in, …] with C_in the previous block's C_out (a resnet's shortcut present
+ * exactly when they differ), the middle attention [3C, C] / [C, C], and the head [3, C, …] — so a
+ * mismatched VAE is refused at load naming the file and tensor, not after sampling.
+ * @throws TpError E_FORMAT naming the file and tensor, with the shape found and the one expected
+ */
+function checkWanShapes(src: TensorSource): void {
+  const fail = (name: string, want: string): never => {
+    throw new TpError(
+      "E_FORMAT",
+      `the VAE tensor ${name} has shape [${src.tensor(name).shape.join(", ")}]; the decoder's channels need ${want}`,
+      { file: src.path, tensor: name },
+    );
+  };
+  /** [out, in, k…] with rank 4 or 5 and equal odd kernel sides (or none for in < 0). */
+  const conv = (p: string, out: number, inC: number, kernel?: number): void => {
+    const w = src.tensor(`${p}.weight`).shape;
+    const k = kernel === undefined ? "k" : String(kernel);
+    const want = `[${out}, ${inC}, ${w.length === 5 ? "t, " : ""}${k}, ${k}]`;
+    if ((w.length !== 4 && w.length !== 5) || w[0] !== out || w[1] !== inC) fail(`${p}.weight`, want);
+    const kh = w[w.length - 2] as number;
+    const kw = w[w.length - 1] as number;
+    if (kh !== kw || kh % 2 !== 1 || (kernel !== undefined && kh !== kernel)) fail(`${p}.weight`, want);
+    if (src.has(`${p}.bias`)) {
+      const b = src.tensor(`${p}.bias`).shape;
+      if (b.length !== 1 || b[0] !== out) fail(`${p}.bias`, `[${out}]`);
+    }
+  };
+  const gamma = (name: string, c: number): void => {
+    const g = src.tensor(name).shape;
+    if (g[0] !== c || g.slice(1).some((d) => d !== 1)) fail(name, `[${c}, 1, …]`);
+  };
+  const resnet = (p: string, inC: number): number => {
+    const out = src.tensor(`${p}.residual.2.weight`).shape[0] as number;
+    gamma(`${p}.residual.0.gamma`, inC);
+    conv(`${p}.residual.2`, out, inC);
+    gamma(`${p}.residual.3.gamma`, out);
+    conv(`${p}.residual.6`, out, out);
+    if (src.has(`${p}.shortcut.weight`)) conv(`${p}.shortcut`, out, inC, 1);
+    else if (out !== inC)
+      fail(`${p}.residual.2.weight`, `[${inC}, ${inC}, …] (no ${p}.shortcut maps ${inC} → ${out} channels)`);
+    return out;
+  };
+  const z = src.tensor("conv2.weight").shape[0] as number;
+  conv("conv2", z, z, 1);
+  let c = src.tensor("decoder.conv1.weight").shape[0] as number;
+  conv("decoder.conv1", c, z);
+  c = resnet("decoder.middle.0", c);
+  gamma("decoder.middle.1.norm.gamma", c);
+  conv("decoder.middle.1.to_qkv", 3 * c, c, 1);
+  conv("decoder.middle.1.proj", c, c, 1);
+  c = resnet("decoder.middle.2", c);
+  for (let i = 0; src.tensors.some((t) => t.name.startsWith(`decoder.upsamples.${i}.`)); i++) {
+    const p = `decoder.upsamples.${i}`;
+    if (src.has(`${p}.residual.2.weight`)) c = resnet(p, c);
+    else if (src.has(`${p}.resample.1.weight`)) {
+      const out = src.tensor(`${p}.resample.1.weight`).shape[0] as number;
+      conv(`${p}.resample.1`, out, c, 3);
+      c = out;
+    }
+  }
+  gamma("decoder.head.0.gamma", c);
+  conv("decoder.head.2", 3, c);
 }
 
 /**

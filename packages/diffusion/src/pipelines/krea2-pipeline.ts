@@ -322,6 +322,16 @@ async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Par
     held.use(vae);
   }
   const loadMs = performance.now() - tLoad;
+  for (const [what, file, names] of [
+    ["DiT", ditPath, dit.unexpected],
+    ["VAE", vaePath, vae.unexpected],
+  ] as const) {
+    if (names.length === 0) continue;
+    report({
+      kind: "notice",
+      text: `the ${what} file ${file} holds ${names.length} tensor${names.length === 1 ? "" : "s"} the model does not use (${names.slice(0, 3).join(", ")}${names.length > 3 ? ", …" : ""}); ignored`,
+    });
+  }
   report({
     kind: "start",
     text: `${dit.layout.description}; VAE ${stem(vaePath)}${teLine}; ${size.width}x${size.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed}, ${backend.device}`,

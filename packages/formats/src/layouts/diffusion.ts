@@ -10,6 +10,7 @@
 import type { TensorSource } from "../tensors.ts";
 import type { NameTable } from "./names.ts";
 import { detectTensorFormat } from "./tensor-format.ts";
+import { declaredDepth } from "./tensor-set.ts";
 import type { DetectedLayout } from "./types.ts";
 
 const COMFY_PREFIX = "model.diffusion_model.";
@@ -90,7 +91,7 @@ export function detectKrea2Dit(src: TensorSource): DetectedLayout | null {
   const prefix = prefixOf(src, "blocks.0.mod.lin");
   if (prefix === null || !src.has(`${prefix}txtfusion.projector.weight`)) return null;
   const dim = src.tensor(`${prefix}first.weight`).shape[0] ?? 0;
-  const blocks = countBlocks(src, /^(?:model\.diffusion_model\.)?blocks\.(\d+)\.mod\.lin$/);
+  const blocks = declaredDepth(src, `${prefix}blocks.`); // every blocks.N.* name counts (tensor-set.ts)
   const formats = new Map<string, number>();
   let scaled = false;
   for (let b = 0; b < blocks; b++) {
