@@ -1,5 +1,5 @@
 /*
- * Entry points of the weight kernels (tp.h): tp_weight_row_bytes, tp_cpu_matmul, tp_cpu_get_rows,
+ * Entry points of the weight kernels (tp.h): tp_weight_row_bytes, tp_cpu_matmul, tp_cpu_matmul_id, tp_cpu_get_rows,
  * tp_cpu_quantize_act, tp_cpu_convrot_quantize. Each checks its arguments (writing a message for
  * tp_ctx_error), prepares the activations once (llm.md §2.6, krea2.md §1.7–1.8), splits the output
  * columns over the context's threads, and dispatches on the ISA level and CPU features:
@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "matmul.h"
 
@@ -516,6 +517,117 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
   run_tasks(ctx, tasks, col_task, &cj);
   ctx_scratch_trim(ctx);
   return TP_OK;
+}
+
+/* ---- matmul_id: one GEMM per expert over its rows of a stacked weight ------------------------- */
+
+tp_status tp_cpu_matmul_id(tp_ctx *ctx, const float *x, int64_t t, int64_t sx, int64_t k, int32_t format,
+                           const void *w, uint64_t w_bytes, int64_t n_expert, int64_t n, const float *scale,
+                           int64_t n_scale, int32_t group, const int32_t *ids, int64_t s, float *y) {
+  if (ctx == NULL) return TP_ERR_ARG;
+  ctx->error[0] = '\0';
+  const char *fn = "tp_cpu_matmul_id";
+  if (n_expert < 1 || n < 0 || n_expert > TP_MM_MAX || (n > 0 && n_expert > TP_MM_MAX / n)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: bad experts = %lld of n = %lld rows", fn, (long long)n_expert, (long long)n);
+  }
+  int64_t rb = 0;
+  tp_status st = check_weight(ctx, fn, format, w, w_bytes, n_expert * n, k, scale, n_scale, group, &rb);
+  if (st != TP_OK) return st;
+  if (t < 0 || s < 0 || t > TP_MM_MAX || (t > 0 && s > TP_MM_MAX / t)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: bad tokens = %lld, slots = %lld", fn, (long long)t, (long long)s);
+  }
+  const int64_t rows = t * s;
+  if (sx != 1 && sx != s) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: x has %lld slots per token; expected 1 or %lld", fn, (long long)sx,
+                    (long long)s);
+  }
+  if (rows > 0 && (k > TP_MM_MAX / rows || n > TP_MM_MAX / rows)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: %lld rows of k = %lld, n = %lld are too large", fn, (long long)rows,
+                    (long long)k, (long long)n);
+  }
+  if (rows == 0 || n == 0) return TP_OK;
+  if (y == NULL || ids == NULL) return mm_error(ctx, TP_ERR_ARG, "%s: %s is NULL", fn, y == NULL ? "y" : "ids");
+  if (x == NULL && k > 0) return mm_error(ctx, TP_ERR_ARG, "%s: x is NULL", fn);
+  const uint64_t y_bytes = (uint64_t)rows * (uint64_t)n * 4;
+  if (overlaps(y, y_bytes, x, (uint64_t)t * (uint64_t)sx * (uint64_t)k * 4) || overlaps(y, y_bytes, w, w_bytes) ||
+      overlaps(y, y_bytes, ids, (uint64_t)rows * 4) || overlaps(y, y_bytes, scale, (uint64_t)n_scale * 4)) {
+    return mm_error(ctx, TP_ERR_ARG, "%s: y overlaps an input", fn);
+  }
+  for (int64_t r = 0; r < rows; r++) { /* every id before anything is written */
+    if (ids[r] < 0 || ids[r] >= n_expert) {
+      return mm_error(ctx, TP_ERR_ARG, "%s: ids[%lld, %lld] = %d is outside [0, %lld)", fn, (long long)(r / s),
+                      (long long)(r % s), (int)ids[r], (long long)n_expert);
+    }
+  }
+  /* the rows of each expert, in order (a counting sort): order[start[e] .. start[e + 1]) */
+  int64_t *start = calloc((size_t)n_expert + 1, sizeof *start);
+  int64_t *order = malloc((size_t)rows * sizeof *order);
+  if (start == NULL || order == NULL) {
+    free(start);
+    free(order);
+    return mm_error(ctx, TP_ERR_OOM, "%s: no memory for the routing of %lld rows", fn, (long long)rows);
+  }
+  for (int64_t r = 0; r < rows; r++) start[ids[r] + 1]++;
+  int64_t most = 0;
+  for (int64_t e = 0; e < n_expert; e++) {
+    if (start[e + 1] > most) most = start[e + 1];
+    start[e + 1] += start[e];
+  }
+  {
+    int64_t *next = malloc((size_t)n_expert * sizeof *next);
+    if (next == NULL) {
+      free(start);
+      free(order);
+      return mm_error(ctx, TP_ERR_OOM, "%s: no memory for the routing of %lld rows", fn, (long long)rows);
+    }
+    memcpy(next, start, (size_t)n_expert * sizeof *next);
+    for (int64_t r = 0; r < rows; r++) order[next[ids[r]]++] = r;
+    free(next);
+  }
+  /* an expert of several rows: its rows of x gathered, its GEMM into a scratch, scattered into y; of one
+     row: the row of x and of y themselves (decoding: no copy) */
+  float *xg = NULL, *yg = NULL;
+  if (most > 1) {
+    xg = malloc((size_t)most * (size_t)(k > 0 ? k : 1) * 4);
+    yg = malloc((size_t)most * (size_t)n * 4);
+    if (xg == NULL || yg == NULL) {
+      free(xg);
+      free(yg);
+      free(start);
+      free(order);
+      return mm_error(ctx, TP_ERR_OOM, "%s: no memory for %lld gathered rows", fn, (long long)most);
+    }
+  }
+  const int convrot = format == TP_W_INT8_CONVROT || format == TP_W_INT4_CONVROT;
+  const uint8_t *wb = w;
+  for (int64_t e = 0; e < n_expert && st == TP_OK; e++) {
+    const int64_t m = start[e + 1] - start[e];
+    if (m == 0) continue; /* an expert no row chose is not read */
+    const void *we = wb + (size_t)e * (size_t)n * (size_t)rb;
+    const float *se = convrot ? scale + (size_t)e * (size_t)n : scale;
+    const int64_t ns = convrot ? n : n_scale;
+    const int64_t *rs = order + start[e];
+    if (m == 1) {
+      const int64_t r = rs[0];
+      const float *xr = x + (size_t)((r / s) * sx + (sx == 1 ? 0 : r % s)) * (size_t)k;
+      st = tp_cpu_matmul(ctx, xr, 1, k, format, we, (uint64_t)n * (uint64_t)rb, n, se, ns, group, NULL,
+                         y + (size_t)r * (size_t)n);
+      continue;
+    }
+    for (int64_t i = 0; i < m; i++) {
+      const int64_t r = rs[i];
+      memcpy(xg + (size_t)i * (size_t)k, x + (size_t)((r / s) * sx + (sx == 1 ? 0 : r % s)) * (size_t)k,
+             (size_t)k * 4);
+    }
+    st = tp_cpu_matmul(ctx, xg, m, k, format, we, (uint64_t)n * (uint64_t)rb, n, se, ns, group, NULL, yg);
+    if (st != TP_OK) break;
+    for (int64_t i = 0; i < m; i++) memcpy(y + (size_t)rs[i] * (size_t)n, yg + (size_t)i * (size_t)n, (size_t)n * 4);
+  }
+  free(xg);
+  free(yg);
+  free(start);
+  free(order);
+  return st;
 }
 
 /* ---- get_rows ----------------------------------------------------------------------------- */

@@ -153,6 +153,19 @@ TP_API tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k
                                const float *bias, float *y);
 
 /*
+ * matmul_id (ggml mul_mat_id): y[r, :] = x[t, sx == 1 ? 0 : j, :] · W_eᵀ for each row r = t·s + j
+ * (t < tokens, j < s slots) with e = ids[r], where the weight holds n_expert experts stacked
+ * expert-major ([n_expert · n, k] in `format`: expert e is rows [e·n, (e+1)·n), read in place). x:
+ * [t, sx, k] f32 with sx 1 or s; ids: [t, s]; y: [t, s, n]. Each expert's rows are gathered and run as
+ * one tp_cpu_matmul over its sub-view (the same numbers as tp_cpu_matmul row for row); experts no row
+ * chose are not read. scale: as tp_cpu_matmul for the whole stack (ConvRot: n_expert · n row scales).
+ * An id outside [0, n_expert) is TP_ERR_ARG (nothing is written). y must not overlap an input.
+ */
+TP_API tp_status tp_cpu_matmul_id(tp_ctx *ctx, const float *x, int64_t t, int64_t sx, int64_t k, int32_t format,
+                                  const void *w, uint64_t w_bytes, int64_t n_expert, int64_t n, const float *scale,
+                                  int64_t n_scale, int32_t group, const int32_t *ids, int64_t s, float *y);
+
+/*
  * Repacked Q8_0 / Q4_0 weights for the GEMV and small batches (rows interleaved 16 at a time; layout
  * in native/cpu/matmul.h). tp_weight_repack_bytes: bytes of the layout for [n, k] (-1 for another
  * format or k not a multiple of 32). tp_cpu_repack_weight: w (n · tp_weight_row_bytes bytes) → out

@@ -74,6 +74,31 @@ describe("shape errors name the shapes", () => {
   });
 });
 
+describe("matmul_id: the checks of the front-end and the native kernel", () => {
+  // 3 experts of [2, 32] f32, stacked [6, 32]
+  const stack = new Weight({ name: "exps", format: "f32", shape: [6, 32], data: new Uint8Array(6 * 32 * 4) });
+  const ids = (v: number[], shape: number[]) => b.upload(Int32Array.from(v), shape, "i32");
+  test("shapes, experts and ids out of range are errors naming them; nothing is left allocated", () => {
+    const before = b.memory.current;
+    b.scope(() => {
+      let e = thrown(() => b.matmulId(f32([2, 1, 32]), stack, ids([0, 1, 2], [3, 1]), { experts: 3 }));
+      expect(e.code).toBe("E_SHAPE");
+      expect(e.message).toContain("x [2, 1, 32], ids [3, 1]");
+      e = thrown(() => b.matmulId(f32([2, 3, 32]), stack, ids([0, 1, 2, 0], [2, 2]), { experts: 3 }));
+      expect(e.code).toBe("E_SHAPE");
+      e = thrown(() => b.matmulId(f32([1, 1, 32]), stack, ids([0], [1, 1]), { experts: 4 }));
+      expect(e.code).toBe("E_ARG");
+      expect(e.message).toContain("experts = 4 does not divide the 6 rows");
+      e = thrown(() => b.matmulId(f32([2, 1, 32]), stack, ids([0, 3], [2, 1]), { experts: 3 }));
+      expect(e.code).toBe("E_ARG");
+      expect(e.message).toContain("ids[1, 0] = 3 is outside [0, 3)");
+      e = thrown(() => b.matmulId(f32([1, 1, 32]), stack, ids([-1], [1, 1]), { experts: 3 }));
+      expect(e.code).toBe("E_ARG");
+    });
+    expect(b.memory.current).toBe(before);
+  });
+});
+
 describe("set: the checks of @tp/tensor checkSetArgs", () => {
   test("shape and dtype mismatches, a broadcast or shared-storage dst; the target is left unchanged", async () => {
     const dst = f32([4, 3], 7);

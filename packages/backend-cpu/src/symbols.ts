@@ -101,6 +101,7 @@ export const TP_SYMBOLS = {
   // ---- weights: matmul, get_rows, dequantization, quantizers
   tp_weight_row_bytes: { args: ["i32", "i64"], returns: "i64" },
   tp_cpu_matmul: { args: ["ptr", "ptr", "i64", "i64", "i32", "ptr", "u64", "i64", "ptr", "i64", "i32", "ptr", "ptr"], returns: "i32" },
+  tp_cpu_matmul_id: { args: ["ptr", "ptr", "i64", "i64", "i64", "i32", "ptr", "u64", "i64", "i64", "ptr", "i64", "i32", "ptr", "i64", "ptr"], returns: "i32" },
   tp_weight_repack_bytes: { args: ["i32", "i64", "i64"], returns: "i64" },
   tp_cpu_repack_weight: { args: ["ptr", "i32", "ptr", "u64", "i64", "i64", "ptr", "u64"], returns: "i32" },
   tp_cpu_matmul_repacked: { args: ["ptr", "ptr", "i64", "i64", "i32", "ptr", "u64", "i64", "ptr", "ptr"], returns: "i32" },

@@ -24,6 +24,7 @@ import type { Weight } from "./weight.ts";
 /** Op names, one per kernel family (one op name gives one kernel name on every backend). */
 export const OP_NAMES = [
   "matmul",
+  "matmul_id",
   "attention",
   "rms_norm",
   "layer_norm",
@@ -188,6 +189,19 @@ export interface Backend {
    */
   matmul(x: Tensor, w: Weight, options?: { bias?: Tensor }): Tensor;
   /**
+   * Mixture-of-experts matmul (ggml `mul_mat_id`): y[t, s] = x[t, s or 0] · W_{ids[t, s]}ᵀ.
+   * w: the experts stacked expert-major, a Weight [experts·N, K] (expert e is rows [e·N, (e+1)·N), as
+   * GGUF's 3-D `ffn_*_exps` tensors are stored), any supported {@link WeightFormat}, read in place;
+   * x: [T, S, K] or [T, 1, K] f32 (one input row per token for every slot); ids: i32 [T, S], each in
+   * [0, experts). → [T, S, N] f32. Each expert's weight rows are read once per call for all the rows
+   * routed to it (one GEMM per expert), and experts no row chose are not read.
+   * Source: ggml `ggml_mul_mat_id` (ggml/src/ggml.c); Shazeer et al. 2017 (sparsely-gated MoE).
+   * @throws E_SHAPE for shapes that do not fit, E_ARG for `experts` not dividing w's rows, E_UNSUPPORTED
+   *   for a weight format this backend lacks; a backend may refuse ids outside [0, experts) (E_ARG) or
+   *   give rows of NaN for them (a queued GPU kernel cannot throw).
+   */
+  matmulId(x: Tensor, w: Weight, ids: Tensor, options: { experts: number }): Tensor;
+  /**
    * Scaled dot-product attention with grouped-query heads, memory O(seq_len) per head.
    * q: [batch, num_heads, Sq, head_dim]; k: [batch, num_kv_heads, Skv, head_dim];
    * v: [batch, num_kv_heads, Skv, head_dim_v]; num_heads % num_kv_heads == 0 (query head h uses KV
@@ -297,6 +311,7 @@ export interface Backend {
 /** The names of the op methods of {@link Backend}, by op name. */
 export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
   matmul: "matmul",
+  matmul_id: "matmulId",
   attention: "attention",
   rms_norm: "rmsNorm",
   layer_norm: "layerNorm",

@@ -387,6 +387,9 @@ export abstract class BackendBase implements Backend {
   matmul(x: Tensor, w: Weight, options?: { bias?: Tensor } | null): Tensor {
     return linear.matmul(this, x, w, options);
   }
+  matmulId(x: Tensor, w: Weight, ids: Tensor, options: { experts: number }): Tensor {
+    return linear.matmulId(this, x, w, ids, options);
+  }
   attention(q: Tensor, k: Tensor, v: Tensor, options?: AttentionOptions | null): Tensor {
     return linear.attention(this, q, k, v, options);
   }

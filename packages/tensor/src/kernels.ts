@@ -61,6 +61,11 @@ export interface AttentionParams {
 export interface KernelSignatures {
   /** out [..., N] f32 = x [..., K] · wᵀ (+ bias [N]); w a Weight [N, K] whose format the entry lists. */
   matmul: (out: Tensor, x: Tensor, w: Weight, bias: Tensor | null) => void;
+  /**
+   * out [T, S, N] f32 = x [T, S or 1, K] · W_{ids[t, s]}ᵀ; w a Weight [experts·N, K] (expert-major
+   * stack) whose format the entry lists; ids i32 [T, S] (an entry checks their range or gives NaN rows).
+   */
+  matmul_id: (out: Tensor, x: Tensor, w: Weight, ids: Tensor, experts: number) => void;
   /** out [batch, heads, sq, headDimV]; never called with an empty output. */
   attention: (out: Tensor, q: Tensor, k: Tensor, v: Tensor, p: AttentionParams) => void;
   /** x [..., D]; weight [D] or null; eps ≥ 0; unitOffset: scale by 1 + weight. */
@@ -167,6 +172,7 @@ export type KernelTable = { readonly [Op in OpName]?: KernelEntry<KernelSignatur
 /** The index tensors of each op, whose dtype the op contract fixes (i32 everywhere). */
 export const OP_INDEX_DTYPES: Readonly<Partial<Record<OpName, readonly DTypeName[]>>> = {
   rope: ["i32"],
+  matmul_id: ["i32"],
   embedding: ["i32"],
   argmax: ["i32"],
   top_k: ["i32"],

@@ -33,6 +33,7 @@ import {
 import { CPU_FEATURES, NATIVE_WEIGHT_FORMATS, type NativeWeight, type NativeWeightFormat } from "../ffi.ts";
 import { type CpuOpHost, dense, denseOrNull, optionalRegion, region, strided } from "./common.ts";
 import {
+  matmulIdWeight,
   matmulRepacked,
   matmulWeight,
   type NativeRegion,
@@ -157,13 +158,50 @@ function matmul(host: CpuOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
   matmulWeight(host.ctx, xr, m, nw, br, region(host, out, op));
 }
 
-/** The kernel-table entry of matmul: f32 activations and bias, every weight format of CPU_WEIGHT_FORMATS. */
-export function matmulKernels(host: CpuOpHost): Pick<KernelTable, "matmul"> {
+/**
+ * out [T, S, N] = x [T, S or 1, K] · W_{ids[t, s]}ᵀ for a stack of `experts` weights [experts·N, K]
+ * read in place (tp_cpu_matmul_id: the rows routed to each expert gathered into one GEMM over the
+ * expert's sub-view of the stack, with the kernels and numbers of matmul); a strided x or ids is
+ * copied first. Never reads a repacked copy.
+ * @throws TpError E_ARG for an id outside [0, experts) (nothing written); E_UNSUPPORTED for scales the
+ *   kernels do not take; E_OOM
+ */
+function matmulId(host: CpuOpHost, out: Tensor, x: Tensor, w: Weight, ids: Tensor, experts: number): void {
+  const op = "matmul_id";
+  if (strided(x, ids)) {
+    host.scope(() => matmulId(host, out, dense(host, x, op), w, dense(host, ids, op), experts));
+    return;
+  }
+  const [t, s] = ids.shape as [number, number];
+  const nw = nativeWeight(op, w);
+  matmulIdWeight(
+    host.ctx,
+    region(host, x, op),
+    t,
+    x.shape[1] as number,
+    nw,
+    experts,
+    region(host, ids, op),
+    s,
+    region(host, out, op),
+  );
+}
+
+/**
+ * The kernel-table entries of matmul and matmul_id: f32 activations and bias, every weight format of
+ * CPU_WEIGHT_FORMATS.
+ */
+export function matmulKernels(host: CpuOpHost): Pick<KernelTable, "matmul" | "matmul_id"> {
   return {
     matmul: {
       dtypes: ["f32"],
       weightFormats: CPU_WEIGHT_FORMATS,
       run: (out, x, w, bias) => matmul(host, out, x, w, bias),
+    },
+    matmul_id: {
+      dtypes: ["f32"],
+      weightFormats: CPU_WEIGHT_FORMATS,
+      run: (out, x, w, ids, experts) => matmulId(host, out, x, w, ids, experts),
     },
   };
 }

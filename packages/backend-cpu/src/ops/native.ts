@@ -791,3 +791,63 @@ export function matmulWeight(
     ),
   );
 }
+
+/**
+ * y [t, s, n] = x [t, sx, k] · W_{ids[t, s]}ᵀ for a stack of `experts` weights [experts·n, k] in its
+ * own format (tp_cpu_matmul_id: one tp_cpu_matmul per expert over its rows, experts no row chose not
+ * read). `w` is the whole stack (n = w.n / experts rows each); sx is 1 or s. The native side checks
+ * the ids' range (nothing is written for one outside [0, experts)).
+ * @throws TpError E_ARG for short or misaligned regions, bad counts, an id out of range (from the
+ *   native check), an unknown format
+ */
+export function matmulIdWeight(
+  ctx: NativeContext,
+  x: NativeRegion,
+  t: number,
+  sx: number,
+  w: NativeWeight,
+  experts: number,
+  ids: NativeRegion,
+  s: number,
+  y: NativeRegion,
+): void {
+  const op = "matmul_id";
+  const format = weightFormatCode(op, w.format);
+  const group = checkInt32(op, "group", w.group);
+  count(op, "experts", experts);
+  if (experts < 1 || w.n % experts !== 0) {
+    throw new TpError("E_ARG", `${op}: experts = ${experts} does not divide the ${w.n} weight rows`);
+  }
+  const n = w.n / experts;
+  if (!(w.data instanceof Uint8Array))
+    throw new TpError("E_ARG", `${op}: the weight data must be a Uint8Array`);
+  if (w.scale !== null && !(w.scale instanceof Float32Array)) {
+    throw new TpError("E_ARG", `${op}: the weight scale must be a Float32Array or null`);
+  }
+  if (sx !== 1 && sx !== s) throw new TpError("E_ARG", `${op}: x has ${sx} slots per token, not 1 or ${s}`);
+  const px = region(op, "x", x, product(op, t, sx, w.k) * 4, 4);
+  const pi = region(op, "ids", ids, product(op, t, s) * 4, 4);
+  const py = region(op, "y", y, product(op, t, s, n) * 4, 4);
+  const scale = w.scale === null || w.scale.length === 0 ? null : w.scale;
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_matmul_id(
+      ctx.handle,
+      px,
+      t,
+      sx,
+      w.k,
+      format,
+      w.data.byteLength === 0 ? null : ptr(w.data),
+      w.data.byteLength,
+      experts,
+      n,
+      scale === null ? null : ptr(scale),
+      scale === null ? 0 : scale.length,
+      group,
+      pi,
+      s,
+      py,
+    ),
+  );
+}

@@ -1,5 +1,6 @@
 /**
- * matmul and embedding of the vulkan backend (shaders/matmul.comp, shaders/embedding.comp). Weights
+ * matmul, matmul_id and embedding of the vulkan backend (shaders/matmul.comp, shaders/matmul_id.comp,
+ * shaders/embedding.comp). Weights
  * stay in their checkpoint format on the device and are decoded in the kernels (shaders/weights.glsl):
  * f32, f16, bf16, fp8 e4m3fn / e5m2 (raw, or with a per-tensor scale), and the GGUF block types Q8_0,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K.
@@ -305,6 +306,75 @@ export function matmul(host: VkOpHost, out: Tensor, x: Tensor, w: Weight, bias: 
         );
       });
     }
+  });
+}
+
+/** Weight rows per workgroup of matmul_id (shaders/matmul_id.comp NR). */
+const ID_WEIGHT_ROWS = 4;
+
+/**
+ * matmul_id: out [T, S, N] = x [T, S or 1, K] · W_{ids[t, s]}ᵀ for a stack of `experts` weights
+ * [experts·N, K] in a format of {@link WEIGHT_FORMAT_CODES}, read in place on the device (resident, or
+ * streamed for the call as matmul does). The ids are not read back: shaders/matmul_id.comp reads each
+ * row's id on the device, one workgroup per 4 weight rows of one row (a GEMV per routed row: a
+ * prefill reads an expert's rows once per row routed to it, not once per expert). GGUF formats
+ * quantize x first as matmul does (ggml's vec_dot_type). An id outside [0, experts) gives NaN rows.
+ * @throws TpError E_UNSUPPORTED for a scale this backend cannot apply or a stack past one binding
+ *   (maxStorageBufferRange); E_OOM
+ */
+export function matmulId(
+  host: VkOpHost,
+  out: Tensor,
+  x: Tensor,
+  w: Weight,
+  ids: Tensor,
+  experts: number,
+): void {
+  const op = "matmul_id";
+  const wi = weightInfo(op, w);
+  const k = w.k;
+  const n = w.n / experts;
+  const [t, s] = ids.shape as [number, number];
+  const rows = t * s;
+  if (out.numel === 0) return;
+  if (k === 0) {
+    host.ctx.fill(host.bind(out, op).binding.buffer, 0, Math.ceil(out.byteLength / 4) * 4, 0);
+    return;
+  }
+  host.scope(() => {
+    const xc = contiguous(host, op, x);
+    const ic = host.bind(contiguous(host, op, ids), op);
+    const data = deviceWeight(host, w, op).data;
+    const windows = weightWindows(host, op, data, w.n, wi.rowBytes);
+    if (windows.length !== 1) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `op ${op} on backend vulkan: ${shownWeight(w)} is past maxStorageBufferRange ${host.info.maxStorageBufferRange} of ${host.info.name} (one binding per expert stack)`,
+      );
+    }
+    const win = windows[0] as (typeof windows)[number];
+    const a = host.bind(ggmlActivations(host, xc, w.format, k), op);
+    const y = host.bind(out, op);
+    const pipeline = host.kernels.get("matmul_id", [VEC_WORKGROUP, wi.code]);
+    const groups = grid(host.info, Math.ceil(n / ID_WEIGHT_ROWS) * rows, op);
+    kChunks(k, MATMUL_K_CHUNK.vec).forEach(([lo, hi], c) => {
+      const push = new Push(56)
+        .u32(rows)
+        .u32(s)
+        .u32(x.shape[1] as number)
+        .u32(n)
+        .u32(k)
+        .u32(a.offset)
+        .u32(ic.offset)
+        .u32(win.offset)
+        .u32(wi.rowBytes)
+        .f32(wi.scale)
+        .u32(experts)
+        .u32(lo)
+        .u32(hi)
+        .u32(c > 0 ? 1 : 0);
+      host.ctx.dispatch(pipeline, [y.binding, a.binding, win.binding, ic.binding], push.bytes(), groups);
+    });
   });
 }
 

@@ -11,7 +11,7 @@ import type { VkOpHost } from "./common.ts";
 import { conv2d } from "./conv.ts";
 import * as elementwise from "./elementwise.ts";
 import * as layout from "./layout.ts";
-import { CONVROT_FORMATS, embedding, matmul, WEIGHT_FORMAT_CODES } from "./matmul.ts";
+import { CONVROT_FORMATS, embedding, matmul, matmulId, WEIGHT_FORMAT_CODES } from "./matmul.ts";
 import * as norm from "./norm.ts";
 import { rope } from "./rope.ts";
 import * as sample from "./sample.ts";
@@ -55,6 +55,8 @@ export function vulkanKernelTable(host: VkOpHost): KernelTable {
     group_norm: { dtypes: F32, run: norm.groupNorm.bind(null, host) },
     rope: { dtypes: F32, run: rope.bind(null, host) },
     matmul: { dtypes: F32, weightFormats: MATMUL_FORMATS, run: matmul.bind(null, host) },
+    // the decoded formats (no ConvRot): shaders/matmul_id.comp
+    matmul_id: { dtypes: F32, weightFormats: EMBEDDING_FORMATS, run: matmulId.bind(null, host) },
     embedding: { dtypes: F32, weightFormats: EMBEDDING_FORMATS, run: embedding.bind(null, host) },
     attention: { dtypes: F32, run: attention.bind(null, host) },
     conv2d: { dtypes: F32, run: conv2d.bind(null, host) },

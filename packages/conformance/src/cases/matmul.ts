@@ -1,5 +1,5 @@
 /**
- * Cases of matmul and embedding for every weight format of @tp/quant, on weights quantized by
+ * Cases of matmul, matmul_id and embedding for every weight format of @tp/quant, on weights quantized by
  * @tp/quant's own quantizers (f16 / bf16 / fp8 encoders, quantizeFp8Scaled, quantizeConvRot,
  * quantizeGgml) or, for block types without a quantizer here, blocks of random codes with sane
  * f16 scales. Shapes: M = 1 (decoding), odd N, several rows with a bias, 3-D activations.
@@ -18,7 +18,7 @@ import {
 import { type ConformanceCase, defineCase, type InputSpec } from "../case.ts";
 import { gaussian, integers, uniform } from "../data.ts";
 import { numelOf } from "../host.ts";
-import { embeddingRef, matmulRef } from "../reference/index.ts";
+import { embeddingRef, matmulIdRef, matmulRef } from "../reference/index.ts";
 import { EMBEDDING, MATMUL } from "../tolerances.ts";
 
 /** A weight format under test; fp8 appears twice (raw codes, and with a per-tensor scale). */
@@ -188,7 +188,67 @@ function embeddingCases(): ConformanceCase[] {
   return out;
 }
 
-/** Every matmul and embedding case (they skip where `supports` says no). */
+/**
+ * matmul_id on stacks of experts in every weight format: tokens routed unevenly (one expert takes
+ * most rows, one none), one input row per token for every slot ([T, 1, K], as the gate / up
+ * projections of a MoE block) or one per slot ([T, S, K], as the down projection), a strided x, and a
+ * decoding step (T = 1).
+ */
+function matmulIdCases(): ConformanceCase[] {
+  const shapes: {
+    x: [number, number, number];
+    ids: number[];
+    slots: number;
+    experts: number;
+    n: number;
+    view?: InputSpec["view"];
+  }[] = [
+    // expert 2 of 4 gets no row; expert 0 gets four of ten
+    { x: [5, 1, 256], ids: [0, 3, 1, 0, 3, 0, 1, 3, 0, 1], slots: 2, experts: 4, n: 9 },
+    // one input per slot; experts 1 and 4 unused, expert 3 twice for one token's neighbours
+    { x: [3, 2, 256], ids: [3, 0, 2, 3, 3, 0], slots: 2, experts: 5, n: 16, view: { kind: "stride2" } },
+    // decoding: one token, three of six experts
+    { x: [1, 1, 512], ids: [5, 0, 2], slots: 3, experts: 6, n: 17 },
+  ];
+  const out: ConformanceCase[] = [];
+  MATMUL_FORMATS.forEach((fc, f) => {
+    shapes.forEach(({ x, ids, slots, experts, n, view }, s) => {
+      const [t, sx, k] = x;
+      const stack = makeWeight(fc, experts * n, k, 2600 + 10 * f + s, `exps_${fc.format}`);
+      const idData = Int32Array.from(ids);
+      out.push(
+        defineCase({
+          op: "matmul_id",
+          name: `matmul_id ${label(fc)} x [${x}] · ${experts} experts [${n}, ${k}]ᵀ ids [${t}, ${slots}]${view ? ` (${view.kind})` : ""}`,
+          formats: [fc.format],
+          tolerance: MATMUL,
+          inputs: [
+            {
+              name: "x",
+              dtype: "f32",
+              shape: x,
+              data: gaussian(2700 + 10 * f + s, t * sx * k),
+              ...(view ? { view } : {}),
+            },
+            { name: "ids", dtype: "i32", shape: [t, slots], data: idData },
+          ],
+          weights: [stack],
+          call: (b, [xt, it], [w]) => b.matmulId(xt as Tensor, w as Weight, it as Tensor, { experts }),
+          reference: ([xt]) => [
+            {
+              shape: [t, slots, n],
+              dtype: "f32",
+              data: matmulIdRef(xt?.data as Float32Array, stack, idData, t, sx, slots, experts),
+            },
+          ],
+        }),
+      );
+    });
+  });
+  return out;
+}
+
+/** Every matmul, matmul_id and embedding case (they skip where `supports` says no). */
 export function weightCases(): ConformanceCase[] {
-  return [...matmulCases(), ...embeddingCases()];
+  return [...matmulCases(), ...matmulIdCases(), ...embeddingCases()];
 }

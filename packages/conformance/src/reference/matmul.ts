@@ -6,6 +6,7 @@
  * - GGUF block types: each activation row quantized to the weight's ggml `vec_dot_type` (Q8_0, Q8_1
  *   or Q8_K, @tp/quant quantizeActivationsGgml), then dequant(W) · dequant(x_q) in f64, as ggml's
  *   CPU backend computes it (llm.md §2.6);
+ * - matmul_id: matmul of each row against the expert its id names;
  * - embedding: rows of dequant(table).
  */
 import {
@@ -62,6 +63,35 @@ export function matmulRef(x: Float32Array, w: Weight, bias: Float32Array | null)
       let s = bias === null ? 0 : (bias[j] as number);
       for (let t = 0; t < k; t++) s += (row[t] as number) * (wf[j * k + t] as number);
       out[i * n + j] = s;
+    }
+  }
+  return out;
+}
+
+/**
+ * matmul_id: row (t, s) = x[t, sx = 1 ? 0 : s] · W_eᵀ with e = ids[t·slots + s], where w stacks
+ * `experts` weights [N, K] expert-major ([experts·N, K]) → [T, slots, N] in f64. Each row is
+ * {@link matmulRef} of that input row against the whole stack, of which the N columns of expert e are
+ * kept (a row's outputs do not depend on the other columns, in any format).
+ */
+export function matmulIdRef(
+  x: Float32Array,
+  w: Weight,
+  ids: Int32Array,
+  t: number,
+  sx: number,
+  slots: number,
+  experts: number,
+): Float64Array {
+  const [rows, k] = w.shape;
+  const n = rows / experts;
+  const out = new Float64Array(t * slots * n);
+  for (let i = 0; i < t; i++) {
+    for (let s = 0; s < slots; s++) {
+      const e = ids[i * slots + s] as number;
+      const row = x.subarray((i * sx + (sx === 1 ? 0 : s)) * k, (i * sx + (sx === 1 ? 0 : s) + 1) * k);
+      const all = matmulRef(row.slice(), w, null);
+      out.set(all.subarray(e * n, (e + 1) * n), (i * slots + s) * n);
     }
   }
   return out;

@@ -113,7 +113,7 @@ export function shownWeight(w: Weight): string {
  */
 export function checkWeight(
   host: OpHost,
-  op: "matmul" | "embedding",
+  op: "matmul" | "matmul_id" | "embedding",
   formats: readonly WeightFormat[] | undefined,
   w: Weight,
 ): void {

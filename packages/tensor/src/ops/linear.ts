@@ -1,5 +1,5 @@
 /**
- * The front-end of the ops with a weight or a contraction: matmul, embedding, attention, conv2d, and
+ * The front-end of the ops with a weight or a contraction: matmul, matmul_id, embedding, attention, conv2d, and
  * rope. Checks (E_STATE, E_UNSUPPORTED for a dtype or weight format the kernel lacks, E_SHAPE naming
  * the shapes, E_ARG naming the option), output shape, then the kernel on the new output. Semantics
  * and sources: `Backend` in ../backend.ts.
@@ -53,6 +53,54 @@ export function matmul(host: OpHost, x: Tensor, w: Weight, options?: { bias?: Te
   const shape = x.shape.slice();
   shape[shape.length - 1] = n;
   return run(host, host.alloc(shape, x.dtype), k.run, x, w, bias);
+}
+
+/**
+ * Mixture-of-experts matmul (Backend.matmulId; ggml mul_mat_id): out[t, s] = x[t, s or 0] · W_eᵀ with
+ * e = ids[t, s]. x: [T, S, K] or [T, 1, K]; w: a Weight [experts·N, K], the experts stacked
+ * expert-major; ids: i32 [T, S] → [T, S, N] of x's dtype. An empty output is returned without running
+ * the kernel.
+ * @throws TpError E_ARG when w is not a Weight or `experts` is not a positive integer dividing w's rows;
+ *   E_SHAPE naming x, ids and w when they do not fit; E_UNSUPPORTED for a weight format or dtype the
+ *   kernel lacks; E_STATE; E_OOM
+ */
+export function matmulId(
+  host: OpHost,
+  x: Tensor,
+  w: Weight,
+  ids: Tensor,
+  options: { experts: number },
+): Tensor {
+  const op = "matmul_id";
+  const k = kernel(host, op);
+  checkInput(host, op, k, x, "x");
+  checkIndex(host, op, k, ids, "ids");
+  checkWeight(host, op, k.weightFormats, w);
+  const [rows, kk] = w.shape;
+  const experts = integerOption(host.name, op, "experts", options?.experts, 1, 2 ** 31 - 1);
+  if (rows % experts !== 0) {
+    throw opError(
+      "E_ARG",
+      host.name,
+      op,
+      `experts = ${experts} does not divide the ${rows} rows of ${shownWeight(w)} (a stack [experts·N, K])`,
+    );
+  }
+  const n = rows / experts;
+  const all = `x ${formatShape(x.shape)}, ids ${formatShape(ids.shape)}, ${shownWeight(w)}`;
+  if (ids.rank !== 2) throw opError("E_SHAPE", host.name, op, `${all}: ids must be [tokens, slots]`);
+  const [t, s] = ids.shape as [number, number];
+  if (x.rank !== 3 || x.shape[0] !== t || (x.shape[1] !== s && x.shape[1] !== 1) || x.shape[2] !== kk) {
+    throw opError(
+      "E_SHAPE",
+      host.name,
+      op,
+      `${all}: x must be [${t}, ${s}, ${kk}] or [${t}, 1, ${kk}] (tokens and slots of ids, K of w)`,
+    );
+  }
+  const out = host.alloc([t, s, n], x.dtype, x.name);
+  if (t * s * n === 0) return out;
+  return run(host, out, k.run, x, w, ids, experts);
 }
 
 /**
