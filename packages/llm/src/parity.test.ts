@@ -10,6 +10,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
+import { chatPromptIds, chatTemplateFor } from "./chat.ts";
 import { loadModel } from "./load.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
@@ -54,7 +55,8 @@ const TOP = 16;
 const PROMPT = "Once upon a time";
 
 type WeightType = keyof typeof PROB_TOL;
-const CASES: { file: string; type: WeightType }[] = [
+/** A file, its weight type, and whether the prompt goes through the file's chat template (`chat`). */
+const CASES: { file: string; type: WeightType; chat?: boolean }[] = [
   { file: "real/stories260K-f32-v3.gguf", type: "F32" },
   { file: "real/llama-2-tiny-random.gguf", type: "F16" },
   ...(["F32", "F16", "Q8_0", "Q4_0"] as const).flatMap((type) => [
@@ -62,7 +64,15 @@ const CASES: { file: string; type: WeightType }[] = [
     { file: `synthetic/qwen3-tiny-${type}.gguf`, type },
   ]),
   { file: "synthetic/qwen3-fullvocab-Q4_0.gguf", type: "Q4_0" },
+  // Qwen3 MoE: the raw prompt and the same prompt as one user turn of the file's chat template
+  ...(["F32", "F16", "Q8_0", "Q4_0"] as const).flatMap((type) => [
+    { file: `synthetic/qwen3moe-tiny-${type}.gguf`, type },
+    { file: `synthetic/qwen3moe-tiny-${type}.gguf`, type, chat: true },
+  ]),
 ];
+
+/** A case's name and the key of its prompt ids and oracle run. */
+const caseKey = (c: { file: string; chat?: boolean }) => (c.chat ? `${c.file} (chat template)` : c.file);
 
 interface Oracle {
   ok: boolean;
@@ -122,9 +132,12 @@ describe.skipIf(SKIP !== "")(
 
     beforeAll(() => {
       // our prompt ids for each file (text → ids with the vocabulary's BOS), then llama.cpp on 4 at a time
-      for (const { file } of CASES) {
-        const { model, tokenizer } = loadModel(join(MODELS, file), { backend, maxContext: 64 });
-        promptIds.set(file, tokenizer.encode(PROMPT, { addSpecial: true }));
+      for (const c of CASES) {
+        const { model, tokenizer } = loadModel(join(MODELS, c.file), { backend, maxContext: 64 });
+        const ids = c.chat
+          ? chatPromptIds(tokenizer, chatTemplateFor(tokenizer), [{ role: "user", content: PROMPT }])
+          : tokenizer.encode(PROMPT, { addSpecial: true });
+        promptIds.set(caseKey(c), ids);
         model.dispose();
       }
       let chain: Promise<unknown>[] = [
@@ -133,29 +146,30 @@ describe.skipIf(SKIP !== "")(
         Promise.resolve(),
         Promise.resolve(),
       ];
-      CASES.forEach(({ file }, i) => {
+      CASES.forEach((c, i) => {
         const slot = i % chain.length;
         const run = (chain[slot] as Promise<unknown>).then(() =>
-          runOracle(join(MODELS, file), promptIds.get(file) as number[]),
+          runOracle(join(MODELS, c.file), promptIds.get(caseKey(c)) as number[]),
         );
-        chain = chain.map((c, j) => (j === slot ? run : c));
-        oracles.set(file, run);
+        chain = chain.map((x, j) => (j === slot ? run : x));
+        oracles.set(caseKey(c), run);
       });
     });
 
-    for (const { file, type } of CASES) {
-      test(`${file}: prompt ids, probabilities within ${PROB_TOL[type]}, ${N_GREEDY} greedy tokens`, async () => {
-        const o = await (oracles.get(file) as Promise<Oracle>);
+    for (const c of CASES) {
+      const { file, type } = c;
+      test(`${caseKey(c)}: prompt ids, probabilities within ${PROB_TOL[type]}, ${N_GREEDY} greedy tokens`, async () => {
+        const o = await (oracles.get(caseKey(c)) as Promise<Oracle>);
         expect(o.error).toBeUndefined();
         expect(o.ok).toBe(true);
         const { model, tokenizer, config } = loadModel(join(MODELS, file), { backend, maxContext: 64 });
         try {
           const V = config.vocab_size;
-          const ids = promptIds.get(file) as number[];
+          const ids = promptIds.get(caseKey(c)) as number[];
           // the same prompt token ids: text → ids (no BOS) by both tokenizers, and the BOS rule
           expect(tokenizer.encode(PROMPT)).toEqual(o.tokenized);
           expect(o.addBos).toBe(tokenizer.addBos);
-          if (o.addBos) expect(ids).toEqual([o.bos as number, ...o.tokenized]);
+          if (o.addBos && !c.chat) expect(ids).toEqual([o.bos as number, ...o.tokenized]);
 
           // every prompt row in one batched forward; the full distribution after the prompt
           const all = model.step(ids, { allLogits: true });

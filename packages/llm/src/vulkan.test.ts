@@ -47,6 +47,7 @@ const FILES = [
   ...["F32", "F16", "Q8_0", "Q4_0"].flatMap((t) => [
     `synthetic/llama-tiny-${t}.gguf`,
     `synthetic/qwen3-tiny-${t}.gguf`,
+    `synthetic/qwen3moe-tiny-${t}.gguf`,
   ]),
 ];
 

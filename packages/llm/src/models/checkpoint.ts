@@ -123,6 +123,25 @@ export class WeightReader {
     return this.#weight(hf, shape, tied ? EMBEDDING_AND_HEAD : EMBEDDING);
   }
 
+  /**
+   * A stack of expert projections [experts, N, K] (GGUF `blk.N.ffn_*_exps`, stored expert-major) for
+   * `backend.matmulId`: one Weight [experts·N, K] over the stored bytes, not copied.
+   * @throws TpError E_FORMAT (missing, not that 3-D shape); E_UNSUPPORTED when the backend's matmul_id
+   *   does not take its format, naming file and tensor
+   */
+  experts(hf: string, shape: readonly [number, number, number]): Weight {
+    const [e, n, k] = shape;
+    const entry = tensorEntry(this.checkpoint, hf);
+    if (entry.shape.length !== 3 || entry.shape[0] !== e || entry.shape[1] !== n || entry.shape[2] !== k) {
+      throw new TpError(
+        "E_FORMAT",
+        `tensor shape [${entry.shape.join(", ")}] differs from the expert stack [${shape.join(", ")}] that the config implies`,
+        { file: entry.file, tensor: entry.name },
+      );
+    }
+    return this.#supported(hf, loadWeight(this.checkpoint.source, entry.name, k), MATMUL_ID);
+  }
+
   /** A norm scale f32 [length]. @throws TpError E_FORMAT naming file and tensor */
   norm(hf: string, length: number): Tensor {
     return readVector(this.backend, this.checkpoint, hf, length);
@@ -141,7 +160,11 @@ export class WeightReader {
   }
 
   #weight(hf: string, shape: readonly [number, number], ops: readonly OpName[]): Weight {
-    const w = readWeight(this.checkpoint, hf, shape);
+    return this.#supported(hf, readWeight(this.checkpoint, hf, shape), ops);
+  }
+
+  /** `w` when the backend runs every op of `ops` on its format. @throws TpError E_UNSUPPORTED naming file and tensor */
+  #supported(hf: string, w: Weight, ops: readonly OpName[]): Weight {
     const b = this.backend;
     for (const op of ops) {
       if (!b.supports(op, [w.format])) {
@@ -157,5 +180,6 @@ export class WeightReader {
 }
 
 const LINEAR: readonly OpName[] = ["matmul"];
+const MATMUL_ID: readonly OpName[] = ["matmul_id"];
 const EMBEDDING: readonly OpName[] = ["embedding"];
 const EMBEDDING_AND_HEAD: readonly OpName[] = ["embedding", "matmul"];

@@ -57,21 +57,24 @@ export interface LlamaAttentionWeights {
   readonly o_proj: Weight;
 }
 
-/** `model.layers.{i}.*` */
-export interface LlamaLayerWeights<A extends LlamaAttentionWeights = LlamaAttentionWeights> {
+/** `model.layers.{i}.*`; M: the MLP's weights (a mixture of experts in qwen3moe.ts). */
+export interface LlamaLayerWeights<
+  A extends LlamaAttentionWeights = LlamaAttentionWeights,
+  M = SwiGluWeights,
+> {
   /** f32 [hidden_size] */
   readonly input_layernorm: Tensor;
   readonly self_attn: A;
   /** f32 [hidden_size]: the pre-MLP norm (GGUF `ffn_norm`). */
   readonly post_attention_layernorm: Tensor;
-  readonly mlp: SwiGluWeights;
+  readonly mlp: M;
 }
 
 /** All weights of a Llama-family model. */
-export interface LlamaWeights<A extends LlamaAttentionWeights = LlamaAttentionWeights> {
+export interface LlamaWeights<A extends LlamaAttentionWeights = LlamaAttentionWeights, M = SwiGluWeights> {
   /** [vocab_size, hidden_size] */
   readonly embed_tokens: Weight;
-  readonly layers: readonly LlamaLayerWeights<A>[];
+  readonly layers: readonly LlamaLayerWeights<A, M>[];
   /** f32 [hidden_size]: the final norm. */
   readonly norm: Tensor;
   /** [vocab_size, hidden_size]; the embedding itself when tied (llm.md §3.0 "LM head"). */
@@ -93,30 +96,38 @@ export function readLlamaAttention(w: WeightReader, c: LlmConfig, i: number): Ll
   };
 }
 
+/** Block i's SwiGLU MLP `model.layers.{i}.mlp.{gate,up,down}_proj.weight` ([intermediate_size, hidden_size]). */
+export function readLlamaMlp(w: WeightReader, c: LlmConfig, i: number): SwiGluWeights {
+  const { hidden_size: H, intermediate_size: F } = c;
+  const p = `model.layers.${i}.mlp.`;
+  return {
+    gate_proj: w.linear(`${p}gate_proj.weight`, [F, H]),
+    up_proj: w.linear(`${p}up_proj.weight`, [F, H]),
+    down_proj: w.linear(`${p}down_proj.weight`, [H, F]),
+  };
+}
+
 /**
  * Every weight of a Llama-family model, with `attention(i)` reading block i's `self_attn` (Llama's
- * own, or an architecture's that adds to it). The head is the embedding when tied (sanitize: the
- * file has no `lm_head.weight`).
+ * own, or an architecture's that adds to it) and `mlp(i)` its MLP (Llama's SwiGLU by default). The
+ * head is the embedding when tied (sanitize: the file has no `lm_head.weight`).
  * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for biases or a format the backend cannot run
  */
-export function readLlamaFamilyWeights<A extends LlamaAttentionWeights>(
+export function readLlamaFamilyWeights<A extends LlamaAttentionWeights, M = SwiGluWeights>(
   w: WeightReader,
   c: LlmConfig,
   attention: (i: number) => A,
-): LlamaWeights<A> {
-  const { hidden_size: H, intermediate_size: F, vocab_size: V } = c;
-  const layers: LlamaLayerWeights<A>[] = [];
+  mlp: (i: number) => M = (i) => readLlamaMlp(w, c, i) as M,
+): LlamaWeights<A, M> {
+  const { hidden_size: H, vocab_size: V } = c;
+  const layers: LlamaLayerWeights<A, M>[] = [];
   for (let i = 0; i < c.num_hidden_layers; i++) {
     const p = `model.layers.${i}.`;
     layers.push({
       input_layernorm: w.norm(`${p}input_layernorm.weight`, H),
       self_attn: attention(i),
       post_attention_layernorm: w.norm(`${p}post_attention_layernorm.weight`, H),
-      mlp: {
-        gate_proj: w.linear(`${p}mlp.gate_proj.weight`, [F, H]),
-        up_proj: w.linear(`${p}mlp.up_proj.weight`, [F, H]),
-        down_proj: w.linear(`${p}mlp.down_proj.weight`, [H, F]),
-      },
+      mlp: mlp(i),
     });
   }
   const embed_tokens = w.embedding("model.embed_tokens.weight", [V, H], c.tie_word_embeddings);
@@ -135,17 +146,19 @@ export function readLlamaFamilyWeights<A extends LlamaAttentionWeights>(
  * Llama: input_ids → logits (or hidden states), see the module comment. An architecture that only
  * changes the attention (Qwen3's QK-norm) subclasses it and overrides {@link LlamaModel.attention}.
  */
-export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights> implements DecoderModel {
+export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights, M = SwiGluWeights>
+  implements DecoderModel
+{
   readonly backend: Backend;
   readonly config: LlmConfig;
-  readonly weights: LlamaWeights<A>;
+  readonly weights: LlamaWeights<A, M>;
   /** Built once per model: these run several times per block per step. */
   protected readonly rope: RopeOptions;
   protected readonly norm: { readonly eps: number };
   /** 1/√head_dim */
   protected readonly scale: number;
 
-  constructor(backend: Backend, config: LlmConfig, weights: LlamaWeights<A>) {
+  constructor(backend: Backend, config: LlmConfig, weights: LlamaWeights<A, M>) {
     this.backend = backend;
     this.config = config;
     this.weights = weights;
@@ -157,7 +170,7 @@ export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights>
   /** Attention of block i: x [n, H] (normed) → [n, H]. */
   attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = (this.weights.layers[i] as LlamaLayerWeights<A>).self_attn;
+    const w = (this.weights.layers[i] as LlamaLayerWeights<A, M>).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
     const q = b.rope(b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd), f.positions, this.rope); // [1, n, n_head, hd]
     const k = b.rope(b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd), f.positions, this.rope); // [1, n, n_kv, hd]
@@ -165,12 +178,21 @@ export class LlamaModel<A extends LlamaAttentionWeights = LlamaAttentionWeights>
     return b.matmul(attend(b, f, i, q, k, v, this.scale), w.o_proj); // [n, n_head·hd] → [n, H]
   }
 
+  /**
+   * MLP of block i: x [n, H] (normed) → [n, H]; SwiGLU. A model whose M is not {@link SwiGluWeights}
+   * (qwen3moe.ts: a mixture of experts) overrides it.
+   */
+  mlp(i: number, x: Tensor): Tensor {
+    const w = this.weights.layers[i] as LlamaLayerWeights<A, M>;
+    return swiglu(this.backend, w.mlp as SwiGluWeights, x);
+  }
+
   /** Block i: x [n, H] → [n, H], two pre-norm residuals. */
   block(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = this.weights.layers[i] as LlamaLayerWeights<A>;
+    const w = this.weights.layers[i] as LlamaLayerWeights<A, M>;
     const h = b.add(x, this.attention(i, b.rmsNorm(x, w.input_layernorm, this.norm), f));
-    return b.add(h, swiglu(b, w.mlp, b.rmsNorm(h, w.post_attention_layernorm, this.norm)));
+    return b.add(h, this.mlp(i, b.rmsNorm(h, w.post_attention_layernorm, this.norm)));
   }
 
   /** input_ids i32 [n] → logits [rows, vocab] (see {@link DecoderModel.forward}). */

@@ -25,7 +25,7 @@ import type { LlmConfig } from "../model.ts";
 import { ggufArgs, hfArgs } from "./args.ts";
 import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
 import type { Architecture } from "./language-model.ts";
-import { attend, type ForwardPass } from "./layers.ts";
+import { attend, type ForwardPass, type SwiGluWeights } from "./layers.ts";
 import {
   type LlamaAttentionWeights,
   type LlamaLayerWeights,
@@ -62,16 +62,21 @@ export interface Qwen3AttentionWeights extends LlamaAttentionWeights {
 /** All weights of a Qwen3 model. */
 export type Qwen3Weights = LlamaWeights<Qwen3AttentionWeights>;
 
+/** Block i's `self_attn`: Llama's projections and the QK-norm scales. */
+export function readQwen3Attention(w: WeightReader, c: LlmConfig, i: number): Qwen3AttentionWeights {
+  return {
+    ...readLlamaAttention(w, c, i),
+    q_norm: w.norm(`model.layers.${i}.self_attn.q_norm.weight`, c.head_dim),
+    k_norm: w.norm(`model.layers.${i}.self_attn.k_norm.weight`, c.head_dim),
+  };
+}
+
 /**
  * Every weight of a Qwen3 model by HF names (through `w`'s checkpoint reader).
  * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for biases or a format the backend cannot run
  */
 export function readQwen3Weights(w: WeightReader, c: LlmConfig): Qwen3Weights {
-  return readLlamaFamilyWeights(w, c, (i) => ({
-    ...readLlamaAttention(w, c, i),
-    q_norm: w.norm(`model.layers.${i}.self_attn.q_norm.weight`, c.head_dim),
-    k_norm: w.norm(`model.layers.${i}.self_attn.k_norm.weight`, c.head_dim),
-  }));
+  return readLlamaFamilyWeights(w, c, (i) => readQwen3Attention(w, c, i));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -81,11 +86,11 @@ export function readQwen3Weights(w: WeightReader, c: LlmConfig): Qwen3Weights {
  * Qwen3: input_ids → logits (or hidden states), see the module comment. Block and model are Llama's
  * ({@link LlamaModel.block}, {@link LlamaModel.forward}); the attention adds QK-norm.
  */
-export class Qwen3Model extends LlamaModel<Qwen3AttentionWeights> {
+export class Qwen3Model<M = SwiGluWeights> extends LlamaModel<Qwen3AttentionWeights, M> {
   /** Attention of block i: x [n, H] (normed) → [n, H]; QK-norm over head_dim, then RoPE. */
   override attention(i: number, x: Tensor, f: ForwardPass): Tensor {
     const b = this.backend;
-    const w = (this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights>).self_attn;
+    const w = (this.weights.layers[i] as LlamaLayerWeights<Qwen3AttentionWeights, M>).self_attn;
     const { num_attention_heads: nh, num_key_value_heads: kvh, head_dim: hd } = this.config;
     const q = b.matmul(x, w.q_proj).reshape(1, f.n, nh, hd); // [1, n, n_head, hd]
     const k = b.matmul(x, w.k_proj).reshape(1, f.n, kvh, hd); // [1, n, n_kv, hd]

@@ -21,14 +21,21 @@ import { TpError } from "@tp/tensor";
 import type { Architecture } from "./language-model.ts";
 import { llama } from "./llama.ts";
 import { qwen3 } from "./qwen3.ts";
+import { qwen3moe } from "./qwen3moe.ts";
 
 /** Architectures by GGUF `general.architecture` and HF `model_type`. */
-export const ARCHITECTURES: Readonly<Record<string, Architecture>> = { llama, qwen3 };
+export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
+  llama,
+  qwen3,
+  qwen3moe,
+};
 
-/** Other names of the same architectures: HF `architectures[0]` class names. */
+/** Other names of the same architectures: HF `architectures[0]` class names (and HF model_types spelled otherwise). */
 export const ARCHITECTURE_ALIASES: Readonly<Record<string, string>> = {
   LlamaForCausalLM: "llama",
   Qwen3ForCausalLM: "qwen3",
+  Qwen3MoeForCausalLM: "qwen3moe",
+  qwen3_moe: "qwen3moe", // HF model_type
 };
 
 /**

@@ -280,7 +280,7 @@ function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   return Float64Array.from(x, (v, i) => v * inv * (w[i] as number));
 }
 
-function matvec(w: { shape: number[]; values: Float32Array }, x: Float64Array): Float64Array {
+export function matvec(w: { shape: number[]; values: Float32Array }, x: Float64Array): Float64Array {
   const [n, k] = w.shape as [number, number];
   const y = new Float64Array(n);
   for (let r = 0; r < n; r++) {
@@ -308,8 +308,14 @@ function ropeNeox(x: Float64Array, p: number, theta: number): Float64Array {
 /**
  * Logits of every position of `ids` (a fresh sequence), in float64, from HF-layout weights: the
  * Llama / Qwen3 forward of llm.md §3.1 (QK-norm only for qwen3), NeoX RoPE, causal GQA attention.
+ * `mlp(layer, f)` replaces the SwiGLU MLP of every layer (a mixture of experts: testing/tiny-moe.ts).
  */
-export function referenceLogits(c: TinyConfig, w: TinyWeights, ids: readonly number[]): Float64Array[] {
+export function referenceLogits(
+  c: TinyConfig,
+  w: TinyWeights,
+  ids: readonly number[],
+  mlp?: (layer: number, f: Float64Array) => Float64Array,
+): Float64Array[] {
   const get = (n: string) => {
     const t = w.get(n);
     if (!t) throw new Error(`reference: no ${n}`);
@@ -369,6 +375,10 @@ export function referenceLogits(c: TinyConfig, w: TinyWeights, ids: readonly num
       const attn = matvec(get(`${p}self_attn.o_proj.weight`), o);
       const r = Float64Array.from(x, (v, i) => v + (attn[i] as number));
       const f = rmsNorm(r, get(`${p}post_attention_layernorm.weight`).values, c.rms_norm_eps);
+      if (mlp !== undefined) {
+        const y = mlp(l, f);
+        return Float64Array.from(r, (v, i) => v + (y[i] as number));
+      }
       const gate = matvec(get(`${p}mlp.gate_proj.weight`), f);
       const up = matvec(get(`${p}mlp.up_proj.weight`), f);
       const act = Float64Array.from(gate, (g, i) => (g / (1 + Math.exp(-g))) * (up[i] as number));
