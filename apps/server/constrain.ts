@@ -1,27 +1,180 @@
 /**
- * Constrained decoding: `response_format` (json_object / json_schema) and `grammar` (GBNF) turned into
- * a logits mask over the tokenizer's vocabulary.
+ * Constrained decoding: `response_format` (`json_object`, `json_schema`) or `grammar` (GBNF) becomes a
+ * grammar (./grammar.ts, ./json-schema.ts) that masks each logits row: a token stays only if its whole
+ * text can continue the answer within the grammar, and an end-of-generation token only once the answer
+ * is a complete sentence — so a finished answer always parses (and, for a schema, validates).
+ *
+ * The vocabulary is a trie of the tokens' texts (built once per tokenizer); one walk of it with the
+ * recognizer state per step finds every allowed token, pruning a branch at its first refused character.
+ * Tokens that are not whole UTF-8 text (byte-fallback pieces, partial characters of byte-level BPE)
+ * and special tokens are never allowed under a grammar: the model spells non-ASCII text with whole
+ * characters (or JSON's \u escapes).
+ * Source: llama.cpp `src/llama-grammar.cpp` (`llama_grammar_apply_impl`: reject candidates whose text
+ * the stacks cannot take, allow EOG only when a stack is empty; `llama_grammar_accept_impl`).
  */
 import type { Tokenizer } from "@tp/tokenizer";
-import { badRequest } from "./errors.ts";
+import { apiError, badRequest } from "./errors.ts";
+import { accepts, advance, type Grammar, type GrammarState, initialState, parseGbnf } from "./grammar.ts";
+import { JSON_OBJECT_GBNF, schemaToGbnf } from "./json-schema.ts";
 import type { GenerationRequest } from "./requests.ts";
 
-/** A constraint on one answer: masks each logits row, and says whether the text so far is complete. */
+/** A constraint on one answer. */
 export interface Constraint {
-  processor: (row: Float32Array, context: readonly number[]) => void;
+  /** Set the logits of every token the grammar refuses here to −∞ (in place). */
+  processor(row: Float32Array, context: readonly number[]): void;
+  /** Move the grammar past a sampled token. */
+  accept(id: number): void;
+  /** Whether the answer so far is a complete sentence. */
   complete(): boolean;
+}
+
+interface TrieNode {
+  children: Map<number, TrieNode>;
+  /** Tokens whose text ends here. */
+  tokens: number[];
+}
+
+const tries = new WeakMap<Tokenizer, { root: TrieNode; texts: (number[] | null)[] }>();
+
+/** The trie of a tokenizer's whole-text tokens (code points), and each token's code points (null: never allowed). */
+function vocabularyTrie(tok: Tokenizer): { root: TrieNode; texts: (number[] | null)[] } {
+  const known = tries.get(tok);
+  if (known !== undefined) return known;
+  const strict = new TextDecoder("utf-8", { fatal: true });
+  const root: TrieNode = { children: new Map(), tokens: [] };
+  const texts: (number[] | null)[] = [];
+  for (let id = 0; id < tok.vocabSize; id++) {
+    const type = tok.tokenType(id);
+    let cps: number[] | null = null;
+    if (type === "normal" || type === "user_defined" || type === "byte") {
+      try {
+        const text = strict.decode(tok.tokenBytes(id));
+        if (text.length > 0) cps = Array.from(text, (c) => c.codePointAt(0) as number);
+      } catch {
+        cps = null; // not whole UTF-8
+      }
+    }
+    texts.push(cps);
+    if (cps === null) continue;
+    let node = root;
+    for (const cp of cps) {
+      let next = node.children.get(cp);
+      if (next === undefined) {
+        next = { children: new Map(), tokens: [] };
+        node.children.set(cp, next);
+      }
+      node = next;
+    }
+    node.tokens.push(id);
+  }
+  const built = { root, texts };
+  tries.set(tok, built);
+  return built;
+}
+
+/** Mark in `allowed` every token under `node` whose text the state takes. */
+function walk(g: Grammar, node: TrieNode, state: GrammarState, allowed: Uint8Array): void {
+  for (const [cp, child] of node.children) {
+    const next = advance(g, state, cp);
+    if (next.length === 0) continue;
+    for (const id of child.tokens) allowed[id] = 1;
+    if (child.children.size > 0) walk(g, child, next, allowed);
+  }
+}
+
+/** A constraint from a compiled grammar, over `tok`'s vocabulary. */
+export function grammarConstraint(g: Grammar, tok: Tokenizer): Constraint {
+  const { root, texts } = vocabularyTrie(tok);
+  let state = initialState(g);
+  const allowed = new Uint8Array(tok.vocabSize);
+  return {
+    processor(row) {
+      allowed.fill(0);
+      walk(g, root, state, allowed);
+      const done = accepts(state);
+      for (let i = 0; i < row.length; i++) {
+        if (allowed[i] === 1) continue;
+        if (done && tok.eog.has(i)) continue;
+        row[i] = Number.NEGATIVE_INFINITY;
+      }
+    },
+    accept(id) {
+      const cps = texts[id];
+      if (cps === null || cps === undefined) return; // an end-of-generation token: the answer ends
+      for (const cp of cps) state = advance(g, state, cp);
+    },
+    complete: () => accepts(state),
+  };
+}
+
+/**
+ * With `tools` and `tool_choice` "required" (or one named function): a grammar for one Hermes / Qwen
+ * `<tool_call>` block whose `name` is one of the tools (or the named one) and whose `arguments` follow
+ * that tool's `parameters` schema (llama.cpp does the same for tool_choice required).
+ */
+function toolChoiceGbnf(req: GenerationRequest): string | undefined {
+  const r = req as GenerationRequest & { tools?: unknown[]; toolChoice?: unknown };
+  if (r.tools === undefined) return undefined;
+  const choice = r.toolChoice as { type?: string; function?: { name?: string } } | string | undefined;
+  const named = typeof choice === "object" && choice !== null ? choice.function?.name : undefined;
+  if (choice !== "required" && named === undefined) return undefined;
+  const fns = r.tools
+    .map((t) => (t as { function?: { name?: unknown; parameters?: unknown } }).function)
+    .filter(
+      (f) => f !== undefined && typeof f.name === "string" && (named === undefined || f.name === named),
+    );
+  if (fns.length === 0)
+    throw badRequest(
+      named === undefined
+        ? "tool_choice 'required' needs function tools"
+        : `tool_choice names '${named}', which is not in tools`,
+      "tool_choice",
+    );
+  const call = schemaToGbnf({
+    anyOf: fns.map((f) => ({
+      type: "object",
+      properties: { name: { const: f?.name }, arguments: f?.parameters ?? { type: "object" } },
+      required: ["name", "arguments"],
+    })),
+  });
+  // root ::= ws X ws  →  the call inside its tags
+  return call.replace(/^root ::= ws (\S+) ws$/m, 'root ::= "<tool_call>\\n" $1 "\\n</tool_call>"');
 }
 
 /**
  * The constraint a request asks for, or null.
- * @throws ApiError 400 for a response_format or grammar that cannot be compiled
+ * @throws ApiError 400 naming `response_format` or `grammar` when it cannot be compiled
  */
 export function constraintFor(tokenizer: Tokenizer, req: GenerationRequest): Constraint | null {
-  void tokenizer;
-  const f = req.responseFormat as { type?: unknown } | undefined;
-  if (req.grammar === undefined && (f === undefined || f === null || f.type === "text")) return null;
-  throw badRequest(
-    "constrained decoding (response_format json_object / json_schema, grammar) is not available yet",
-    req.grammar === undefined ? "response_format" : "grammar",
-  );
+  const f = req.responseFormat as Record<string, unknown> | undefined | null;
+  let source: string | undefined;
+  let param = "response_format";
+  try {
+    if (req.grammar !== undefined) {
+      if (f !== undefined && f !== null && f.type !== "text")
+        throw badRequest("give either 'grammar' or 'response_format', not both", "grammar");
+      param = "grammar";
+      source = req.grammar;
+    } else if (f !== undefined && f !== null) {
+      if (typeof f !== "object" || Array.isArray(f))
+        throw badRequest("'response_format' must be an object", param);
+      if (f.type === "text") return null;
+      if (f.type === "json_object")
+        source = f.schema === undefined ? JSON_OBJECT_GBNF : schemaToGbnf(f.schema);
+      else if (f.type === "json_schema") {
+        const js = f.json_schema as Record<string, unknown> | undefined;
+        const schema = js?.schema ?? f.schema;
+        if (schema === undefined)
+          throw badRequest("response_format json_schema needs json_schema.schema", param);
+        source = schemaToGbnf(schema);
+      } else throw badRequest("response_format.type must be text, json_object or json_schema", param);
+    }
+    if (source === undefined) source = toolChoiceGbnf(req);
+    if (source === undefined) return null;
+    return grammarConstraint(parseGbnf(source), tokenizer);
+  } catch (e) {
+    const err = apiError(e);
+    if (err.status === 400 && err.param === null) throw badRequest(err.message, param, "invalid_grammar");
+    throw err;
+  }
 }

@@ -23,6 +23,7 @@ import {
 } from "@tp/llm";
 import type { Backend } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
+import type { Constraint } from "./constrain.ts";
 import { ApiError, badRequest } from "./errors.ts";
 import type { ChatRequest, CompletionRequest, GenerationRequest } from "./requests.ts";
 import { StopMatcher, ThinkSplitter } from "./text.ts";
@@ -305,6 +306,7 @@ export class LlmEngine {
    * the log-probs of the tokens generated since the previous piece. A model error fails this request
    * only: the slot's cache is reset and the error rethrown.
    * @param signal the client's: aborting it ends the answer (`aborted` true)
+   * @param constraint masks each logits row and follows the sampled tokens (constrained decoding)
    */
   async generate(
     slot: Slot,
@@ -312,7 +314,7 @@ export class LlmEngine {
     req: GenerationRequest,
     onDelta: (d: AnswerDelta) => void,
     signal: AbortSignal,
-    processor?: (row: Float32Array, context: readonly number[]) => void,
+    constraint?: Constraint | null,
   ): Promise<Answer> {
     const tok = this.tokenizer;
     const stop = new StopMatcher(req.stop);
@@ -368,7 +370,7 @@ export class LlmEngine {
         maxNewTokens: maxNew,
         signal: stopper.signal,
         ...(req.ignoreEos ? { stopIds: [] } : {}),
-        ...(n === undefined && processor === undefined
+        ...(n === undefined && (constraint === undefined || constraint === null)
           ? {}
           : {
               logitsProcessor: (logits: Float32Array, context: readonly number[]) => {
@@ -377,11 +379,12 @@ export class LlmEngine {
                   lse = logSumExp(logits);
                   top = topEntries(logits, n);
                 }
-                processor?.(logits, context);
+                constraint?.processor(logits, context);
               },
             }),
         onToken: (id) => {
           answer.completionTokens++;
+          constraint?.accept(id);
           if (n !== undefined && row !== null) {
             const r0 = row;
             const lp: TokenLogprob = {

@@ -9,7 +9,7 @@
  * llama.cpp `tools/server/README.md` (`/health`, `/metrics`, `timings`, `--api-key`).
  */
 import { timingSafeEqual } from "node:crypto";
-import { type Constraint, constraintFor } from "./constrain.ts";
+import { constraintFor } from "./constrain.ts";
 import { ApiError, apiError, badRequest, errorResponse } from "./errors.ts";
 import type { ImageService } from "./images.ts";
 import type { Answer, AnswerDelta, LlmEngine, TokenLogprob } from "./llm.ts";
@@ -211,13 +211,11 @@ export function startServer(options: ServerOptions): RunningServer {
     req: ChatRequest | CompletionRequest,
     onDelta: (d: AnswerDelta) => void,
     signal: AbortSignal,
-  ): Promise<{ answer: Answer; constraint: Constraint | null }> => {
+  ): Promise<{ answer: Answer }> => {
     const constraint = constraintFor(engine.tokenizer, req);
     const slot = await engine.acquire(prompt, signal);
     try {
-      const a = await engine.generate(slot, prompt, req, onDelta, signal, constraint?.processor);
-      if (constraint !== null && a.finishReason === "stop" && constraint.complete()) a.finishReason = "stop";
-      return { answer: a, constraint };
+      return { answer: await engine.generate(slot, prompt, req, onDelta, signal, constraint) };
     } finally {
       engine.release(slot);
     }
