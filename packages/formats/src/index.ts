@@ -10,6 +10,7 @@ export * from "./gguf/file.ts";
 export * from "./gguf/header.ts";
 export * from "./gguf/types.ts";
 export * from "./gguf/write.ts";
+export * from "./hub.ts";
 export * from "./inspect.ts";
 export * from "./layouts/detect.ts";
 export * from "./layouts/diffusion.ts";

@@ -8,9 +8,16 @@
  * Sources: ../shared/spec/qwen-image.md §1 (pipeline), §2.3 (layouts), §7.3 (CFG), §10.3 (modes,
  * caches).
  */
-import { existsSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, statSync } from "node:fs";
 import { basename, dirname, extname, join } from "node:path";
-import { type DetectedLayout, detectLayout, openSafetensors } from "@tp/formats";
+import {
+  type DetectedLayout,
+  detectLayout,
+  HubClient,
+  type HubOptions,
+  type HubRepoInfo,
+  openSafetensors,
+} from "@tp/formats";
 import { openQuantCache, type WeightQuantizer } from "@tp/quant";
 import { type Backend, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning } from "../conditioning.ts";
@@ -137,6 +144,100 @@ export function qwenImageModelFiles(dir: string): QwenImageModelFiles {
     ...(existsSync(scheduler) ? { scheduler } : {}),
     layout,
   };
+}
+
+/** The two known repositories (qwen-image.md §2.1–2.2). */
+export const QWEN_IMAGE_REPOS = {
+  diffusers: "Qwen/Qwen-Image-2.1",
+  comfy: "Comfy-Org/Qwen-Image-2.1",
+} as const;
+
+/** The preferred file of a ComfyUI folder among a repository's files: `*_int8_convrot`, else `*_bf16`, else the first. */
+function comfyPick(info: HubRepoInfo, folder: string): string | undefined {
+  const st = info.files
+    .map((f) => f.path)
+    .filter((p) => p.startsWith(`${folder}/`) && p.endsWith(".safetensors"));
+  return st.find((p) => p.includes("_int8_convrot")) ?? st.find((p) => p.includes("_bf16")) ?? st[0];
+}
+
+/**
+ * A Qwen-Image-2.1 folder from the Hugging Face Hub (qwen-image.md §13), in the Hub cache: the
+ * repository pinned to one commit, small files first (configs, tokenizer, shard indexes), then the
+ * weights each index names; for the ComfyUI repository its three preferred files plus
+ * `processor/tokenizer.json` and `vae/config.json` from {@link QWEN_IMAGE_REPOS}.diffusers. Each file
+ * resumes where an earlier run stopped; a completed snapshot is used without any request.
+ * @param repo `Qwen/Qwen-Image-2.1`, `Comfy-Org/Qwen-Image-2.1` or another repository in either layout
+ * @returns the snapshot folder, for {@link qwenImageModelFiles}
+ * @throws TpError E_IO (network, refusals, gated repositories: what to do); E_FORMAT for a repository
+ *   in neither layout or a shard index that is not JSON
+ */
+export async function qwenImageFromHub(
+  repo: string,
+  options: HubOptions & { readonly revision?: string } = {},
+): Promise<string> {
+  const hub = new HubClient(options);
+  const revision = options.revision ?? "main";
+  const cached = hub.cachedSnapshot(repo, revision);
+  if (cached !== null) return cached;
+  const info = await hub.repoInfo(repo, revision);
+  const has = new Set(info.files.map((f) => f.path));
+  if (has.has("model_index.json")) {
+    const small = [
+      "model_index.json",
+      "processor/tokenizer.json",
+      "scheduler/scheduler_config.json",
+      "transformer/config.json",
+      "text_encoder/config.json",
+      "vae/config.json",
+      ...[...has].filter((p) => /^(transformer|text_encoder)\/[^/]+\.safetensors\.index\.json$/.test(p)),
+    ].filter((p) => has.has(p));
+    const { dir } = await hub.ensureFiles(repo, info, small);
+    const large: string[] = [];
+    for (const folder of ["transformer", "text_encoder"]) {
+      const index = small.find((p) => p.startsWith(`${folder}/`) && p.endsWith(".index.json"));
+      if (index === undefined) {
+        const single = [...has].find((p) => p.startsWith(`${folder}/`) && p.endsWith(".safetensors"));
+        if (single) large.push(single);
+        continue;
+      }
+      let map: Record<string, string>;
+      try {
+        map = (JSON.parse(readFileSync(join(dir, index), "utf8")) as { weight_map: Record<string, string> })
+          .weight_map;
+      } catch (e) {
+        throw new TpError("E_FORMAT", `${repo}: ${index} is not a shard index: ${(e as Error).message}`);
+      }
+      for (const shard of new Set(Object.values(map))) large.push(`${folder}/${shard}`);
+    }
+    large.push("vae/diffusion_pytorch_model.safetensors");
+    await hub.ensureFiles(repo, info, large);
+    hub.markComplete(repo, revision, info.sha, [...small, ...large]);
+    return dir;
+  }
+  const picks = ["diffusion_models", "text_encoders", "vae"].map((f) => comfyPick(info, f));
+  if (picks.some((p) => p === undefined)) {
+    throw new TpError(
+      "E_FORMAT",
+      `${repo} is neither a diffusers (model_index.json) nor a ComfyUI (diffusion_models/, text_encoders/, vae/) Qwen-Image-2.1 repository`,
+    );
+  }
+  // The ComfyUI repository ships no tokenizer and no VAE config: the Qwen repository's (§2.2).
+  const qwen = await hub.repoInfo(QWEN_IMAGE_REPOS.diffusers);
+  const { dir: qdir } = await hub.ensureFiles(QWEN_IMAGE_REPOS.diffusers, qwen, [
+    "processor/tokenizer.json",
+    "vae/config.json",
+  ]);
+  const { dir } = await hub.ensureFiles(repo, info, picks as string[]);
+  for (const f of ["processor/tokenizer.json", "vae/config.json"]) {
+    mkdirSync(dirname(join(dir, f)), { recursive: true });
+    copyFileSync(join(qdir, f), join(dir, f));
+  }
+  hub.markComplete(repo, revision, info.sha, [
+    ...(picks as string[]),
+    "processor/tokenizer.json",
+    "vae/config.json",
+  ]);
+  return dir;
 }
 
 /** Files beside a component that the pipeline reads when no folder was given. */
