@@ -15,6 +15,7 @@ import {
   PIPELINES,
   pipelineForCheckpoint,
   pipelineForComponent,
+  qwenImageFromHub,
   qwenImageModelFiles,
   type TorchCpuCapability,
   writeConditioning,
@@ -44,7 +45,9 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     a Qwen-Image-2.1 RGBA image from a folder in diffusers or
                                     ComfyUI layout (or --dit/--vae/--text-encoder files); defaults
                                     256x256, 20 steps, cfg 1, seed 1, the diffusers schedule; sides
-                                    floored to multiples of 32; the transformer is quantized to int8
+                                    floored to multiples of 32; DIR may be a Hub repository
+                                    (Qwen/Qwen-Image-2.1, Comfy-Org/Qwen-Image-2.1), downloaded
+                                    once into the HF cache; the transformer is quantized to int8
                                     ConvRot on first use (a cache beside it), --q4 int4, --f32 float
   decode --vae F --latent F [--out x.png] [--backend cpu|vulkan] [--threads N]
            [--vae-tiled]
@@ -196,6 +199,36 @@ function checkPaths(
   for (const o of outs) checkOutputFolder(o.label, o.path);
 }
 
+/**
+ * `--model`: an existing folder, else a Hub repository `org/name` downloaded (or found complete) in the
+ * Hub cache, with one progress line per file on stderr (bytes, rate, ETA).
+ */
+async function modelFolder(model: string): Promise<string> {
+  if (existsSync(model) || !/^[\w.-]+\/[\w.-]+$/.test(model)) return model;
+  let file = "";
+  let t0 = 0;
+  let last = 0;
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+  const dir = await qwenImageFromHub(model, {
+    onProgress: (path, done, total) => {
+      const now = performance.now();
+      if (path !== file) {
+        file = path;
+        t0 = now;
+      }
+      if (now - last < 250 && done < total) return;
+      last = now;
+      const rate = done / Math.max((now - t0) / 1000, 1e-3);
+      const eta = rate > 0 ? (total - done) / rate : 0;
+      process.stderr.write(
+        `downloading ${path}  ${mib(done)} / ${mib(total)}  ${mib(rate)}/s  ETA ${formatSeconds(eta)}${done >= total ? "\n" : "\r"}`,
+      );
+    },
+  });
+  process.stderr.write(`model ${model}: ${dir}\n`);
+  return dir;
+}
+
 /** File name without folder and extension, for metadata. */
 const stem = (p: string): string => basename(p, extname(p));
 
@@ -266,8 +299,10 @@ export async function generate(args: string[]): Promise<number> {
     throw new TpError("E_ARG", "generate needs --prompt (or --cond-in with saved conditioning)");
   }
   const kinds = PIPELINES.map((p) => p.dit.what).join(" or ");
-  // --model: a Qwen-Image-2.1 folder (diffusers or ComfyUI layout); explicit file flags win.
-  const folder = values.model === undefined ? undefined : qwenImageModelFiles(values.model);
+  // --model: a Qwen-Image-2.1 folder (diffusers or ComfyUI layout) or a Hub repository (org/name,
+  // fetched into the Hub cache with resume); explicit file flags win.
+  const folder =
+    values.model === undefined ? undefined : qwenImageModelFiles(await modelFolder(values.model));
   values.dit ??= folder?.dit;
   values.vae ??= folder?.vae;
   if (condIn === undefined) values["text-encoder"] ??= folder?.textEncoder;

@@ -3,10 +3,20 @@
 // test's temporary folder, never in ../shared): --model in both layouts, an RGBA PNG with its
 // parameters chunk, the int4 cache built then hit, and the errors of the flags this model adds.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { decodePng } from "@tp/diffusion";
+import { startMockHub } from "@tp/formats/testing/mock-hub";
 
 const cli = resolve(import.meta.dir, "index.ts");
 const run = (...args: string[]) => {
@@ -56,7 +66,57 @@ function comfyFolder(name: string, partial = false): string {
   return root;
 }
 
+/** The CLI as a child process without blocking this process (the mock hub answers it). */
+async function runAsync(env: Record<string, string>, ...args: string[]) {
+  const p = Bun.spawn([process.execPath, cli, ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, ...env },
+  });
+  const [out, err] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text()]);
+  return { code: await p.exited, out, err };
+}
+
+function tree(root: string): Record<string, Uint8Array> {
+  const out: Record<string, Uint8Array> = {};
+  for (const f of readdirSync(root, { recursive: true }) as string[]) {
+    if (statSync(join(root, f)).isFile()) out[f] = new Uint8Array(readFileSync(join(root, f)));
+  }
+  return out;
+}
+
 describe(`generate with Qwen-Image-2.1${note}`, () => {
+  test.skipIf(missing.length > 0)(
+    "--model Qwen/Qwen-Image-2.1 from a mock hub (HF_ENDPOINT, HF_HOME): downloaded with progress once, then used as cached",
+    async () => {
+      using hub = startMockHub("Qwen/Qwen-Image-2.1", tree(join(DIR, "diffusers")));
+      const env = { HF_ENDPOINT: hub.endpoint, HF_HOME: join(tmp, "hf"), HF_TOKEN: "" };
+      const args = [
+        "generate",
+        "--model",
+        "Qwen/Qwen-Image-2.1",
+        "--prompt",
+        "p",
+        "--size",
+        "64x64",
+        "--steps",
+        "2",
+        "--f32",
+      ];
+      const a = await runAsync(env, ...args, "--out", join(tmp, "hub1.png"));
+      expect([a.code, a.err.includes("error")]).toEqual([0, false]);
+      expect(a.err).toMatch(
+        /downloading transformer\/diffusion_pytorch_model-00001-of-00002\.safetensors .* MiB\/s {2}ETA/,
+      );
+      const n = hub.requests.length;
+      const b = await runAsync(env, ...args, "--out", join(tmp, "hub2.png"));
+      expect([b.code, b.err.includes("downloading")]).toEqual([0, false]);
+      expect(hub.requests.length).toBe(n);
+      expect(readFileSync(join(tmp, "hub1.png"))).toEqual(readFileSync(join(tmp, "hub2.png")));
+    },
+    120000,
+  );
+
   test.skipIf(missing.length > 0)(
     "--model in both layouts: the same RGBA PNG with its parameters; --q4 builds its cache once",
     () => {
