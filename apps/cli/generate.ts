@@ -536,11 +536,13 @@ export async function encode(args: string[]): Promise<number> {
       ...(values.negative !== undefined ? { negative: values.negative } : {}),
       textEncoderMode: teMode,
     });
-    // one file: writeConditioning writes it to a temporary name and renames it
-    writeConditioning(
-      out,
-      { positive: c.positive, ...(c.negative ? { negative: c.negative } : {}) },
-      c.metadata,
+    // one file, through a temporary name; a failure names --out
+    writeAllOrNothing((stage) =>
+      writeConditioning(
+        stage("--out", out),
+        { positive: c.positive, ...(c.negative ? { negative: c.negative } : {}) },
+        c.metadata,
+      ),
     );
     const shapes = `positive [${c.positive.shape.join(", ")}]${c.negative ? `, negative [${c.negative.shape.join(", ")}]` : ""}`;
     process.stderr.write(

@@ -4,9 +4,11 @@
  * generate.ts), backends, inspect, quantize (quantize.ts). This file only parses the command and
  * prints every failure as one `error E_CODE: …` line with a non-zero exit status (2 for usage errors;
  * no command at all prints the usage on stderr with status 2; `help`, `--help`, `-h` print it on
- * stdout with status 0, and `help <command>` or `<command> --help` that command's usage).
+ * stdout with status 0, and `help <command>` or `<command> --help` that command's usage). SIGINT and
+ * SIGTERM remove unfinished outputs and exit 130 / 143 with one line.
  */
-import { inspectCheckpoint, renderInspect } from "@tp/formats";
+import { nativeInterruptHandler } from "@tp/backend-cpu";
+import { inspectCheckpoint, installInterruptCleanup, renderInspect } from "@tp/formats";
 import {
   type BackendOptions,
   backendNames,
@@ -164,6 +166,10 @@ function help(args: string[]): number {
   console.log(commandUsage(command));
   return 0;
 }
+
+// SIGINT / SIGTERM: unfinished outputs removed, one line, exit 130 / 143 — at once, in native code
+// when the CPU library is built (a JavaScript handler would wait for a synchronous stage to end).
+installInterruptCleanup({ native: nativeInterruptHandler() });
 
 await runCli(async () => {
   const [command, ...rest] = Bun.argv.slice(2);

@@ -1,9 +1,19 @@
 // The CLI's output-path rules: same-file detection (resolved paths, symbolic and hard links), and
 // all-or-nothing writes of several outputs (temporary names, renamed together; nothing left on failure).
 import { afterAll, expect, test } from "bun:test";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { writeAtomically } from "@tp/formats";
 import { checkDistinctPaths, writeAllOrNothing } from "./paths.ts";
 
 const tmp = mkdtempSync(join(tmpdir(), "tp-cli-paths-"));
@@ -52,11 +62,14 @@ test("writeAllOrNothing: all outputs appear together; after a failure none and n
   const dir = join(tmp, "all");
   mkdirSync(dir);
   writeAllOrNothing((stage) => {
-    writeFileSync(stage("--a", join(dir, "a")), "a");
-    writeFileSync(stage("--b", join(dir, "b")), "b");
-    expect(readdirSync(dir).filter((n) => n === "a" || n === "b")).toEqual([]); // not yet renamed
+    writeAtomically(stage("--a", join(dir, "a")), (w) => w(new TextEncoder().encode("a")));
+    writeAtomically(stage("--b", join(dir, "b")), (w) => w(new TextEncoder().encode("b")));
+    // written and fsynced under temporary names, not yet renamed
+    expect(readdirSync(dir).filter((n) => n === "a" || n === "b")).toEqual([]);
+    expect(readdirSync(dir).length).toBe(2);
   });
   expect(readdirSync(dir).sort()).toEqual(["a", "b"]);
+  expect(readFileSync(join(dir, "a"), "utf8")).toBe("a");
 
   const dir2 = join(tmp, "fail");
   mkdirSync(dir2);
@@ -64,22 +77,22 @@ test("writeAllOrNothing: all outputs appear together; after a failure none and n
   expect(
     errorOf(() =>
       writeAllOrNothing((stage) => {
-        writeFileSync(stage("--a", join(dir2, "a")), "a");
-        stage("--b", join(dir2, "b"));
-        throw new Error("disk full");
+        writeAtomically(stage("--a", join(dir2, "a")), (w) => w(new Uint8Array(1)));
+        writeAtomically(stage("--b", join(dir2, "b")), () => {
+          throw new Error("disk full");
+        });
       }),
     ),
-  ).toBe("undefined: disk full");
+  ).toBe(`E_IO: cannot write --b: disk full (file ${join(dir2, "b")})`);
   expect(readdirSync(dir2)).toEqual([]);
-  // A rename that fails (the second temporary file was never written): the first, already renamed
-  // output is removed as well.
+  // An output staged but never written: nothing is renamed, nothing is left.
   expect(
     errorOf(() =>
       writeAllOrNothing((stage) => {
-        writeFileSync(stage("--a", join(dir2, "a")), "a");
+        writeAtomically(stage("--a", join(dir2, "a")), (w) => w(new Uint8Array(1)));
         stage("--b", join(dir2, "b"));
       }),
     ),
-  ).toStartWith(`E_IO: cannot write --b ${join(dir2, "b")}: `);
+  ).toBe(`E_STATE: --b ${join(dir2, "b")} was staged but never written; nothing was written`);
   expect(readdirSync(dir2)).toEqual([]);
 });

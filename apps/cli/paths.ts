@@ -5,12 +5,12 @@
  * - {@link checkDistinctPaths}: no output is one of the inputs and no two outputs are the same file —
  *   compared by @tp/formats' `sameFile` (resolved paths: realpath of an existing file, else realpath
  *   of its folder + its name; and, when both exist, device and inode) (E_ARG naming both flags);
- * - {@link StagedOutputs}: every output written under a temporary name and all renamed at the end; on
- *   a failure the temporaries and any output already renamed are removed.
+ * - {@link writeAllOrNothing}: every output written under a temporary name and all renamed at the end;
+ *   on a failure the temporaries and any output already renamed are removed.
  */
-import { accessSync, constants, existsSync, renameSync, rmSync, statSync } from "node:fs";
-import { dirname, resolve } from "node:path";
-import { sameFile, temporaryPath } from "@tp/formats";
+import { accessSync, constants, existsSync, statSync } from "node:fs";
+import { basename, dirname, resolve } from "node:path";
+import { writeAllOrNothing as formatsWriteAllOrNothing, sameFile } from "@tp/formats";
 import { TpError } from "@tp/tensor";
 
 /** A path and how the user named it: a flag (`--cond-out`) or a positional (`OUT`). */
@@ -45,10 +45,15 @@ export function checkDistinctPaths(inputs: readonly NamedPath[], outputs: readon
 }
 
 /**
- * An output's folder exists and is writable, and the output is not a folder.
+ * An output's folder exists and is writable, and the output is not a folder (nor a path ending in `/`).
  * @throws TpError E_IO naming the flag and the folder (exit 1)
  */
 export function checkOutputFolder(label: string, path: string): void {
+  if (/[\\/]$/.test(path) || basename(path) === "." || basename(path) === "..") {
+    throw new TpError("E_IO", `${label} ${path} names a folder, not a file; give a file name`, {
+      file: path,
+    });
+  }
   const dir = dirname(resolve(path));
   if (!existsSync(dir) || !statSync(dir).isDirectory()) {
     throw new TpError("E_IO", `${label} ${path}: the folder ${dir} does not exist`, { file: path });
@@ -69,63 +74,8 @@ export function checkOutputFolder(label: string, path: string): void {
 }
 
 /**
- * Outputs written all-or-nothing: {@link stage} gives a temporary name beside each output to write
- * to; {@link commit} renames them all into place; {@link abort} (or a failed commit) removes the
- * temporaries and the outputs already renamed.
+ * Write several outputs all-or-nothing (@tp/formats' `writeAllOrNothing`): `fill` names each output
+ * with `stage(label, path)` and writes it by its own path; all are renamed into place once all are
+ * written, none otherwise.
  */
-export class StagedOutputs {
-  readonly #staged: { label: string; path: string; tmp: string }[] = [];
-  #done = false;
-
-  /** A temporary path beside `path` (same folder, so the rename is atomic); write the output there. */
-  stage(label: string, path: string): string {
-    const tmp = temporaryPath(path);
-    this.#staged.push({ label, path, tmp });
-    return tmp;
-  }
-
-  /**
-   * Rename every staged file into place.
-   * @throws TpError E_IO naming the output that could not be renamed (nothing is left behind)
-   */
-  commit(): void {
-    const renamed: string[] = [];
-    for (const s of this.#staged) {
-      try {
-        renameSync(s.tmp, s.path);
-        renamed.push(s.path);
-      } catch (e) {
-        for (const p of renamed) rmSync(p, { force: true });
-        this.abort();
-        throw new TpError("E_IO", `cannot write ${s.label} ${s.path}: ${(e as Error).message}`, {
-          file: s.path,
-          cause: e,
-        });
-      }
-    }
-    this.#done = true;
-  }
-
-  /** Remove the temporary files (after an error); a no-op after {@link commit}. */
-  abort(): void {
-    if (this.#done) return;
-    for (const s of this.#staged) rmSync(s.tmp, { force: true });
-    this.#done = true;
-  }
-}
-
-/**
- * Write several outputs all-or-nothing: `fill` writes each to the temporary path `stage(label, path)`
- * returns; then all are renamed into place. On any error the temporaries (and outputs already
- * renamed) are removed and the error is rethrown.
- */
-export function writeAllOrNothing(fill: (stage: (label: string, path: string) => string) => void): void {
-  const staged = new StagedOutputs();
-  try {
-    fill((label, path) => staged.stage(label, path));
-    staged.commit();
-  } catch (e) {
-    staged.abort();
-    throw e;
-  }
-}
+export const writeAllOrNothing = formatsWriteAllOrNothing;

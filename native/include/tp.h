@@ -357,6 +357,20 @@ TP_API tp_status tp_cpu_top_k_f32(tp_ctx *ctx, const float *x, float *values, in
 /* The number of NaN / ±∞ values among x[0, n) into *out (saturating at INT32_MAX). */
 TP_API tp_status tp_cpu_count_nonfinite_f32(tp_ctx *ctx, const float *x, uint64_t n, int32_t *out);
 
+/*
+ * Interrupt cleanup (interrupt.c; the one process-wide state of this library): tp_cleanup_install
+ * makes SIGINT (2) or SIGTERM (15) remove every armed path, print "interrupted by SIGINT: N
+ * unfinished output files removed" on stderr and _exit(128 + signal). tp_cleanup_arm copies `len`
+ * bytes of `path` (no NUL needed; len < TP_CLEANUP_PATH_BYTES) into `slot` (0 <= slot <
+ * TP_CLEANUP_SLOTS) and arms it; tp_cleanup_disarm forgets it. TP_ERR_ARG for a bad signal, slot or
+ * length.
+ */
+#define TP_CLEANUP_SLOTS 64
+#define TP_CLEANUP_PATH_BYTES 4096
+TP_API tp_status tp_cleanup_install(int32_t sig);
+TP_API tp_status tp_cleanup_arm(int32_t slot, const char *path, uint64_t len);
+TP_API tp_status tp_cleanup_disarm(int32_t slot);
+
 #ifdef __cplusplus
 }
 #endif

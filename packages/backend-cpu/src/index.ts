@@ -6,7 +6,9 @@
  * - the native library, for conformance tests and benchmarks: `loadCpuLibrary`, its contexts and the
  *   weight formats, ISA levels and CPU feature bits of native/include/tp.h;
  * - the native weight quantizers (`createNativeQuantizer`, `quantizeRows`) of `quantize` and the
- *   quantization caches.
+ *   quantization caches;
+ * - the apps' native SIGINT / SIGTERM handler (`nativeInterruptHandler`, for @tp/formats'
+ *   `installInterruptCleanup`).
  *
  * Everything else (the symbol table, `check`, the op wrappers) is internal: import it from the source
  * file inside this package.
@@ -24,6 +26,7 @@ export {
   type NativeWeight,
   type NativeWeightFormat,
 } from "./ffi.ts";
+export { type NativeInterruptCleanup, nativeInterruptHandler } from "./interrupt.ts";
 export {
   createNativeQuantizer,
   type NativeQuantizeFormat,

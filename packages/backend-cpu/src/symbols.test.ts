@@ -9,6 +9,7 @@ import {
   ACT_BLOCKS,
   CAST_DTYPES,
   CAST_SATURATE,
+  CLEANUP,
   CPU_FEATURES,
   CPU_ISA,
   NATIVE_WEIGHT_FORMATS,
@@ -151,6 +152,7 @@ describe("the numbers match native/include/tp.h", () => {
         (n) => `TP_ACT_BLOCK_${upper(n)}`,
       ],
       ["TP_CPU_*", CPU_FEATURES, (n) => `TP_CPU_${upper(n)}`],
+      ["TP_CLEANUP_*", CLEANUP, (n) => `TP_CLEANUP_${upper(n)}`],
     ];
     for (const [what, table, cName] of cases) {
       for (const [name, value] of Object.entries(table)) {

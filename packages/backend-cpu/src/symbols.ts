@@ -23,6 +23,9 @@ export const CAST_DTYPES = { f32: 0, f16: 1, bf16: 2, f8_e4m3fn: 3, f8_e5m2: 4 }
 /** Flag of `tp_cpu_cast`: f32 -> fp8 clamps overflow and ±inf to ±max finite (tp.h `TP_CAST_SATURATE`). */
 export const CAST_SATURATE = 1;
 
+/** Interrupt cleanup slots and the longest path one holds, in bytes (tp.h `TP_CLEANUP_*`). */
+export const CLEANUP = { slots: 64, path_bytes: 4096 } as const;
+
 /** Instruction-set levels of the kernels and their tp.h `tp_isa` codes, lowest first. */
 export const CPU_ISA = { scalar: 0, avx2: 1, avx512: 2 } as const;
 
@@ -133,4 +136,10 @@ export const TP_SYMBOLS = {
   tp_cpu_argmax_f32: { args: ["ptr", "ptr", "ptr", "u64", "u64"], returns: "i32" },
   tp_cpu_top_k_f32: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "u64", "u64"], returns: "i32" },
   tp_cpu_count_nonfinite_f32: { args: ["ptr", "ptr", "u64", "ptr"], returns: "i32" },
+
+
+  // interrupt cleanup
+  tp_cleanup_install: { args: ["i32"], returns: "i32" },
+  tp_cleanup_arm: { args: ["i32", "ptr", "u64"], returns: "i32" },
+  tp_cleanup_disarm: { args: ["i32"], returns: "i32" },
 } as const satisfies Record<string, FFIFunction>;

@@ -37,9 +37,13 @@ export function ioError(action: string, file: string, cause: unknown): TpError {
         ? "is a directory"
         : code === "EACCES"
           ? "permission denied"
-          : cause instanceof Error
-            ? cause.message
-            : String(cause);
+          : code === "ENOSPC"
+            ? "no space left on device"
+            : code === "EROFS"
+              ? "read-only file system"
+              : cause instanceof Error
+                ? cause.message
+                : String(cause);
   return new TpError("E_IO", `cannot ${action}: ${why}`, { file, cause });
 }
 

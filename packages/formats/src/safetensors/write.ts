@@ -9,11 +9,9 @@
  * - the JSON is padded with spaces to a multiple of 8 bytes, so the data section is 8-aligned.
  * The file is written under a temporary name and renamed into place.
  */
-import { closeSync, fsyncSync, ftruncateSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { TpError } from "@tp/tensor";
-import { ioError } from "../errors.ts";
 import { safeNumel } from "../tensors.ts";
-import { temporaryPath, writeAtomically } from "../write-file.ts";
+import { AtomicFile, writeAtomically } from "../write-file.ts";
 import {
   SAFETENSORS_DTYPE_NAMES,
   SAFETENSORS_DTYPES,
@@ -167,7 +165,7 @@ export function serializeSafetensors(
 }
 
 /**
- * Write a safetensors file: to `path.tmp-PID-N` first, then fsync and rename, so a crash never leaves
+ * Write a safetensors file: to `path.tmp-PID-RANDOM` first, then fsync and rename, so a crash never leaves
  * a half-written file under `path`. Tensor bytes are written straight from the given views (which may
  * be memory mappings of another checkpoint).
  * @throws TpError E_ARG as {@link safetensorsLayout}; E_IO when writing or renaming fails
@@ -202,7 +200,7 @@ export interface SafetensorsTensorSpec {
  * {@link safetensorsLayout} (the reference writer's order); each tensor's bytes are appended in order
  * with {@link write}; {@link commit} writes the header (whose metadata may change then, as long as
  * its length does not), fsyncs and renames the temporary file into place. Until then the output lives
- * under {@link tmpPath} (`path.tmp-PID-N`); {@link abort} removes it. Nothing is ever half-written
+ * under {@link tmpPath} (`path.tmp-PID-RANDOM`); {@link abort} removes it. Nothing is ever half-written
  * under `path`.
  *
  * @example
@@ -212,11 +210,9 @@ export interface SafetensorsTensorSpec {
 export class SafetensorsWriter {
   /** Where each tensor lands, and the header as first computed. */
   layout: SafetensorsLayout;
-  /** The temporary file the data goes to before {@link commit}. */
-  readonly tmpPath: string;
   readonly #specs: readonly SafetensorsTensorSpec[];
   readonly #place: Map<string, { begin: number; end: number; done: number }>;
-  #fd: number | null;
+  readonly #file: AtomicFile;
   #state: "open" | "committed" | "aborted" = "open";
 
   /**
@@ -235,19 +231,19 @@ export class SafetensorsWriter {
     this.#specs = tensors;
     this.layout = safetensorsLayout(tensors, options.metadata);
     this.#place = new Map(this.layout.order.map((t) => [t.name, { begin: t.begin, end: t.end, done: 0 }]));
-    this.tmpPath = temporaryPath(path);
+    // Named by the final path on failure: the temporary name means nothing to the user.
+    this.#file = new AtomicFile(path);
     try {
-      this.#fd = openSync(this.tmpPath, "wx");
-    } catch (e) {
-      // Named by the final path: the temporary name means nothing to the user.
-      throw ioError("create the output file", this.path, e);
-    }
-    try {
-      ftruncateSync(this.#fd, this.layout.fileSize);
+      this.#file.truncate(this.layout.fileSize);
     } catch (e) {
       this.abort();
-      throw ioError("size the output file", this.path, e);
+      throw e;
     }
+  }
+
+  /** The temporary file the data goes to before {@link commit} (`path.tmp-PID-RANDOM`). */
+  get tmpPath(): string {
+    return this.#file.tmpPath;
   }
 
   /**
@@ -256,23 +252,17 @@ export class SafetensorsWriter {
    *   commit/abort; E_IO when the write fails
    */
   write(name: string, bytes: Uint8Array): void {
-    const fd = this.#open();
+    this.#open();
     const p = this.#place.get(name);
     if (p === undefined) throw new TpError("E_ARG", `the output has no tensor '${name}'`, { tensor: name });
     if (p.done + bytes.byteLength > p.end - p.begin) {
       throw new TpError(
         "E_ARG",
         `${p.done + bytes.byteLength} bytes written to a tensor of ${p.end - p.begin} bytes`,
-        { tensor: name, file: this.tmpPath },
+        { tensor: name, file: this.path },
       );
     }
-    const at = this.layout.dataStart + p.begin + p.done;
-    try {
-      let off = 0;
-      while (off < bytes.byteLength) off += writeSync(fd, bytes, off, bytes.byteLength - off, at + off);
-    } catch (e) {
-      throw ioError(`write tensor ${name}`, this.tmpPath, e);
-    }
+    this.#file.write(bytes, this.layout.dataStart + p.begin + p.done);
     p.done += bytes.byteLength;
   }
 
@@ -293,7 +283,7 @@ export class SafetensorsWriter {
   commit(
     options: { metadata?: Readonly<Record<string, string>> | ReadonlyMap<string, string> } = {},
   ): SafetensorsLayout {
-    const fd = this.#open();
+    this.#open();
     const missing = this.missing();
     if (missing.length > 0) {
       this.abort();
@@ -315,16 +305,11 @@ export class SafetensorsWriter {
       this.layout = next;
     }
     try {
-      let off = 0;
-      const h = this.layout.header;
-      while (off < h.byteLength) off += writeSync(fd, h, off, h.byteLength - off, off);
-      fsyncSync(fd);
-      closeSync(fd);
-      this.#fd = null;
-      renameSync(this.tmpPath, this.path);
+      this.#file.write(this.layout.header, 0);
+      this.#file.commit();
     } catch (e) {
       this.abort();
-      throw ioError("write the file", this.path, e);
+      throw e;
     }
     this.#state = "committed";
     return this.layout;
@@ -333,20 +318,13 @@ export class SafetensorsWriter {
   /** Close and remove the temporary file (idempotent; a no-op after commit). */
   abort(): void {
     if (this.#state === "committed") return;
-    if (this.#fd !== null) {
-      try {
-        closeSync(this.#fd);
-      } catch {}
-      this.#fd = null;
-    }
-    rmSync(this.tmpPath, { force: true });
+    this.#file.abort();
     this.#state = "aborted";
   }
 
-  #open(): number {
-    if (this.#state !== "open" || this.#fd === null) {
+  #open(): void {
+    if (this.#state !== "open") {
       throw new TpError("E_STATE", `the writer was already ${this.#state}`, { file: this.path });
     }
-    return this.#fd;
   }
 }
