@@ -22,6 +22,7 @@ import {
   writeLatent,
   writePng,
 } from "@tp/diffusion";
+import { checkRegularFile } from "@tp/formats";
 import { type Backend, formatBytes, loadBackend, parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
@@ -173,6 +174,7 @@ function inputFile(flag: string, path: string | undefined, what: string): string
       file: path,
     });
   }
+  checkRegularFile(path, { what: `--${flag}` }); // a FIFO or device: refused before it is opened
   return path;
 }
 

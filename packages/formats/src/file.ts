@@ -3,9 +3,58 @@
  * is memory-mapped (see `mmap.ts`). Every read is checked against the file size first, so a hostile
  * length can never make us allocate more than the file holds.
  */
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync, type Stats, statSync } from "node:fs";
+import { TpError } from "@tp/tensor";
 import { formatError, ioError } from "./errors.ts";
 import { MAX_VIEW_BYTES, mapRange } from "./mmap.ts";
+
+/** What a non-regular file is, in words: `a FIFO (named pipe)`, `a socket`, `a character device`, …. */
+function fileTypeName(st: Stats): string {
+  if (st.isDirectory()) return "a directory";
+  if (st.isFIFO()) return "a FIFO (named pipe)";
+  if (st.isSocket()) return "a socket";
+  if (st.isCharacterDevice()) return "a character device";
+  if (st.isBlockDevice()) return "a block device";
+  return "not a regular file";
+}
+
+/**
+ * Check that `path` is a regular file (symbolic links followed) — or, with `directory`, a folder —
+ * before anything opens it: opening a FIFO for reading blocks until a writer comes, and a device or
+ * socket holds no checkpoint.
+ * @param what words for the message (`--dit`, "the index"); default none
+ * @returns its stat
+ * @throws TpError E_IO naming the path and what it is instead (a FIFO, a socket, a device, a folder
+ *   where none is accepted), or that it does not exist
+ */
+export function checkRegularFile(path: string, options: { directory?: boolean; what?: string } = {}): Stats {
+  let st: Stats;
+  try {
+    st = statSync(path);
+  } catch (e) {
+    throw ioError(`open ${options.what ?? "the file"}`, path, e);
+  }
+  if (st.isFile() || (options.directory === true && st.isDirectory())) return st;
+  const expected = options.directory === true ? "a regular file or a folder" : "a regular file";
+  throw new TpError(
+    "E_IO",
+    `${options.what === undefined ? "" : `${options.what} `}${path} is ${fileTypeName(st)}, not ${expected}; pass a checkpoint file`,
+    { cause: Object.assign(new Error(fileTypeName(st)), { code: st.isDirectory() ? "EISDIR" : "ENOTREG" }) },
+  );
+}
+
+/**
+ * The text of a small regular file (a JSON index or config), refusing FIFOs and devices first.
+ * @throws TpError E_IO as {@link checkRegularFile}, or when reading fails; E_FORMAT for invalid UTF-8
+ */
+export function readTextFile(path: string, what = "the file"): string {
+  const f = new ReadableFile(path, what);
+  try {
+    return decodeUtf8(f.read(0, f.size, what), what, { file: path, offset: 0 });
+  } finally {
+    f.close();
+  }
+}
 
 /** An open file for header reads: descriptor, path and size in bytes. Close it with `close()`. */
 export class ReadableFile {
@@ -14,24 +63,31 @@ export class ReadableFile {
   #fd: number | null;
 
   /**
-   * Open `path` read-only.
+   * Open `path` read-only: checked to be a regular file first ({@link checkRegularFile}), then opened
+   * non-blocking (a FIFO swapped in meanwhile cannot block the open) and checked again on the
+   * descriptor.
+   * @param what words for messages (default "the file")
    * @throws TpError E_IO when the file cannot be opened or is not a regular file.
    */
-  constructor(readonly path: string) {
+  constructor(
+    readonly path: string,
+    what = "the file",
+  ) {
+    checkRegularFile(path, what === "the file" ? {} : { what });
     let fd: number;
     try {
-      fd = openSync(path, "r");
+      fd = openSync(path, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
     } catch (e) {
-      throw ioError("open the file", path, e);
+      throw ioError(`open ${what}`, path, e);
     }
     try {
       const st = fstatSync(fd);
       if (!st.isFile())
-        throw Object.assign(new Error("not a regular file"), { code: st.isDirectory() ? "EISDIR" : "" });
+        throw Object.assign(new Error(`${fileTypeName(st)}, not a regular file`), { code: "" });
       this.size = st.size;
     } catch (e) {
       closeSync(fd);
-      throw ioError("open the file", path, e);
+      throw ioError(`open ${what}`, path, e);
     }
     this.#fd = fd;
   }

@@ -7,6 +7,7 @@
 import { statSync } from "node:fs";
 import { isTpError } from "@tp/tensor";
 import { formatBytes, ioError } from "./errors.ts";
+import { checkRegularFile } from "./file.ts";
 import { GgufArray, jsonValue } from "./gguf/array.ts";
 import type { GgufFile } from "./gguf/file.ts";
 import { GGUF_TYPE_NAMES } from "./gguf/types.ts";
@@ -173,12 +174,8 @@ function inspectFile(path: string, limit: number): InspectReport {
  */
 export function inspectCheckpoint(path: string, options: InspectOptions = {}): InspectReport {
   const limit = options.arrayLimit ?? 8;
-  let isDir: boolean;
-  try {
-    isDir = statSync(path).isDirectory();
-  } catch (e) {
-    throw ioError("open", path, e);
-  }
+  // a FIFO, socket or device is refused before it is opened (a FIFO would block)
+  const isDir = checkRegularFile(path, { directory: true }).isDirectory();
   if (!isDir) return inspectFile(path, limit);
   const l = detectLayout(path);
   const components: Record<string, InspectReport> = {};

@@ -10,14 +10,16 @@
  * `architectures[0]` through the table in models/registry.ts; an unknown one is E_UNSUPPORTED listing
  * the known ones.
  */
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, readSync, statSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { closeSync, existsSync, openSync, readdirSync, readSync, statSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
 import {
   checkGgufDepth,
+  checkRegularFile,
   declaredDepth,
   GGUF_HF_NAMES,
   openCheckpoint,
   openGguf,
+  readTextFile,
   type TensorSource,
   unmapName,
 } from "@tp/formats";
@@ -67,12 +69,7 @@ interface Opened {
 }
 
 function readJson(path: string): Record<string, unknown> {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new TpError("E_IO", `cannot read: ${(e as Error).message}`, { file: path, cause: e });
-  }
+  const text = readTextFile(path, basename(path)); // refuses a FIFO or device before opening it
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -224,7 +221,8 @@ function openModel(path: string): Opened {
     return openSafetensorsModel(path);
   }
   // Devices and pipes are not opened (a FIFO would block until someone writes to it).
-  const kind = st.isFile() ? fileKind(path) : undefined;
+  if (!st.isFile()) checkRegularFile(path, { directory: true, what: "the model" });
+  const kind = fileKind(path);
   if (kind === undefined) throw new TpError("E_FORMAT", NOT_A_MODEL, { file: path });
   return kind === "gguf" ? openGgufModel(path) : openSafetensorsModel(path);
 }

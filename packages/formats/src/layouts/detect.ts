@@ -7,11 +7,11 @@
  * Sources: ../shared/spec/qwen-image.md §2.1–2.3 (directory layouts and their detection),
  * ../shared/spec/krea2.md §1.1 (Krea 2 files), ../shared/spec/llm.md §1.1 (GGUF architectures).
  */
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import { TpError } from "@tp/tensor";
 import { formatError, ioError } from "../errors.ts";
-import { ReadableFile } from "../file.ts";
+import { ReadableFile, readTextFile } from "../file.ts";
 import { type GgufFile, openGguf } from "../gguf/file.ts";
 import { openSafetensors } from "../safetensors/file.ts";
 import { openSafetensorsIndex } from "../safetensors/sharded.ts";
@@ -164,8 +164,11 @@ function detectDiffusers(dir: string): DetectedLayout {
   let cls = "?";
   try {
     cls = String(
-      (JSON.parse(readFileSync(join(dir, "model_index.json"), "utf8")) as { _class_name?: unknown })
-        ._class_name ?? "?",
+      (
+        JSON.parse(readTextFile(join(dir, "model_index.json"), "model_index.json")) as {
+          _class_name?: unknown;
+        }
+      )._class_name ?? "?",
     );
   } catch (e) {
     throw formatError(`model_index.json is not readable JSON: ${(e as Error).message}`, {

@@ -5,10 +5,10 @@
  * Shard names are read from the `weight_map` values (their unique set), never guessed
  * (../shared/spec/qwen-image.md §2.1).
  */
-import { readFileSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, normalize, sep } from "node:path";
 import { TpError } from "@tp/tensor";
-import { formatError, ioError } from "../errors.ts";
+import { formatError } from "../errors.ts";
+import { readTextFile } from "../file.ts";
 import type { MapOptions } from "../mmap.ts";
 import { lookupTensor, type TensorEntry, type TensorSource } from "../tensors.ts";
 import { writeAtomically } from "../write-file.ts";
@@ -31,12 +31,7 @@ export interface SafetensorsIndex {
  *   value, or a shard path that is absolute or leaves the index's directory
  */
 export function readSafetensorsIndex(path: string): SafetensorsIndex {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw ioError("read the index", path, e);
-  }
+  const text = readTextFile(path, "the index");
   let root: unknown;
   try {
     root = JSON.parse(text);
