@@ -22,7 +22,7 @@ import {
   writeLatent,
   writePng,
 } from "@tp/diffusion";
-import { checkRegularFile } from "@tp/formats";
+import { checkInputsUnchanged, checkRegularFile } from "@tp/formats";
 import { type Backend, formatBytes, loadBackend, parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
@@ -356,6 +356,10 @@ export async function generate(args: string[]): Promise<number> {
   const progress = stepProgress("sampling");
   try {
     const onEvent = (e: GenerateEvent): void => {
+      // every stage and step: the mapped inputs are still the files that were opened
+      checkInputsUnchanged(
+        e.kind !== "step" ? "the next stage" : e.step < e.steps ? `sampling step ${e.step + 1}` : "decoding",
+      );
       if (e.kind === "notice") process.stderr.write(`note: ${e.text}\n`);
       else if (e.kind === "start") process.stderr.write(`${e.text}\n`);
       else progress.step(e.step, e.steps, e.stepMs, e.elapsedMs);
@@ -389,6 +393,7 @@ export async function generate(args: string[]): Promise<number> {
     );
     progress.stop();
     // 4. Every output to a temporary name; all renamed only once all are written (else none is).
+    checkInputsUnchanged("writing the outputs");
     const tWrite = performance.now();
     writeAllOrNothing((stage) => {
       const c = result.conditioning;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bun
+import { writeSync } from "node:fs";
 /**
  * `bun apps/cli <command>` — TensorPencil's command line: generate / decode / encode (Krea 2,
  * generate.ts), backends, inspect, quantize (quantize.ts). This file only parses the command and
@@ -8,7 +9,7 @@
  * SIGTERM remove unfinished outputs and exit 130 / 143 with one line.
  */
 import { nativeInterruptHandler } from "@tp/backend-cpu";
-import { inspectCheckpoint, installInterruptCleanup, renderInspect } from "@tp/formats";
+import { checkInputsUnchanged, inspectCheckpoint, installInterruptCleanup, writeInspect } from "@tp/formats";
 import {
   type BackendOptions,
   backendNames,
@@ -146,8 +147,23 @@ function inspect(args: string[]): number {
     );
   }
   const report = inspectCheckpoint(positionals[0] as string, { arrayLimit: limit });
-  console.log(values.json ? JSON.stringify(report, null, 2) : renderInspect(report));
+  // in chunks: a header of a million tensors never becomes one string
+  writeInspect(report, values.json, writeStdout);
   return 0;
+}
+
+/** Write all of `text` to stdout synchronously (a pipe that is full is waited for). */
+function writeStdout(text: string): void {
+  const bytes = Buffer.from(text);
+  let done = 0;
+  while (done < bytes.length) {
+    try {
+      done += writeSync(1, bytes, done, bytes.length - done);
+    } catch (e) {
+      if ((e as { code?: string }).code !== "EAGAIN") throw e;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+    }
+  }
 }
 
 /** `help [COMMAND]`: the usage, or one command's. */
@@ -202,6 +218,8 @@ await runCli(async () => {
         );
     }
   } catch (e) {
+    // A failed read may come from an input cut short or replaced under its mapping: say which.
+    checkInputsUnchanged(undefined, e);
     // generate / decode / encode parse with node:util parseArgs themselves: its message as it is.
     if (e instanceof TypeError && String((e as { code?: string }).code).startsWith("ERR_PARSE_ARGS")) {
       throw new TpError("E_ARG", e.message);

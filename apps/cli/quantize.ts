@@ -7,11 +7,13 @@
  * (default: every CPU), or the TypeScript reference; both write the same bytes.
  */
 import { createNativeQuantizer, resolveThreads } from "@tp/backend-cpu";
+import { checkInputsUnchanged } from "@tp/formats";
 import {
   type CheckpointQuantFormat,
   describeAutoGroups,
   describeQuantizeReport,
   type GroupSizeRule,
+  type ProgressReporter,
   quantizeCheckpoint,
   referenceQuantizer,
   stderrProgress,
@@ -108,6 +110,18 @@ export function parseGroupSizes(values: readonly string[]): {
   return { ...(groupSize === undefined ? {} : { groupSize }), groupSizes: rules };
 }
 
+/** A progress reporter that also checks, per tensor, that IN has not changed since it was opened. */
+function checkingInputs(p: ProgressReporter): ProgressReporter {
+  return {
+    start: (total, label) => p.start(total, label),
+    advance(bytes, tensor) {
+      checkInputsUnchanged(`reading tensor ${tensor}`);
+      p.advance(bytes, tensor);
+    },
+    stop: () => p.stop(),
+  };
+}
+
 /**
  * Run `quantize` with its arguments (after the command name).
  * @returns exit status 0
@@ -161,7 +175,7 @@ export function quantize(args: string[]): number {
       ...groups,
       ...(values.layers ? { layers: values.layers } : {}),
       ...(values.keep ? { keep: values.keep } : {}),
-      progress: stderrProgress(),
+      progress: checkingInputs(stderrProgress()),
       quantizer,
       hints: "cli",
     });

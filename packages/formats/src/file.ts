@@ -4,6 +4,7 @@
  * length can never make us allocate more than the file holds.
  */
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats, statSync } from "node:fs";
+import { resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { formatError, ioError } from "./errors.ts";
 import { MAX_VIEW_BYTES, mapRange } from "./mmap.ts";
@@ -56,6 +57,69 @@ export function readTextFile(path: string, what = "the file"): string {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Inputs that change while in use
+
+/** What an input was when it was opened: size in bytes, modification time (ms) and inode. */
+interface InputStamp {
+  size: number;
+  mtimeMs: number;
+  ino: number;
+}
+
+const inputs = new Map<string, InputStamp>();
+
+/**
+ * Remember `path`'s size, mtime and inode as the program opens it (every reader does, through
+ * {@link ReadableFile}); {@link checkInputsUnchanged} compares them later.
+ */
+export function recordInput(path: string, st: Stats): void {
+  inputs.set(resolve(path), { size: st.size, mtimeMs: st.mtimeMs, ino: st.ino });
+}
+
+/** Forget an input (the program itself replaced the file, e.g. a rebuilt cache renamed over it). */
+export function forgetInput(path: string): void {
+  inputs.delete(resolve(path));
+}
+
+/**
+ * The first opened input whose size, mtime or inode differs from when it was opened (or that is
+ * gone), with words for what changed; null when none did.
+ */
+export function changedInput(): { path: string; what: string } | null {
+  for (const [path, was] of inputs) {
+    let now: Stats;
+    try {
+      now = statSync(path);
+    } catch {
+      return { path, what: "it was removed" };
+    }
+    if (now.size !== was.size) return { path, what: `its size went from ${was.size} to ${now.size} bytes` };
+    if (now.ino !== was.ino) return { path, what: "it was replaced by another file" };
+    if (now.mtimeMs !== was.mtimeMs) return { path, what: "it was modified" };
+  }
+  return null;
+}
+
+/**
+ * Check that no input changed since it was opened — before each stage of a run, and after a failed
+ * read (its cause may be a file cut short under the mapping). A mapped file that shrinks makes a read
+ * of the vanished pages a SIGBUS, which no check can catch; this check finds the change at the next
+ * stage boundary instead and names the file (formats README, "Files that change while in use").
+ * @param stage what was about to run, for the message ("sampling", "writing the outputs")
+ * @param cause the failed read's error, kept as the cause
+ * @throws TpError E_IO naming the file and what changed
+ */
+export function checkInputsUnchanged(stage?: string, cause?: unknown): void {
+  const c = changedInput();
+  if (c === null) return;
+  throw new TpError(
+    "E_IO",
+    `${c.path} changed while in use (${c.what})${stage === undefined ? "" : ` before ${stage}`}; its data cannot be trusted — run again once the file is complete`,
+    cause === undefined ? {} : { cause },
+  );
+}
+
 /** An open file for header reads: descriptor, path and size in bytes. Close it with `close()`. */
 export class ReadableFile {
   /** Size of the file in bytes, taken when it was opened. */
@@ -85,6 +149,7 @@ export class ReadableFile {
       if (!st.isFile())
         throw Object.assign(new Error(`${fileTypeName(st)}, not a regular file`), { code: "" });
       this.size = st.size;
+      recordInput(path, st);
     } catch (e) {
       closeSync(fd);
       throw ioError(`open ${what}`, path, e);

@@ -238,7 +238,10 @@ function showValue(v: InspectValue): string {
 }
 
 function table(rows: string[][], right: number[]): string[] {
-  const widths = (rows[0] ?? []).map((_, i) => Math.max(...rows.map((r) => (r[i] ?? "").length)));
+  // a loop, not Math.max(...column): a million rows would overflow the call stack as arguments
+  const widths = (rows[0] ?? []).map(() => 0);
+  for (const r of rows)
+    for (let i = 0; i < widths.length; i++) widths[i] = Math.max(widths[i] as number, (r[i] ?? "").length);
   return rows.map((r) =>
     r
       .map((c, i) => (right.includes(i) ? c.padStart(widths[i] as number) : c.padEnd(widths[i] as number)))
@@ -247,8 +250,7 @@ function table(rows: string[][], right: number[]): string[] {
   );
 }
 
-/** A report as text for people (what `inspect` prints without `--json`). */
-export function renderInspect(r: InspectReport): string {
+function emitInspect(r: InspectReport, emit: (text: string) => void): void {
   const out: string[] = [];
   const total = r.files.reduce((a, f) => a + f.bytes, 0);
   out.push(`path: ${r.path}`);
@@ -263,43 +265,106 @@ export function renderInspect(r: InspectReport): string {
       out.push("", `== component ${k}`);
       out.push(renderInspect(c));
     }
-    return out.join("\n");
+    emit(out.join("\n"));
+    return;
   }
   const meta = Object.entries(r.metadata);
   if (r.container === "safetensors") {
     // a safetensors file's __metadata__: every value is text, shown whole
     out.push("", `__metadata__ (${meta.length}):`);
-    const width = Math.max(0, ...meta.map(([k]) => k.length));
+    const width = meta.reduce((w, [k]) => Math.max(w, k.length), 0);
     for (const [k, v] of meta)
       out.push(`  ${k.padEnd(width)}  ${showMetadataString(String(v.value), "    ")}`.replace(/ +$/gm, ""));
   } else {
     out.push("", `metadata (${meta.length}):`);
-    out.push(
-      ...table(
-        meta.map(([k, v]) => [
-          `  ${k}`,
-          v.type === "arr" ? `arr[${v.elementType},${v.length}]` : v.type,
-          showValue(v),
-        ]),
-        [],
-      ),
-    );
+    const rows = meta.map(([k, v]) => [
+      `  ${k}`,
+      v.type === "arr" ? `arr[${v.elementType},${v.length}]` : v.type,
+      showValue(v),
+    ]);
+    for (const l of table(rows, [])) out.push(l);
   }
   const bytes = r.tensors.reduce((a, t) => a + t.bytes, 0);
   out.push("", `tensors (${r.tensors.length}, ${formatBytes(bytes)}):`);
+  emit(out.join("\n"));
+  emitTensorTable(r, emit);
+}
+
+/**
+ * The tensor table, in chunks of {@link CHUNK_ROWS} lines: one pass for the column widths, one to
+ * write, no per-row arrays kept (a header may hold a million tensors).
+ */
+function emitTensorTable(r: InspectReport, emit: (text: string) => void): void {
   const multi = r.files.length > 1;
-  const rows = [["#", "name", "dtype", "shape", "bytes", "offset", ...(multi ? ["file"] : [])]];
+  const cells = (t: InspectTensor, i: number): string[] => [
+    String(i),
+    t.name,
+    t.dtype,
+    `[${t.shape.join(", ")}]`,
+    String(t.bytes),
+    String(t.offset),
+    ...(multi ? [t.file.split("/").pop() ?? ""] : []),
+  ];
+  const headerRow = ["#", "name", "dtype", "shape", "bytes", "offset", ...(multi ? ["file"] : [])];
+  const widths = headerRow.map((h) => h.length);
   r.tensors.forEach((t, i) => {
-    rows.push([
-      String(i),
-      t.name,
-      t.dtype,
-      `[${t.shape.join(", ")}]`,
-      String(t.bytes),
-      String(t.offset),
-      ...(multi ? [t.file.split("/").pop() ?? ""] : []),
-    ]);
+    const c = cells(t, i);
+    for (let k = 0; k < widths.length; k++)
+      widths[k] = Math.max(widths[k] as number, (c[k] as string).length);
   });
-  out.push(...table(rows, [0, 4, 5]).map((l) => `  ${l}`));
-  return out.join("\n");
+  const right = [0, 4, 5];
+  const line = (c: string[]): string =>
+    `  ${c
+      .map((x, k) => (right.includes(k) ? x.padStart(widths[k] as number) : x.padEnd(widths[k] as number)))
+      .join("  ")
+      .trimEnd()}`;
+  let chunk: string[] = [line(headerRow)];
+  r.tensors.forEach((t, i) => {
+    chunk.push(line(cells(t, i)));
+    if (chunk.length >= CHUNK_ROWS) {
+      emit(`\n${chunk.join("\n")}`);
+      chunk = [];
+    }
+  });
+  if (chunk.length > 0) emit(`\n${chunk.join("\n")}`);
+}
+
+/** Lines per chunk handed to the writer of {@link writeInspect}. */
+const CHUNK_ROWS = 4096;
+
+/** A report as text for people (what `inspect` prints without `--json`). */
+export function renderInspect(r: InspectReport): string {
+  const parts: string[] = [];
+  emitInspect(r, (t) => parts.push(t));
+  return parts.join("");
+}
+
+/**
+ * Write a report in chunks — text for people, or with `json` the text of
+ * `JSON.stringify(report, null, 2)` — so that a header of a million tensors never becomes one string.
+ * @param write called with each chunk, in order (e.g. a write to stdout); a newline ends the output
+ */
+export function writeInspect(r: InspectReport, json: boolean, write: (text: string) => void): void {
+  if (!json) {
+    emitInspect(r, write);
+    write("\n");
+    return;
+  }
+  const marker = "\u0000tensors\u0000";
+  const outer = JSON.stringify({ ...r, tensors: marker }, null, 2);
+  const at = outer.indexOf(JSON.stringify(marker));
+  write(outer.slice(0, at));
+  if (r.tensors.length === 0) write("[]");
+  else {
+    let chunk: string[] = [];
+    r.tensors.forEach((t, i) => {
+      chunk.push(`${i === 0 ? "[\n" : ",\n"}${JSON.stringify(t, null, 2).replace(/^/gm, "    ")}`);
+      if (chunk.length >= CHUNK_ROWS) {
+        write(chunk.join(""));
+        chunk = [];
+      }
+    });
+    write(`${chunk.join("")}\n  ]`);
+  }
+  write(`${outer.slice(at + JSON.stringify(marker).length)}\n`);
 }

@@ -27,6 +27,7 @@
  */
 import { TpError } from "@tp/tensor";
 import { formatBytes, formatError, ioError } from "./errors.ts";
+import { checkInputsUnchanged } from "./file.ts";
 import { mapReadOnly } from "./mmap-readonly.ts";
 
 /** The largest view one `Bun.mmap` call returns on Bun 1.4.5, in bytes (2^32). */
@@ -79,10 +80,12 @@ export function mapRange(path: string, offset: number, length: number): Uint8Arr
     view = fallback;
   }
   if (view.byteLength !== length) {
-    throw formatError(`the file ends before byte ${offset + length} (it changed or is truncated)`, {
+    const short = formatError(`the file ends before byte ${offset + length} (it changed or is truncated)`, {
       file: path,
       offset: offset + view.byteLength,
     });
+    checkInputsUnchanged(`mapping ${formatBytes(length)} at offset ${offset}`, short);
+    throw short;
   }
   return view;
 }

@@ -37,6 +37,7 @@ import {
 import { basename, dirname, join, resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { ioError } from "./errors.ts";
+import { forgetInput } from "./file.ts";
 
 /** `NAME.tmp-PID-…`: the temporary names of this helper (and of its earlier `NAME.tmp-PID-N` form). */
 const TEMP_INFIX = ".tmp-";
@@ -326,6 +327,7 @@ export class AtomicFile {
       throw writeError("write the output file", this.path, e);
     }
     unregister(this.tmpPath);
+    forgetInput(this.path); // this program replaced it: not an input that changed under it
     this.#state = "committed";
     fsyncFolder(dirname(resolve(this.path)));
   }

@@ -249,12 +249,18 @@ describe("layers past the declared depth: E_FORMAT naming the first stray tensor
 });
 
 describe("paths that are not models, formats the backend cannot run, options", () => {
-  test("a device, a text file, config.json itself, an empty directory: 'not a GGUF or safetensors file'", () => {
+  test("a text file, config.json itself, an empty directory: 'not a GGUF or safetensors file'; a device: E_IO", () => {
     const d = join(tmp, "plain");
     writeTinySafetensors(d, QWEN3, W);
     const empty = join(tmp, "empty");
     mkdirSync(empty);
-    const paths = ["/dev/null", join(d, "config.json"), empty];
+    // a device (or FIFO) is refused before it is opened: opening a FIFO would block
+    expectError(
+      thrown(() => loadModel("/dev/null", { backend })),
+      "E_IO",
+      "the model /dev/null is a character device, not a regular file or a folder",
+    );
+    const paths = [join(d, "config.json"), empty];
     if (existsSync("/proc/self/maps")) paths.push("/proc/self/maps");
     for (const p of paths) {
       const e = thrown(() => loadModel(p, { backend }));

@@ -57,7 +57,10 @@ export class SafetensorsFile implements TensorSource {
     this.#map = new MappedFile(
       path,
       fileSize,
-      this.tensors.map((t) => ({ start: t.byteOffset, end: t.byteOffset + t.byteLength })),
+      // zero-size tensors need no mapping (nor a span object each)
+      this.tensors.flatMap((t) =>
+        t.byteLength > 0 ? [{ start: t.byteOffset, end: t.byteOffset + t.byteLength }] : [],
+      ),
       options,
     );
   }

@@ -121,7 +121,9 @@ export function parseSafetensorsHeader(json: Uint8Array, fileSize: number, file:
 
   let metadata: Map<string, string> | null = null;
   const tensors: SafetensorsTensorInfo[] = [];
-  for (const [name, entry] of Object.entries(root)) {
+  // for…in, not Object.entries: no array of a million [name, entry] pairs
+  for (const name in root) {
+    const entry = root[name];
     if (name === "__metadata__") {
       if (!isPlainObject(entry))
         throw formatError("__metadata__ must be an object of strings", { file, offset: 8 });
