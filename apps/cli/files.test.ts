@@ -5,6 +5,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { cfgFlag } from "./generate.ts";
 
 const cli = resolve(import.meta.dir, "index.ts");
 const tmp = mkdtempSync(join(tmpdir(), "tp-cli-files-"));
@@ -41,7 +42,7 @@ describe.skipIf(made.exitCode !== 0)(`a FIFO is refused without being opened${no
     );
   });
 
-  test("quantize FIFO OUT: E_IO, nothing written", () => {
+  test("quantize FIFO OUT.safetensors: E_IO naming the FIFO IN, nothing written", () => {
     const out = join(tmp, "q.safetensors");
     const r = run(["quantize", "--format", "int8-convrot", fifo, out]);
     expect([r.code, r.signal]).toEqual([1, undefined]);
@@ -68,4 +69,34 @@ test("--out naming a folder (a trailing /) is refused before any work, naming th
     `error E_IO: --out ${out} names a folder, not a file; give a file name (file ${out})`,
   );
   expect(readdirSync(tmp).filter((n) => n.startsWith("dir.png"))).toEqual([]);
+});
+
+describe("messages (issue 21, item 9)", () => {
+  test("quantize … OUT.gguf is refused (it would be safetensors under a .gguf name); nothing written", () => {
+    const out = join(tmp, "OUT.gguf");
+    const r = run(["quantize", "--format", "int8-convrot", "/nonexistent.safetensors", out]);
+    expect(r.code).toBe(2);
+    expect(r.err.trim()).toBe(
+      `error E_ARG: OUT must end in .safetensors (quantize writes a ComfyUI safetensors checkpoint; GGUF output is not supported), got '${out}'`,
+    );
+    expect(existsSync(out)).toBe(false);
+  });
+
+  test("an empty .gguf gets a GGUF message, not a safetensors one", () => {
+    const empty = join(tmp, "empty.gguf");
+    Bun.spawnSync(["truncate", "-s", "0", empty]);
+    const r = run(["inspect", empty]);
+    expect(r.code).toBe(1);
+    expect(r.err.trim()).toBe(
+      `error E_FORMAT: not a GGUF file: it does not start with the magic "GGUF" (file ${empty}, offset 0)`,
+    );
+  });
+
+  test("--cfg 1e308 (finite, but infinite in float32) says so", () => {
+    expect(() => cfgFlag("1e308")).toThrow(
+      "--cfg must be a number from -3.4028e38 to 3.4028e38 (the sampler computes in float32, where '1e308' is infinite)",
+    );
+    expect(cfgFlag("3.4e38")).toBe(3.4e38);
+    expect(() => cfgFlag("inf")).toThrow("--cfg must be a finite number, got 'inf'");
+  });
 });

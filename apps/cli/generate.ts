@@ -87,6 +87,21 @@ export function numberFlag(flag: string, text: string, positive = false): number
   return n;
 }
 
+/** The largest finite float32, ≈ 3.4028e38: the sampler scales by `--cfg` in float32. */
+const F32_MAX = 3.4028234663852886e38;
+
+/** `--cfg`: a number whose float32 is finite (|cfg| ≤ 3.4028e38), or E_ARG saying so. */
+export function cfgFlag(text: string): number {
+  const n = numberFlag("cfg", text);
+  if (Math.abs(n) > F32_MAX) {
+    throw new TpError(
+      "E_ARG",
+      `--cfg must be a number from -3.4028e38 to 3.4028e38 (the sampler computes in float32, where '${text}' is infinite); ComfyUI's usual range is 1 to 10`,
+    );
+  }
+  return n;
+}
+
 /** `--seed`: an integer in [0, 2^64) (only the low 32 bits seed torch's generator). */
 export function seedFlag(text: string): bigint {
   if (!/^\d{1,20}$/.test(text) || BigInt(text) >= 2n ** 64n) {
@@ -325,7 +340,7 @@ export async function generate(args: string[]): Promise<number> {
   const { defaults: d, limits } = pipeline;
   const requested = sizeFlags(values, pipeline);
   const steps = values.steps === undefined ? d.steps : intFlag("steps", values.steps, 1, limits.maxSteps);
-  const cfg = values.cfg === undefined ? d.cfg : numberFlag("cfg", values.cfg);
+  const cfg = values.cfg === undefined ? d.cfg : cfgFlag(values.cfg);
   const seed = values.seed === undefined ? BigInt(d.seed) : seedFlag(values.seed);
   const schedule = choiceFlag("schedule", values.schedule, d.schedule, limits.schedules);
   const shift = shiftFlag(values["sampler-shift"], schedule, pipeline);

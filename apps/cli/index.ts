@@ -183,9 +183,10 @@ function help(args: string[]): number {
   return 0;
 }
 
-// SIGINT / SIGTERM: unfinished outputs removed, one line, exit 130 / 143 — at once, in native code
-// when the CPU library is built (a JavaScript handler would wait for a synchronous stage to end).
-installInterruptCleanup({ native: nativeInterruptHandler() });
+// SIGINT / SIGTERM while an output is written: it is removed, one line, exit 130 / 143 — at once, in
+// native code when the CPU library is built (a JavaScript handler would wait for a synchronous stage
+// to end); loaded with the first output, so commands that write nothing do not pay for it.
+installInterruptCleanup({ native: nativeInterruptHandler });
 
 await runCli(async () => {
   const [command, ...rest] = Bun.argv.slice(2);

@@ -4,7 +4,16 @@
 // TP_TEST_PAUSE_AFTER_TEMP_MS, which blocks the (synchronous) writer right after it creates its
 // temporary file — so the test also proves the handler runs while JavaScript is busy.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  truncateSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -62,6 +71,27 @@ describe.skipIf(why !== "")(`signals during a write${why}`, () => {
       expect(readdirSync(dir)).toEqual([]);
     }, 30_000);
   }
+
+  test("IN truncated while quantize runs: E_IO naming IN and its sizes, no output, no temporary file", async () => {
+    const dir = join(tmp, "truncated");
+    mkdirSync(dir);
+    const copy = join(dir, "in.safetensors");
+    copyFileSync(input, copy);
+    const size = statSync(copy).size;
+    const p = Bun.spawn(
+      [process.execPath, cli, "quantize", "--format", "int8-convrot", copy, join(dir, "out.safetensors")],
+      { stdout: "pipe", stderr: "pipe", env: { ...process.env, TP_TEST_PAUSE_AFTER_TEMP_MS: "1500" } },
+    );
+    while (!readdirSync(dir).some((n) => n.startsWith("out.safetensors.tmp-"))) await Bun.sleep(10);
+    truncateSync(copy, 100_000);
+    expect(await p.exited).toBe(1);
+    const err = (await new Response(p.stderr).text()).trim();
+    expect(err).toStartWith(
+      `error E_IO: ${copy} changed while in use (its size went from ${size} to 100000 bytes)`,
+    );
+    expect(err.split("\n").length).toBe(1);
+    expect(readdirSync(dir)).toEqual(["in.safetensors"]);
+  }, 60_000);
 
   test("SIGKILL leaves the temporary file; the next run removes it and says so", async () => {
     const dir = join(tmp, "killed");

@@ -20,7 +20,7 @@ import {
   type WeightQuantizer,
 } from "@tp/quant";
 import { parseFlags, TpError } from "@tp/tensor";
-import { checkDistinctPaths, checkOutputFolder } from "./paths.ts";
+import { checkDistinctPaths, checkOutputFolder, writeAllOrNothing } from "./paths.ts";
 
 /** The help lines of the command (indented as in the CLI's usage text). */
 export const QUANTIZE_USAGE = `  quantize --format int8-convrot|int4-convrot|fp8-scaled [--group-size N] [--group-size GLOB=N]
@@ -164,21 +164,31 @@ export function quantize(args: string[]): number {
     );
   }
   const [input, output] = positionals as [string, string];
+  // the output is a safetensors file whatever its name says: a .gguf name would lie about it
+  if (!output.toLowerCase().endsWith(".safetensors")) {
+    throw new TpError(
+      "E_ARG",
+      `OUT must end in .safetensors (quantize writes a ComfyUI safetensors checkpoint; GGUF output is not supported), got '${output}'`,
+    );
+  }
   const groups = parseGroupSizes(values["group-size"] ?? []);
   // OUT must not be IN (resolved paths, hard links) and its folder must be writable — before any work.
   checkDistinctPaths([{ label: "IN", path: input }], [{ label: "OUT", path: output }]);
   checkOutputFolder("OUT", output);
   const { quantizer, dispose } = quantizerFromFlags(values.quantizer, values.threads);
   try {
-    const report = quantizeCheckpoint(input, output, {
-      format,
-      ...groups,
-      ...(values.layers ? { layers: values.layers } : {}),
-      ...(values.keep ? { keep: values.keep } : {}),
-      progress: checkingInputs(stderrProgress()),
-      quantizer,
-      hints: "cli",
-    });
+    // inside a group, a failed write names OUT (not the temporary file)
+    const report = writeAllOrNothing((stage) =>
+      quantizeCheckpoint(input, stage("OUT", output), {
+        format,
+        ...groups,
+        ...(values.layers ? { layers: values.layers } : {}),
+        ...(values.keep ? { keep: values.keep } : {}),
+        progress: checkingInputs(stderrProgress()),
+        quantizer,
+        hints: "cli",
+      }),
+    );
     for (const line of describeAutoGroups(report)) process.stderr.write(`note: ${line}\n`);
     console.log(`${describeQuantizeReport(report)} (${quantizer.name} quantizer)`);
   } finally {

@@ -83,11 +83,13 @@ export function forgetInput(path: string): void {
 }
 
 /**
- * The first opened input whose size, mtime or inode differs from when it was opened (or that is
- * gone), with words for what changed; null when none did.
+ * The first opened input (of `paths`, default all) whose size, mtime or inode differs from when it
+ * was opened (or that is gone), with words for what changed; null when none did.
  */
-export function changedInput(): { path: string; what: string } | null {
+export function changedInput(paths?: readonly string[]): { path: string; what: string } | null {
+  const only = paths?.map((p) => resolve(p));
   for (const [path, was] of inputs) {
+    if (only !== undefined && !only.includes(path)) continue;
     let now: Stats;
     try {
       now = statSync(path);
@@ -108,10 +110,11 @@ export function changedInput(): { path: string; what: string } | null {
  * stage boundary instead and names the file (formats README, "Files that change while in use").
  * @param stage what was about to run, for the message ("sampling", "writing the outputs")
  * @param cause the failed read's error, kept as the cause
+ * @param paths check only these inputs (default: every input opened so far)
  * @throws TpError E_IO naming the file and what changed
  */
-export function checkInputsUnchanged(stage?: string, cause?: unknown): void {
-  const c = changedInput();
+export function checkInputsUnchanged(stage?: string, cause?: unknown, paths?: readonly string[]): void {
+  const c = changedInput(paths);
   if (c === null) return;
   throw new TpError(
     "E_IO",

@@ -24,6 +24,14 @@ function thrown(f: () => unknown): TpError {
   throw new Error("expected a TpError");
 }
 
+test("a wrapped error that already names its file does not name it twice", () => {
+  const inner = new TpError("E_FORMAT", "bad scale", { file: "/m/dit.safetensors", tensor: "w" });
+  const outer = new TpError("E_FORMAT", `the DiT: ${inner.message}`, { file: "/m/dit.safetensors" });
+  expect(outer.message).toBe("the DiT: bad scale (file /m/dit.safetensors, tensor w)");
+  expect(outer.file).toBe("/m/dit.safetensors");
+  expect(new TpError("E_IO", "gone", { file: "/x" }).message).toBe("gone (file /x)");
+});
+
 describe("non-regular files", () => {
   const fifo = join(tmp, "pipe.safetensors");
   const made = Bun.spawnSync(["mkfifo", fifo]).exitCode === 0;
@@ -57,11 +65,11 @@ describe("a file that changes after it was opened", () => {
     // regions of 4 KiB: tensor b is mapped only when asked for, after the cut
     const f = openSafetensors(p, { regionBytes: 4096 });
     expect(f.data("a")[0]).toBe(1);
-    checkInputsUnchanged("sampling");
+    checkInputsUnchanged("sampling", undefined, [p]);
     const size = f.fileSize;
     truncateSync(p, 9000);
     const want = `${resolve(p)} changed while in use (its size went from ${size} to 9000 bytes)`;
-    const e = thrown(() => checkInputsUnchanged("sampling step 2"));
+    const e = thrown(() => checkInputsUnchanged("sampling step 2", undefined, [p]));
     expect([e.code, e.message]).toEqual([
       "E_IO",
       `${want} before sampling step 2; its data cannot be trusted — run again once the file is complete`,
@@ -72,7 +80,7 @@ describe("a file that changes after it was opened", () => {
     f.close();
     write(p); // reopening records the new file: no complaint
     openSafetensors(p).close();
-    checkInputsUnchanged();
+    checkInputsUnchanged(undefined, undefined, [p]);
   });
 
   test("replaced by another file (a rename over it) is named too", () => {
@@ -82,7 +90,7 @@ describe("a file that changes after it was opened", () => {
     const other = join(tmp, "other.safetensors");
     write(other);
     renameSync(other, p);
-    expect(thrown(() => checkInputsUnchanged()).message).toContain(
+    expect(thrown(() => checkInputsUnchanged(undefined, undefined, [p])).message).toContain(
       `${resolve(p)} changed while in use (it was replaced by another file)`,
     );
     openSafetensors(p).close();
@@ -93,7 +101,7 @@ describe("a file that changes after it was opened", () => {
     write(p);
     openSafetensors(p).close();
     write(p); // writeSafetensors → AtomicFile: renamed over it by us
-    checkInputsUnchanged();
+    checkInputsUnchanged(undefined, undefined, [p]);
   });
 });
 

@@ -84,7 +84,7 @@ export function mapRange(path: string, offset: number, length: number): Uint8Arr
       file: path,
       offset: offset + view.byteLength,
     });
-    checkInputsUnchanged(`mapping ${formatBytes(length)} at offset ${offset}`, short);
+    checkInputsUnchanged(`mapping ${formatBytes(length)} at offset ${offset}`, short, [path]);
     throw short;
   }
   return view;

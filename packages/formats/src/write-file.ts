@@ -436,43 +436,66 @@ export function interruptLine(signal: "SIGINT" | "SIGTERM", removed: number): st
 let installed = false;
 
 /**
- * The apps' SIGINT / SIGTERM handling, installed once at start: on either signal every live temporary
- * file is removed, one line ({@link interruptLine}) goes to stderr and the process exits 130 / 143
- * (128 + the signal number). Stale temporary files removed later are noted on stderr.
+ * The apps' SIGINT / SIGTERM handling, installed once at start: on either signal while an output is
+ * being written, every live temporary file is removed, one line ({@link interruptLine}) goes to
+ * stderr and the process exits 130 / 143 (128 + the signal number). Stale temporary files removed
+ * later are noted on stderr.
  *
  * JavaScript signal handlers run only when the event loop is free, so a long synchronous stage
- * (quantizing, a sampling step, writing a large file) would delay them until it ends; with `native`
- * the handler is C code that runs at once: the registry is mirrored into it through
- * {@link setTemporaryFileHooks}. Without it (the CPU library not built) JavaScript handlers do the
- * same work as soon as the event loop turns.
- * @param options `native`: the C handler (null: JavaScript handlers); `signals`: which to take over
- *   (default both)
+ * (quantizing, writing a large file) would delay them until it ends; with `native` the handler is C
+ * code that runs at once, and the registry is mirrored into it through {@link setTemporaryFileHooks}.
+ * `native` may be a function: it is called, and the handlers installed, when the first temporary
+ * file is created — a command that writes nothing pays nothing and keeps the default signal
+ * behaviour. Where it gives null (the CPU library not built), JavaScript handlers do the same work as
+ * soon as the event loop turns.
+ * @param options `native`: the C handler, or a function giving it (null: JavaScript handlers);
+ *   `signals`: which to take over (default both)
  */
 export function installInterruptCleanup(
-  options: { native?: NativeInterruptHandler | null; signals?: readonly ("SIGINT" | "SIGTERM")[] } = {},
+  options: {
+    native?: NativeInterruptHandler | (() => NativeInterruptHandler | null) | null;
+    signals?: readonly ("SIGINT" | "SIGTERM")[];
+  } = {},
 ): void {
   if (installed) return;
   installed = true;
   setWriteNotice((text) => process.stderr.write(`note: ${text}\n`));
   const signals = options.signals ?? ["SIGINT", "SIGTERM"];
-  const native = options.native ?? null;
-  if (native !== null) {
-    const slots = new Map<string, number>();
-    setTemporaryFileHooks({
-      added(path) {
-        const s = native.arm(path);
-        if (s !== null) slots.set(path, s);
-      },
-      removed(path) {
-        const s = slots.get(path);
-        if (s !== undefined) native.disarm(s);
-        slots.delete(path);
-      },
-    });
+  const given = options.native ?? null;
+  let native: NativeInterruptHandler | null = null;
+  const slots = new Map<string, number>();
+  const mirror: TemporaryFileHooks = {
+    added(path) {
+      const s = native?.arm(path) ?? null;
+      if (s !== null) slots.set(path, s);
+    },
+    removed(path) {
+      const s = slots.get(path);
+      if (s !== undefined) native?.disarm(s);
+      slots.delete(path);
+    },
+  };
+  const start = (): void => {
+    native = typeof given === "function" ? given() : given;
+    if (native === null) {
+      for (const s of signals) process.on(s, () => exitOnInterrupt(s));
+      setTemporaryFileHooks(null);
+      return;
+    }
     for (const s of signals) native.install(s);
+    setTemporaryFileHooks(mirror);
+  };
+  if (typeof given !== "function") {
+    start();
     return;
   }
-  for (const s of signals) process.on(s, () => exitOnInterrupt(s));
+  // lazily: the first temporary file starts the handler, then is mirrored like every later one
+  setTemporaryFileHooks({
+    added() {
+      start(); // replaces these hooks; the new ones are given every live file, this one included
+    },
+    removed() {},
+  });
 }
 
 /**

@@ -62,7 +62,9 @@ export class TpError extends Error {
 
   constructor(code: TpErrorCode, message: string, context: TpErrorContext = {}) {
     const where: string[] = [];
-    if (context.file !== undefined) where.push(`file ${context.file}`);
+    // a wrapped error's message may already name the file: "(file X) (file X)" says it twice
+    if (context.file !== undefined && !message.includes(`(file ${context.file}`))
+      where.push(`file ${context.file}`);
     if (context.tensor !== undefined) where.push(`tensor ${context.tensor}`);
     if (context.offset !== undefined) where.push(`offset ${context.offset}`);
     super(

@@ -204,15 +204,16 @@ export class Krea2QwenTextEncoder implements PromptEncoder, Disposable {
    * taps, tokens from {@link krea2KeepFrom} on (krea2.md §2.3–2.5), packed on the backend.
    * @returns `[1, kept, 12·hidden]` f32 on the encoder's backend, owned by the caller
    * @throws TpError E_ARG for empty ids, an id outside the model's vocabulary, or more than
-   *   {@link KREA2_MAX_TEXT_TOKENS} kept tokens (checked before the model runs)
+   *   {@link KREA2_MAX_TEXT_TOKENS} kept tokens (checked before the model runs; the message calls the
+   *   text `what`, default "the prompt")
    */
-  async encodeIds(ids: readonly number[]): Promise<Conditioning> {
+  async encodeIds(ids: readonly number[], what = "the prompt"): Promise<Conditioning> {
     // The template adds 39 tokens (34 before the prompt, 5 kept after it); 64 leaves room for edits.
     const kept = ids.length - krea2KeepFrom(ids);
     if (kept > KREA2_MAX_TEXT_TOKENS || ids.length > KREA2_MAX_TEXT_TOKENS + 64) {
       throw new TpError(
         "E_ARG",
-        `the prompt is ${kept} tokens in Krea 2's template; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
+        `${what} is ${kept} tokens in Krea 2's template; Krea 2 runs take at most ${KREA2_MAX_TEXT_TOKENS}`,
       );
     }
     const b = this.model.backend;
@@ -230,9 +231,12 @@ export class Krea2QwenTextEncoder implements PromptEncoder, Disposable {
     }
   }
 
-  /** The conditioning of one prompt (template, tokenize in one call, encode, tap, strip). */
-  encode(prompt: string): Promise<Conditioning> {
-    return this.encodeIds(this.ids(prompt));
+  /**
+   * The conditioning of one prompt (template, tokenize in one call, encode, tap, strip).
+   * @param what the text's name in messages ("the prompt", "the negative prompt")
+   */
+  encode(prompt: string, what = "the prompt"): Promise<Conditioning> {
+    return this.encodeIds(this.ids(prompt), what);
   }
 
   /** {@link dispose}, for `using`. */

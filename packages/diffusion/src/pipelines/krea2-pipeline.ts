@@ -195,7 +195,8 @@ export const KREA2_PIPELINE: DiffusionPipeline = {
     const teMode = oneOf<Krea2TextMode>("text-encoder mode", o.textEncoderMode, "native", KREA2_TEXT_MODES);
     using encoder = loadKrea2TextEncoder(o.textEncoder, { backend: o.backend, mode: teMode });
     using positive = await encoder.encode(o.prompt);
-    using negative = o.negative === undefined ? null : await encoder.encode(o.negative);
+    using negative =
+      o.negative === undefined ? null : await encoder.encode(o.negative, "the negative prompt");
     const explain = () => explainNonFiniteWeights([{ what: "text encoder", path: o.textEncoder }]);
     await checkFinite(o.backend, positive.tensor, { stage: "conditioning (positive)", explain });
     if (negative)
@@ -284,11 +285,12 @@ async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Par
   let negative: Conditioning | HostConditioning | "zero" = "zero";
   // The encoded conditionings live until the run ends; the encoder is freed before the DiT loads.
   using held = new DisposableStack();
-  const encode = (texts: readonly string[]): Promise<Conditioning[]> =>
+  // texts with their names for messages: a too-long negative prompt is called that
+  const encode = (texts: readonly (readonly [string, string])[]): Promise<Conditioning[]> =>
     run.encoder(async (encoder) => {
       teLine = `; text encoder ${stem(tePath as string)} (${encoder.description}, ${teMode})`;
       const out: Conditioning[] = [];
-      for (const t of texts) out.push(held.use(await encoder.encode(t)));
+      for (const [t, what] of texts) out.push(held.use(await encoder.encode(t, what)));
       return out;
     });
   if (saved !== undefined) {
@@ -297,7 +299,7 @@ async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Par
     if (useCfg && o.negative !== undefined) {
       if (tePath !== undefined) {
         // The saved positive with a negative prompt encoded now.
-        negative = (await encode([o.negative]))[0] as Conditioning;
+        negative = (await encode([[o.negative, "the negative prompt"]]))[0] as Conditioning;
         teLine = "";
       } else {
         negative = saved.negative as HostConditioning;
@@ -307,7 +309,9 @@ async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Par
       negativeText = saved.metadata.negative_prompt ?? "";
     }
   } else {
-    const texts = negativeText === undefined ? [prompt as string] : [prompt as string, negativeText];
+    const named: [string, string] = [prompt as string, "the prompt"];
+    const texts =
+      negativeText === undefined ? [named] : [named, [negativeText, "the negative prompt"] as const];
     const [pos, neg] = await encode(texts);
     positive = pos as Conditioning;
     negative = neg ?? "zero";

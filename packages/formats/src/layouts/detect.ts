@@ -47,7 +47,7 @@ function knownList(): string {
 
 /**
  * Open a checkpoint file of any supported container: `*.index.json` (sharded safetensors), GGUF (by
- * its magic; all shards of a split model), or safetensors.
+ * its magic or a `.gguf` name; all shards of a split model), or safetensors.
  * @throws TpError E_IO when unreadable; E_FORMAT when the bytes are neither format or are invalid
  */
 export function openCheckpoint(path: string): TensorSource {
@@ -59,6 +59,8 @@ export function openCheckpoint(path: string): TensorSource {
   } finally {
     f.close();
   }
+  // a .gguf name is read as GGUF even when the magic is missing: its message then speaks of GGUF
+  if (path.toLowerCase().endsWith(".gguf")) return openGguf(path);
   if (magic.length === 4 && new TextDecoder().decode(magic) === "GGUF") return openGguf(path);
   return openSafetensors(path);
 }

@@ -89,7 +89,20 @@ function configFromShapes(r: CheckpointReader, layers: number, o: LoadQwen3VlTex
     return src.tensor(name).shape;
   };
   const [vocab, hidden] = shape("model.embed_tokens.weight") as [number, number];
-  const hd = shape("model.layers.0.self_attn.q_norm.weight").reduce((a, v) => a * v, 1);
+  // head_dim from the QK-norm scales: 1-D and equal, else the reshaped one is named with the size
+  // the other implies (a product of a reshaped q_norm's dims would mislead every later check)
+  const qn = shape("model.layers.0.self_attn.q_norm.weight");
+  const kn = shape("model.layers.0.self_attn.k_norm.weight");
+  for (const [hf, s, other] of [
+    ["model.layers.0.self_attn.q_norm.weight", qn, kn],
+    ["model.layers.0.self_attn.k_norm.weight", kn, qn],
+  ] as const) {
+    if (s.length !== 1 || (other.length === 1 && s[0] !== other[0])) {
+      const want = other.length === 1 ? `[${other[0]}] (head_dim, as the other QK-norm scale)` : "[head_dim]";
+      throw shapeError(src.path, r.name(hf), `[${s.join(", ")}] is not ${want}`);
+    }
+  }
+  const hd = qn[0] as number;
   const rows = (hf: string) => {
     const s = shape(hf);
     if (s.length !== 2 || (s[0] as number) % hd !== 0) {
