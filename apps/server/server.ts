@@ -2,7 +2,8 @@
  * The HTTP server: Bun.serve with the OpenAI routes as llama-server serves them —
  * `POST /v1/chat/completions`, `POST /v1/completions` (JSON or SSE `data:` chunks ending in
  * `data: [DONE]`), `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text) — plus the image
- * routes of ./images.ts when an image model is loaded. Every route but `/health` checks the Bearer
+ * routes of ./images.ts when an image model is loaded, and the page at `/` (./web/index.html).
+ * Every route but `/health` and the page checks the Bearer
  * key when one is set; bodies past `maxBodyBytes` are 413; every failure is the OpenAI error shape.
  *
  * Sources: the OpenAI API reference (Chat Completions, Completions, Models, streaming events);
@@ -43,6 +44,8 @@ export interface RunningServer {
 }
 
 const enc = new TextEncoder();
+/** The web page (chat and image jobs), served as it is. */
+const PAGE = new URL("./web/index.html", import.meta.url).pathname;
 const CORS = { "access-control-allow-origin": "*" };
 
 function keyMatches(given: string, key: string): boolean {
@@ -488,6 +491,9 @@ export function startServer(options: ServerOptions): RunningServer {
         }),
       ];
     if (path === "/health" && method === "GET") return [path, Response.json({ status: "ok" })];
+    // the page holds no data: it asks for the key and sends it with each API call
+    if ((path === "/" || path === "/index.html") && method === "GET")
+      return ["/", new Response(Bun.file(PAGE), { headers: { "content-type": "text/html; charset=utf-8" } })];
     if (options.apiKey !== undefined) {
       const auth = req.headers.get("authorization") ?? "";
       const m = /^Bearer (.+)$/.exec(auth);
