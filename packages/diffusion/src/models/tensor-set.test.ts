@@ -12,13 +12,15 @@ import { openSafetensors, writeSafetensors } from "@tp/formats";
 import { isTpError } from "@tp/tensor";
 import { KREA2_TINY } from "../testing/fixtures.ts";
 import { loadKrea2, readKrea2DitConfig } from "./krea2.ts";
+import { loadKrea2TextEncoder } from "./krea2-text.ts";
 import { loadWanVae } from "./wan-vae.ts";
 
 const DIT = join(KREA2_TINY, "checkpoints/krea2_tiny_bf16.safetensors");
 const FP8 = join(KREA2_TINY, "checkpoints/krea2_tiny_fp8_scaled.safetensors");
 const INT8 = join(KREA2_TINY, "checkpoints/krea2_tiny_int8_convrot.safetensors");
 const VAE = join(KREA2_TINY, "checkpoints/wan21_vae_tiny_f32.safetensors");
-const missing = [DIT, FP8, INT8, VAE].filter((p) => !existsSync(p));
+const TE = join(KREA2_TINY, "checkpoints/qwen3vl_tiny_te_bf16.safetensors");
+const missing = [DIT, FP8, INT8, VAE, TE].filter((p) => !existsSync(p));
 const SKIP = missing.length > 0;
 const note = SKIP ? ` [skipped: shared fixture missing: ${missing.join(", ")}]` : "";
 
@@ -166,5 +168,31 @@ describe(`Wan 2.1 VAE: the complete decoder set and its channel chain, at load${
     expect(r.tensor).toBe("decoder.upsamples.3.resample.1.weight");
     expect(r.message).toContain("need [16, 16, 3, 3]");
     expect(backend.memory.current).toBe(0);
+  });
+});
+
+describe(`Qwen3-VL text encoder: layers counted from every layers.N name${note}`, () => {
+  test.skipIf(SKIP)(
+    "the last layer's input_layernorm deleted: E_FORMAT naming it, not a 35-layer encoder",
+    () => {
+      const name = "model.language_model.layers.35.input_layernorm.weight";
+      const p = edited(TE, { drop: [name] });
+      const e = failure(() => loadKrea2TextEncoder(p, { backend, tokenizer: {} as never }));
+      expect(e.code).toBe("E_FORMAT");
+      expect(e.tensor).toBe(name);
+      expect(e.file).toBe(p);
+      expect(backend.memory.current).toBe(0);
+    },
+  );
+  test.skipIf(SKIP)("a q_proj of the wrong shape: E_FORMAT at load naming file and tensor", () => {
+    const name = "model.language_model.layers.1.self_attn.q_proj.weight";
+    const f = openSafetensors(TE);
+    const [n, k] = f.tensor(name).shape as [number, number];
+    f.close();
+    const p = edited(TE, { shape: { [name]: [k, n] } });
+    const e = failure(() => loadKrea2TextEncoder(p, { backend, tokenizer: {} as never }));
+    expect(e.tensor).toBe(name);
+    expect(e.file).toBe(p);
+    expect(e.message).toContain("that the config implies");
   });
 });

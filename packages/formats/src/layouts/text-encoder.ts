@@ -10,6 +10,7 @@
 import type { TensorSource } from "../tensors.ts";
 import type { NameTable } from "./names.ts";
 import { detectTensorFormat } from "./tensor-format.ts";
+import { declaredDepth } from "./tensor-set.ts";
 import type { DetectedLayout } from "./types.ts";
 
 /** Text-encoder names → the language model's own names (`embed_tokens.weight`, `layers.L.self_attn.q_proj.weight`, `norm.weight`). */
@@ -41,11 +42,9 @@ export function detectQwen3VlTextEncoder(src: TensorSource): DetectedLayout | nu
     prefix = "model.";
   else return null;
   const [vocab, hidden] = src.tensor(`${prefix}embed_tokens.weight`).shape as [number, number];
-  let layers = 0;
-  for (const t of src.tensors) {
-    const m = /^(?:model\.language_model\.|model\.)layers\.(\d+)\.input_layernorm\.weight$/.exec(t.name);
-    if (m) layers = Math.max(layers, Number(m[1]) + 1);
-  }
+  // Every layers.N.* name counts (tensor-set.ts): a layer missing its input_layernorm is then a
+  // missing tensor for the loader, not a shorter model.
+  const layers = declaredDepth(src, `${prefix}layers.`);
   const q = `${prefix}layers.0.self_attn.q_proj.weight`;
   const f = src.has(q) ? detectTensorFormat(src, q) : null;
   const variant =
