@@ -15,6 +15,13 @@ import { nonFiniteError, TpError } from "@tp/tensor";
 import type { StreamDecoder, Tokenizer } from "@tp/tokenizer";
 import type { CausalLM } from "./model.ts";
 import { argmax, Sampler, type SamplerOptions, splitmix64 } from "./sampling.ts";
+import {
+  checkSpeculativeModel,
+  type SpeculativeOptions,
+  type SpeculativeStats,
+  speculativeDecode,
+  type VerifyRows,
+} from "./speculative.ts";
 
 /** Why a {@link GenerationSession.generate} call ended. */
 export type StopReason =
@@ -55,6 +62,11 @@ export interface GenerateOptions {
    * back (no device argmax / top-k shortcut). A row left with nothing above −∞ is E_ARG from the sampler.
    */
   logitsProcessor?: (logits: Float32Array, context: readonly number[]) => void;
+  /**
+   * Decode speculatively with this drafter (speculative.ts, llm.md §7.4): the same tokens as without
+   * it at temperature 0, the same distribution when sampling. Not with `logitsProcessor` (E_UNSUPPORTED).
+   */
+  speculative?: SpeculativeOptions;
 }
 
 /** What one {@link GenerationSession.generate} call produced. */
@@ -76,6 +88,8 @@ export interface GenerateResult {
   stopReason: StopReason;
   /** The seed of the sampler used (u64; irrelevant at temperature 0). */
   seed: bigint;
+  /** With `speculative`: drafts, acceptance and tokens per verify step. */
+  speculative?: SpeculativeStats;
 }
 
 /** Options of {@link GenerationSession}. */
@@ -269,6 +283,15 @@ export class GenerationSession {
     const greedy = plainGreedy(sampler);
     const stop = new Set(options.stopIds ?? this.tokenizer.eog);
     const signal = options.signal;
+    const spec = options.speculative;
+    if (spec !== undefined) {
+      if (options.logitsProcessor !== undefined)
+        throw new TpError(
+          "E_UNSUPPORTED",
+          "speculative decoding with a logitsProcessor (constrained decoding) is not supported",
+        );
+      checkSpeculativeModel(model);
+    }
 
     // Reuse the common prefix; at least the last prompt token is run, for its logits.
     const reused = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1);
@@ -315,6 +338,77 @@ export class GenerationSession {
 
     const decoder = this.#primedDecoder(prompt);
     const context = prompt.slice(); // prompt + generated, for the penalties
+    if (spec !== undefined) {
+      const first =
+        typeof logits === "number"
+          ? logits
+          : logits instanceof Float32Array
+            ? greedy
+              ? argmax(logits)
+              : sampler.sample(logits, context)
+            : (sampler.sampleFromCandidates(
+                (logits as Candidates).values,
+                (logits as Candidates).ids,
+              ) as number);
+      // The vanilla loop's rules for one chosen token (stop id, budget, context window).
+      const emit = (id: number): boolean => {
+        if (stop.has(id)) {
+          result.stopReason = "eos";
+          return false;
+        }
+        result.ids.push(id);
+        context.push(id);
+        options.onToken?.(id);
+        const text = decoder.push(id);
+        if (text !== "") {
+          result.text += text;
+          options.onText?.(text);
+        }
+        if (result.ids.length >= maxNew) return false;
+        if (prompt.length + result.ids.length > model.maxContext) {
+          result.stopReason = "context";
+          return false;
+        }
+        return true;
+      };
+      result.speculative = await speculativeDecode(
+        {
+          model,
+          sampler,
+          context,
+          first,
+          emit,
+          remaining: () => maxNew - result.ids.length,
+          forward: (ids) => this.#verify(ids, deviceArgmax),
+          truncate: (len) => {
+            model.truncate(len);
+            this.#ids.length = len;
+          },
+          proceed: async () => {
+            if (signal !== undefined) await yieldToEventLoop();
+            if (signal?.aborted) {
+              result.stopReason = "abort";
+              return false;
+            }
+            return true;
+          },
+        },
+        spec,
+      );
+      // Keep the cache to what vanilla decoding would hold at most: the prompt and the emitted tokens.
+      const keep = Math.min(model.cached, prompt.length + result.ids.length);
+      if (model.cached > keep) {
+        model.truncate(keep);
+        this.#ids.length = keep;
+      }
+      const rest = decoder.flush();
+      if (rest !== "") {
+        result.text += rest;
+        options.onText?.(rest);
+      }
+      result.genSeconds = (performance.now() - t1) / 1000;
+      return result;
+    }
     for (;;) {
       if (signal?.aborted) {
         result.stopReason = "abort";
@@ -410,6 +504,36 @@ export class GenerationSession {
     if (!(data instanceof Float32Array))
       throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
     return data.length === vocab ? data : data.subarray(data.length - vocab);
+  }
+
+  /**
+   * One verify forward of speculative decoding: run `ids` (the pending token and the drafts), and read
+   * every row — only the per-row argmaxes with `argmaxOnly` (plain greedy on a backend with argmax),
+   * else the f32 rows. Every row is checked finite on the backend.
+   * @throws TpError E_NUMERIC naming the positions and the model file when a row holds NaN or ±∞
+   */
+  async #verify(ids: number[], argmaxOnly: boolean): Promise<VerifyRows> {
+    const model = this.model;
+    const backend = model.backend;
+    const vocab = model.config.vocab_size;
+    using t = model.step(ids, { allLogits: true });
+    this.#ids.push(...ids);
+    if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
+    const first = model.cached - ids.length;
+    using bad = backend.countNonFinite(t);
+    const check = async (): Promise<void> => {
+      const n = (await backend.read(bad))[0] as number;
+      if (n !== 0) throw nonFiniteLogits(model, first, n);
+    };
+    if (argmaxOnly) {
+      using best = backend.argmax(t);
+      const [winners] = await Promise.all([backend.read(best), check()]);
+      return { argmax: Array.from(winners as ArrayLike<number>, Number) };
+    }
+    const [data] = await Promise.all([backend.read(t), check()]);
+    if (!(data instanceof Float32Array))
+      throw new TpError("E_INTERNAL", `the model returned ${t.dtype} logits; f32 expected`);
+    return { rows: ids.map((_, i) => data.subarray(i * vocab, (i + 1) * vocab)) };
   }
 
   /**

@@ -18,3 +18,4 @@ export * from "./models/qwen3.ts";
 export * from "./models/qwen3-vl-text.ts";
 export * from "./models/registry.ts";
 export * from "./sampling.ts";
+export * from "./speculative.ts";

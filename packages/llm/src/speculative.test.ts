@@ -1,0 +1,253 @@
+// Speculative decoding (issue 27) on the CPU backend: greedy output identical to vanilla decoding for
+// every drafter on every architecture with shared tiny files (128 new tokens), the n-gram drafter's
+// lookup by hand, the draft model's cache trimmed to the common prefix, the refusals (vocabulary
+// mismatch, architectures without rollback, a logits processor), and with sampling a chi-square test
+// over many seeds that the speculative token distribution is the vanilla one.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { createBackend } from "@tp/backend-cpu";
+import { TpError } from "@tp/tensor";
+import { GenerationSession } from "./generate.ts";
+import { loadModel } from "./load.ts";
+import type { CausalLM } from "./model.ts";
+import { Sampler } from "./sampling.ts";
+import { checkSpeculativeModel, type Drafter, DraftModelDrafter, NgramDrafter } from "./speculative.ts";
+
+const MODELS = resolve(import.meta.dir, "../../../../shared/models");
+const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
+const SKIP = HAVE_MODELS
+  ? ""
+  : `skipped: ${MODELS} is absent (the shared models folder is not beside this checkout)`;
+const backend = createBackend({ threads: 2 });
+afterAll(() => backend.dispose());
+
+/** Targets (F32) and their Q4_0 copies as draft models, one per architecture of the shared files. */
+const ARCHS = [
+  {
+    name: "stories260K (llama)",
+    target: "real/stories260K-f32-v3.gguf",
+    draft: "real/stories260K-f32-v3.gguf",
+  },
+  { name: "llama", target: "synthetic/llama-tiny-F32.gguf", draft: "synthetic/llama-tiny-Q4_0.gguf" },
+  { name: "qwen3", target: "synthetic/qwen3-tiny-F32.gguf", draft: "synthetic/qwen3-tiny-Q4_0.gguf" },
+  {
+    name: "qwen3moe",
+    target: "synthetic/qwen3moe-tiny-F32.gguf",
+    draft: "synthetic/qwen3moe-tiny-Q4_0.gguf",
+  },
+];
+const N = 128;
+const PROMPT = "Once upon a time, there was a little girl. Once upon a time";
+
+describe.skipIf(!HAVE_MODELS)(`greedy speculative = vanilla, cpu ${SKIP}`, () => {
+  for (const a of ARCHS) {
+    test(`${a.name}: n-gram and draft model, ${N} tokens, byte-identical`, async () => {
+      const t = loadModel(join(MODELS, a.target), { backend, maxContext: 512 });
+      const d = loadModel(join(MODELS, a.draft), { backend, maxContext: 512 });
+      try {
+        const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
+        const opts = { maxNewTokens: N, stopIds: [] as number[] };
+        const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, opts);
+        expect(vanilla.ids.length).toBe(N);
+        const drafters: Drafter[] = [
+          new NgramDrafter(),
+          new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer, pMin: 0 }),
+          new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer }),
+        ];
+        for (const drafter of drafters) {
+          for (const adaptive of [true, false]) {
+            const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
+            const r = await s.generate(prompt, { ...opts, speculative: { drafter, adaptive, draftMax: 8 } });
+            expect(r.ids).toEqual(vanilla.ids);
+            expect(r.text).toBe(vanilla.text);
+            const st = r.speculative;
+            if (st === undefined) throw new Error("no stats");
+            if (process.env.SPEC_VERBOSE) console.log(a.name, drafter.kind, adaptive, st);
+            expect(st.accepted).toBeLessThanOrEqual(st.drafted);
+            // every token after the first came from a verify step: accepted drafts + one per step
+            expect(st.accepted + st.verifySteps).toBeGreaterThanOrEqual(N - 1);
+            expect(st.accepted + st.verifySteps).toBeLessThanOrEqual(N);
+            // the session's cache holds the prompt and the answer (at most), as after vanilla decoding
+            expect(t.model.cached).toBeLessThanOrEqual(prompt.length + N);
+            expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, t.model.cached));
+          }
+        }
+      } finally {
+        t.model.dispose();
+        d.model.dispose();
+      }
+    }, 120_000);
+  }
+});
+
+describe("NgramDrafter", () => {
+  test("longest suffix 4 … 2 seen before, most recent occurrence, up to k tokens", () => {
+    const g = new NgramDrafter();
+    // suffix [7, 8, 9] (3-gram) occurs at 1 and at 6; the most recent is 6 → followed by 4, 5
+    expect(g.propose([0, 7, 8, 9, 1, 2, 7, 8, 9, 4, 5, 3, 7, 8, 9], 2)).toEqual([4, 5]);
+    // the 4-gram [1, 2, 3, 4] at 0 wins over the more recent 2-gram [3, 4] at 6 (followed by 12)
+    expect(g.propose([1, 2, 3, 4, 10, 11, 3, 4, 12, 1, 2, 3, 4], 3)).toEqual([10, 11, 3]);
+    // 1-grams are excluded
+    expect(g.propose([5, 6, 7, 5], 4)).toEqual([]);
+    // the proposal stops at the end of the context
+    expect(g.propose([1, 2, 1, 2], 8)).toEqual([1, 2]);
+    expect(() => new NgramDrafter({ nMin: 3, nMax: 2 })).toThrow(TpError);
+  });
+});
+
+describe.skipIf(!HAVE_MODELS)(`refusals ${SKIP}`, () => {
+  test("a draft model of another vocabulary is E_ARG naming both sizes", () => {
+    const t = loadModel(join(MODELS, "synthetic/llama-tiny-F32.gguf"), { backend, maxContext: 64 });
+    const d = loadModel(join(MODELS, "synthetic/qwen3-tiny-F32.gguf"), { backend, maxContext: 64 });
+    try {
+      let err: unknown;
+      try {
+        new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer });
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(TpError);
+      expect((err as TpError).code).toBe("E_ARG");
+      expect((err as TpError).message).toContain("vocabulary mismatch");
+    } finally {
+      t.model.dispose();
+      d.model.dispose();
+    }
+  });
+
+  test("architectures without a rollback interface are E_UNSUPPORTED naming the reason", () => {
+    for (const arch of ["gemma3", "qwen35", "qwen35moe"]) {
+      const m = { config: { architecture: arch }, file: "x.gguf" } as unknown as CausalLM;
+      expect(() => checkSpeculativeModel(m)).toThrow(/architecture '.*' is refused/);
+    }
+  });
+
+  test("speculation with a logits processor is E_UNSUPPORTED", async () => {
+    const t = loadModel(join(MODELS, "synthetic/llama-tiny-F32.gguf"), { backend, maxContext: 64 });
+    try {
+      const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
+      const p = s.generate([1, 2, 3], {
+        maxNewTokens: 4,
+        logitsProcessor: () => {},
+        speculative: { drafter: new NgramDrafter() },
+      });
+      await expect(p).rejects.toThrow(/logitsProcessor/);
+    } finally {
+      t.model.dispose();
+    }
+  });
+});
+
+/**
+ * Upper α-quantile of χ²(df) by the Wilson–Hilferty approximation (Wilson & Hilferty 1931):
+ * df · (1 − 2/(9 df) + z_α √(2/(9 df)))³; z = 3.719 for α = 1e-4 (relative error < 1% for df ≥ 3).
+ */
+function chiSquareCritical(df: number, z = 3.719): number {
+  const a = 2 / (9 * df);
+  return df * (1 - a + z * Math.sqrt(a)) ** 3;
+}
+
+/**
+ * Two-sample χ² homogeneity statistic of equal-size samples of token ids, categories with fewer than
+ * 10 occurrences in both samples together pooled into one: Σ (a − b)² / (a + b), df = categories − 1.
+ */
+function homogeneity(a: number[], b: number[]): { chi2: number; df: number } {
+  const ca = new Map<number, number>();
+  const cb = new Map<number, number>();
+  for (const x of a) ca.set(x, (ca.get(x) ?? 0) + 1);
+  for (const x of b) cb.set(x, (cb.get(x) ?? 0) + 1);
+  const cells: [number, number][] = [];
+  let pa = 0;
+  let pb = 0;
+  for (const id of new Set([...ca.keys(), ...cb.keys()])) {
+    const x = ca.get(id) ?? 0;
+    const y = cb.get(id) ?? 0;
+    if (x + y < 10) {
+      pa += x;
+      pb += y;
+    } else cells.push([x, y]);
+  }
+  if (pa + pb > 0) cells.push([pa, pb]);
+  let chi2 = 0;
+  for (const [x, y] of cells) chi2 += (x - y) ** 2 / (x + y);
+  return { chi2, df: cells.length - 1 };
+}
+
+/** A drafter proposing arbitrary (hashed) tokens: mostly rejected, with P(d) > 0 or = 0. */
+class HashDrafter implements Drafter {
+  readonly kind = "hash";
+  constructor(readonly vocab: number) {}
+  propose(context: readonly number[], k: number): number[] {
+    let h = 2166136261;
+    for (const x of context) h = Math.imul(h ^ x, 16777619) >>> 0;
+    return Array.from({ length: k }, (_, i) => (Math.imul(h + i, 2654435761) >>> 0) % this.vocab);
+  }
+}
+
+describe.skipIf(!HAVE_MODELS)(`sampling: speculative tokens follow the vanilla distribution ${SKIP}`, () => {
+  test("χ² homogeneity per position over 600 seeds each (α = 1e-4), for three drafters; the test detects T 0.8 vs 1.0", async () => {
+    const t = loadModel(join(MODELS, "real/stories260K-f32-v3.gguf"), { backend, maxContext: 256 });
+    const d = loadModel(join(MODELS, "real/stories260K-f32-v3.gguf"), { backend, maxContext: 256 });
+    try {
+      const prompt = t.tokenizer.encode("Once upon a time, there was a", { addSpecial: true });
+      const POS = 6;
+      const SEEDS = 600;
+      const base = {
+        topK: 12,
+        topP: 0.95,
+        minP: 0.02,
+        repeatPenalty: 1.3,
+        presencePenalty: 0.2,
+        repeatLastN: 64,
+      };
+      const run = async (temperature: number, drafter?: Drafter): Promise<number[][]> => {
+        const byPos: number[][] = Array.from({ length: POS }, () => []);
+        const s = new GenerationSession(t.model, t.tokenizer, { seed: 7 });
+        for (let i = 0; i < SEEDS; i++) {
+          const r = await s.generate(prompt, {
+            maxNewTokens: POS,
+            stopIds: [],
+            sampling: new Sampler({
+              ...base,
+              temperature,
+              seed: 1000 + i + (drafter === undefined ? 0 : 500_000),
+            }),
+            ...(drafter === undefined ? {} : { speculative: { drafter, draftMax: 4, adaptive: false } }),
+          });
+          expect(r.ids.length).toBe(POS);
+          for (let p = 0; p < POS; p++) byPos[p]?.push(r.ids[p] as number);
+        }
+        return byPos;
+      };
+      const vanilla = await run(1.0);
+      const drafters: Drafter[] = [
+        new DraftModelDrafter(d.model, t, { pMin: 0 }),
+        new HashDrafter(t.model.config.vocab_size),
+        new NgramDrafter({ nMin: 1 }),
+      ];
+      for (const drafter of drafters) {
+        const spec = await run(1.0, drafter);
+        for (let p = 1; p < POS; p++) {
+          const { chi2, df } = homogeneity(vanilla[p] as number[], spec[p] as number[]);
+          if (process.env.SPEC_VERBOSE)
+            console.log(drafter.kind, p, chi2.toFixed(1), df, chiSquareCritical(df).toFixed(1));
+          expect(df).toBeGreaterThanOrEqual(3);
+          expect(chi2).toBeLessThan(chiSquareCritical(df));
+        }
+      }
+      // power: the same statistic tells temperature 0.8 from 1.0 at some position
+      const cooler = await run(0.8);
+      const worst = Math.max(
+        ...Array.from({ length: POS - 1 }, (_, i) => {
+          const { chi2, df } = homogeneity(vanilla[i + 1] as number[], cooler[i + 1] as number[]);
+          return chi2 / chiSquareCritical(df);
+        }),
+      );
+      expect(worst).toBeGreaterThan(1);
+    } finally {
+      t.model.dispose();
+      d.model.dispose();
+    }
+  }, 300_000);
+});

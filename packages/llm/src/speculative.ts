@@ -1,0 +1,445 @@
+/**
+ * Speculative decoding: a drafter proposes a few tokens, the target model checks them all in one
+ * forward over `[pending, d_1 … d_m]` (m + 1 logit rows), the accepted prefix is kept and the rejected
+ * tail is rolled back by truncating the KV cache. Lossless: with greedy sampling the output is the
+ * vanilla output token for token; with sampling every token is distributed as the vanilla sampler's.
+ *
+ * The rule (../shared/spec/llm.md §7.4, the "lossless verification" paragraph; Leviathan, Kalman &
+ * Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023, with a deterministic
+ * drafter, q = δ(d_i)): left to right, with P_i the fully processed sampling distribution of row i
+ * (penalties over the context up to that row, temperature, top-k, top-p, min-p — the {@link Sampler}'s
+ * own `distribution`), accept d_i with probability P_i(d_i); on the first rejection draw the
+ * replacement from P_i with d_i removed and renormalised (max(P − q, 0) normalised, for q = δ(d_i)),
+ * truncate the cache past the accepted prefix and stop; when all m are accepted the last row gives a
+ * bonus token. At temperature ≤ 0, accept iff d_i is the sampler's greedy choice (its argmax after
+ * penalties). So P(token) = P_i(d)·[token = d] + (1 − P_i(d))·P_i(token)/(1 − P_i(d))·[token ≠ d]
+ * = P_i(token): the same law as vanilla.
+ *
+ * Draft length per round: min(k, max_draft = 16, budget − 1, room in the context window − 1), with k
+ * adapted (llm.md §7.4's caps; the adaptive rule is ours): after a fully accepted round k grows by 1
+ * (up to `draftMax`), after a rejection it becomes accepted + 1; two rounds in a row with nothing
+ * accepted pause drafting for a number of tokens that doubles on each further miss (up to 64) and
+ * resets on a success, so a drafter that does not help costs little more than vanilla decoding.
+ *
+ * Rollback: the target's state must be append-only KV rows that `truncate` cuts. Architectures whose
+ * state cannot be cut (recurrent/conv state, ring buffers) without a rollback interface are refused
+ * (E_UNSUPPORTED, see {@link checkSpeculativeModel}).
+ */
+import { TpError } from "@tp/tensor";
+import type { Tokenizer } from "@tp/tokenizer";
+import type { CausalLM } from "./model.ts";
+import { argmax, type Sampler, splitmix64, Xoshiro128 } from "./sampling.ts";
+
+/** Hard cap on drafts per verify step (llm.md §7.4 `max_draft`). */
+export const MAX_DRAFT = 16;
+/** Longest pause (in tokens) of the adaptive rule after repeated misses. */
+const MAX_COOLDOWN = 64;
+
+/**
+ * Proposes tokens that may follow a context. Deterministic given the context (the acceptance rule
+ * treats the proposal as having probability 1).
+ */
+export interface Drafter {
+  /** "ngram", "draft" … for summaries. */
+  readonly kind: string;
+  /**
+   * Up to `k` ids that may follow `context` (the prompt, every generated token and the pending one).
+   * Fewer or none is fine. Ids outside the target's vocabulary are dropped by the caller.
+   */
+  propose(context: readonly number[], k: number): number[] | Promise<number[]>;
+  /** Free what the drafter holds (a draft model's cache). */
+  dispose?(): void;
+}
+
+/** Options of speculative decoding ({@link GenerateOptions.speculative}). */
+export interface SpeculativeOptions {
+  drafter: Drafter;
+  /** Most drafts per verify step (llama.cpp `--draft-max`, the original's `--spec-k`); 1 … 16. Default 16. */
+  draftMax?: number;
+  /** A proposal shorter than this is dropped (llama.cpp `--draft-min`); 0 … draftMax. Default 0. */
+  draftMin?: number;
+  /** Adapt the draft length and pause drafting when acceptance falls (see the module doc). Default true. */
+  adaptive?: boolean;
+}
+
+/** What speculation did during one answer. */
+export interface SpeculativeStats {
+  /** The drafter's kind. */
+  drafter: string;
+  /** Target forwards after the prefill (each verifies 0 … 16 drafts). */
+  verifySteps: number;
+  /** Drafts sent to verification. */
+  drafted: number;
+  /** Drafts accepted. */
+  accepted: number;
+  /** accepted / drafted (0 when nothing was drafted). */
+  acceptanceRate: number;
+  /** Tokens produced per target forward after the prefill: (accepted + verifySteps) / verifySteps. */
+  tokensPerStep: number;
+}
+
+/** Check draftMax / draftMin; returns them filled in. @throws TpError E_ARG naming the flag */
+export function speculativeLimits(o: SpeculativeOptions): { draftMax: number; draftMin: number } {
+  const draftMax = o.draftMax ?? MAX_DRAFT;
+  if (!Number.isInteger(draftMax) || draftMax < 1 || draftMax > MAX_DRAFT)
+    throw new TpError(
+      "E_ARG",
+      `--draft-max (--spec-k) must be an integer in [1, ${MAX_DRAFT}], got ${draftMax}`,
+    );
+  const draftMin = o.draftMin ?? 0;
+  if (!Number.isInteger(draftMin) || draftMin < 0 || draftMin > draftMax)
+    throw new TpError(
+      "E_ARG",
+      `--draft-min must be an integer in [0, --draft-max = ${draftMax}], got ${draftMin}`,
+    );
+  return { draftMax, draftMin };
+}
+
+/**
+ * Architectures whose whole per-sequence state is the append-only KV cache, so that `truncate(len)`
+ * rolls a verify step back exactly.
+ */
+const ROLLBACK_BY_TRUNCATE: ReadonlySet<string> = new Set(["llama", "qwen3", "qwen3moe", "qwen3vl"]);
+
+/**
+ * Refuse speculation on a model whose state `truncate` cannot roll back.
+ * @throws TpError E_UNSUPPORTED naming the architecture and why
+ */
+export function checkSpeculativeModel(model: Pick<CausalLM, "config" | "file">, role = "target"): void {
+  const arch = model.config.architecture;
+  if (ROLLBACK_BY_TRUNCATE.has(arch)) return;
+  const why =
+    arch === "gemma3"
+      ? "its local layers keep a ring-buffer KV cache with no rollback interface yet"
+      : arch === "qwen35" || arch === "qwen35moe"
+        ? "its recurrent and conv state has no snapshot/restore interface yet"
+        : "its state is not known to roll back by truncating the KV cache";
+  throw new TpError(
+    "E_UNSUPPORTED",
+    `speculative decoding needs a ${role} model whose rejected drafts can be rolled back; architecture '${arch}' is refused: ${why}`,
+    model.file === undefined ? {} : { file: model.file },
+  );
+}
+
+/**
+ * Prompt lookup (n-gram) drafter, no weights: find the longest suffix of the context of length
+ * `nMax` down to `nMin` (default 4 … 2; 1-grams excluded, llm.md §7.4) that occurred earlier, take its
+ * most recent earlier occurrence, and propose the tokens that followed it.
+ */
+export class NgramDrafter implements Drafter {
+  readonly kind = "ngram";
+  readonly nMax: number;
+  readonly nMin: number;
+
+  /** @throws TpError E_ARG unless 1 ≤ nMin ≤ nMax ≤ 64 */
+  constructor(options: { nMax?: number; nMin?: number } = {}) {
+    this.nMax = options.nMax ?? 4;
+    this.nMin = options.nMin ?? 2;
+    if (
+      !Number.isInteger(this.nMin) ||
+      !Number.isInteger(this.nMax) ||
+      this.nMin < 1 ||
+      this.nMax < this.nMin ||
+      this.nMax > 64
+    )
+      throw new TpError(
+        "E_ARG",
+        `n-gram sizes must satisfy 1 ≤ min ≤ max ≤ 64, got min ${this.nMin}, max ${this.nMax}`,
+      );
+  }
+
+  /** See {@link Drafter.propose}; O(len · n) per call. */
+  propose(context: readonly number[], k: number): number[] {
+    const len = context.length;
+    for (let n = Math.min(this.nMax, len - 1); n >= this.nMin; n--) {
+      // the suffix is context[len-n, len); an earlier occurrence starts at s < len - n
+      for (let s = len - n - 1; s >= 0; s--) {
+        let j = 0;
+        while (j < n && context[s + j] === context[len - n + j]) j++;
+        if (j === n) return context.slice(s + n, Math.min(len, s + n + k)) as number[];
+      }
+    }
+    return [];
+  }
+}
+
+/** Options of a {@link DraftModelDrafter}. */
+export interface DraftModelOptions {
+  /**
+   * Stop the rollout when the draft's probability of its own greedy token falls below this
+   * (llama.cpp `--draft-p-min`); 0 … 1, 0 = never. Default 0.75 (llama.cpp's).
+   */
+  pMin?: number;
+  /** Ids at which the rollout stops (the stop token itself is proposed). */
+  stopIds?: Iterable<number>;
+}
+
+/**
+ * A smaller model of the same vocabulary as drafter (llm.md §7.4): its own KV cache, truncated each
+ * round to the longest common prefix with the context (one token less when everything is cached, to
+ * get fresh logits), the rest prefilled, then a greedy rollout of up to k tokens.
+ * Any TpError of the draft model makes the round propose nothing (vanilla decoding goes on).
+ */
+export class DraftModelDrafter implements Drafter {
+  readonly kind = "draft";
+  readonly draft: CausalLM;
+  readonly pMin: number;
+  readonly #stop: Set<number>;
+  /** Ids in the draft's cache. */
+  #ids: number[] = [];
+  /** The last error swallowed (for diagnostics). */
+  lastError: unknown = undefined;
+
+  /**
+   * @param target the verifying model (vocabulary compared), with its tokenizer when known
+   * @throws TpError E_ARG when the vocabularies differ (size, or a token's text when both tokenizers
+   *   are given), naming both files; E_UNSUPPORTED from {@link checkSpeculativeModel}
+   */
+  constructor(
+    draft: CausalLM,
+    target: { model: Pick<CausalLM, "config" | "file">; tokenizer?: Tokenizer },
+    options: DraftModelOptions & { draftTokenizer?: Tokenizer } = {},
+  ) {
+    checkSpeculativeModel(draft, "draft");
+    const name = (m: Pick<CausalLM, "file">, what: string) =>
+      m.file === undefined ? what : `${what} ${m.file}`;
+    const tv = target.model.config.vocab_size;
+    const dv = draft.config.vocab_size;
+    if (tv !== dv)
+      throw new TpError(
+        "E_ARG",
+        `vocabulary mismatch: the draft model (${name(draft, "-md")}) has ${dv} tokens, the target (${name(target.model, "-m")}) ${tv}; a draft model must share the target's vocabulary`,
+      );
+    const a = target.tokenizer;
+    const b = options.draftTokenizer;
+    if (a !== undefined && b !== undefined) {
+      const n = Math.min(a.vocabSize, b.vocabSize);
+      if (a.vocabSize !== b.vocabSize)
+        throw new TpError(
+          "E_ARG",
+          `vocabulary mismatch: the draft tokenizer has ${b.vocabSize} tokens, the target's ${a.vocabSize}`,
+        );
+      for (let i = 0; i < n; i++)
+        if (a.tokenText(i) !== b.tokenText(i))
+          throw new TpError(
+            "E_ARG",
+            `vocabulary mismatch: token ${i} is ${JSON.stringify(b.tokenText(i))} in the draft model (${name(draft, "-md")}) and ${JSON.stringify(a.tokenText(i))} in the target (${name(target.model, "-m")})`,
+          );
+    }
+    this.draft = draft;
+    this.pMin = options.pMin ?? 0.75;
+    if (!(this.pMin >= 0 && this.pMin <= 1))
+      throw new TpError("E_ARG", `--draft-p-min must be in [0, 1], got ${this.pMin}`);
+    this.#stop = new Set(options.stopIds ?? a?.eog ?? []);
+    if (draft.cached > 0) draft.truncate(0);
+  }
+
+  async propose(context: readonly number[], k: number): Promise<number[]> {
+    try {
+      return await this.#propose(context, k);
+    } catch (e) {
+      if (!(e instanceof TpError)) throw e;
+      this.lastError = e;
+      this.draft.truncate(0);
+      this.#ids = [];
+      return [];
+    }
+  }
+
+  async #propose(context: readonly number[], k: number): Promise<number[]> {
+    const draft = this.draft;
+    if (context.length === 0 || context.length + k > draft.maxContext) return [];
+    let keep = 0;
+    const n = Math.min(this.#ids.length, context.length - 1);
+    while (keep < n && this.#ids[keep] === context[keep]) keep++;
+    if (draft.cached > keep) draft.truncate(keep);
+    this.#ids.length = keep;
+    let feed = context.slice(keep) as number[];
+    const out: number[] = [];
+    for (;;) {
+      let row: Float32Array | undefined;
+      for (let at = 0; at < feed.length; at += 512) {
+        const part = feed.slice(at, at + 512);
+        using t = draft.step(part);
+        this.#ids.push(...part);
+        if (at + 512 >= feed.length) row = await readRow(draft, t);
+      }
+      const best = argmax(row as Float32Array);
+      if (this.pMin > 0 && topProbability(row as Float32Array, best) < this.pMin) break;
+      out.push(best);
+      if (out.length >= k || this.#stop.has(best)) break;
+      feed = [best];
+    }
+    return out;
+  }
+
+  dispose(): void {
+    this.draft.truncate(0);
+    this.#ids = [];
+  }
+}
+
+/** The f32 row of a [1, vocab] logits tensor, checked finite. */
+async function readRow(model: CausalLM, t: import("@tp/tensor").Tensor): Promise<Float32Array> {
+  const data = await model.backend.read(t);
+  if (!(data instanceof Float32Array))
+    throw new TpError("E_INTERNAL", `the draft model returned ${t.dtype} logits`);
+  for (let i = 0; i < data.length; i++)
+    if (!Number.isFinite(data[i] as number))
+      throw new TpError("E_NUMERIC", "the draft model's logits are not finite");
+  return data;
+}
+
+/** softmax(row)[best] in f64. */
+function topProbability(row: Float32Array, best: number): number {
+  const m = row[best] as number;
+  let s = 0;
+  for (let i = 0; i < row.length; i++) s += Math.exp((row[i] as number) - m);
+  return 1 / s;
+}
+
+/** What the verify forward gives back: per-row argmaxes (plain greedy on a device) or the full rows. */
+export type VerifyRows = { argmax: number[] } | { rows: Float32Array[] };
+
+/**
+ * What {@link speculativeDecode} needs from the generation session (generate.ts): the emission rules
+ * of the vanilla loop and a forward that keeps the session's record of cached ids.
+ */
+export interface SpeculativeHost {
+  model: CausalLM;
+  sampler: Sampler;
+  /** Prompt + generated ids; the host's `emit` appends to it. */
+  context: number[];
+  /** The first token, chosen from the prefill's logits by the vanilla path. */
+  first: number;
+  /**
+   * Emit a chosen token as the vanilla loop does (stop id ⇒ not appended; append, stream; budget;
+   * context window). Returns false when generation ends with it.
+   */
+  emit(id: number): boolean;
+  /** Tokens still wanted (maxNewTokens − generated). */
+  remaining(): number;
+  /** Forward `ids` (appending to the cache) and read every row (checked finite). */
+  forward(ids: number[]): Promise<VerifyRows>;
+  /** Truncate the cache (and the host's record of cached ids) to `len`. */
+  truncate(len: number): void;
+  /** Before each forward: false to stop (abort). */
+  proceed(): Promise<boolean>;
+}
+
+/**
+ * The decode loop with speculation (see the module doc). Returns the statistics; the host's result
+ * and context hold the tokens.
+ */
+export async function speculativeDecode(
+  h: SpeculativeHost,
+  options: SpeculativeOptions,
+): Promise<SpeculativeStats> {
+  const { draftMax, draftMin } = speculativeLimits(options);
+  const adaptive = options.adaptive ?? true;
+  const model = h.model;
+  const vocab = model.config.vocab_size;
+  const sampler = h.sampler;
+  const greedy = sampler.params.temperature <= 0;
+  // The acceptance draws: a stream of their own, derived from the sampler's seed.
+  const rng = new Xoshiro128(splitmix64(BigInt.asUintN(64, sampler.seed ^ 0x5bec5bec5bec5becn))[1]);
+  const stats: SpeculativeStats = {
+    drafter: options.drafter.kind,
+    verifySteps: 0,
+    drafted: 0,
+    accepted: 0,
+    acceptanceRate: 0,
+    tokensPerStep: 0,
+  };
+  let k = draftMax;
+  let misses = 0;
+  let cooldown = 0;
+  let pause = 0;
+  let pending = h.first;
+  for (;;) {
+    if (!h.emit(pending)) break;
+    if (!(await h.proceed())) break;
+    const room = model.maxContext - model.cached - 1; // drafts that fit after the pending token
+    const m = Math.min(k, h.remaining() - 1, room);
+    let drafts: number[] = [];
+    if (m > 0 && cooldown === 0) {
+      drafts = (await options.drafter.propose(h.context, m)).slice(0, m);
+      const bad = drafts.findIndex((d) => !Number.isInteger(d) || d < 0 || d >= vocab);
+      if (bad >= 0) drafts.length = bad;
+      if (drafts.length < draftMin) drafts = [];
+    } else if (cooldown > 0) cooldown--;
+    const base = model.cached;
+    const out = await h.forward([pending, ...drafts]);
+    stats.verifySteps++;
+    stats.drafted += drafts.length;
+    let accepted = 0;
+    let next = -1;
+    let ended = false;
+    for (let i = 0; i <= drafts.length; i++) {
+      const d = i < drafts.length ? (drafts[i] as number) : -1;
+      let choice: number;
+      if ("argmax" in out) choice = out.argmax[i] as number;
+      else {
+        const row = out.rows[i] as Float32Array;
+        if (greedy || d < 0) choice = sampler.sample(row, h.context);
+        else {
+          const dist = sampler.distribution(row, h.context);
+          const at = dist.ids.indexOf(d);
+          const p = at < 0 ? 0 : (dist.probs[at] as number);
+          choice = p > 0 && rng.nextDouble() < p ? d : residualDraw(dist.ids, dist.probs, at, rng);
+        }
+      }
+      if (d >= 0 && choice === d) {
+        accepted++;
+        if (!h.emit(d)) {
+          ended = true;
+          break;
+        }
+        continue;
+      }
+      next = choice;
+      break;
+    }
+    stats.accepted += accepted;
+    if (!ended) h.truncate(base + 1 + accepted); // keep the pending token and the accepted drafts
+    if (adaptive && drafts.length > 0) {
+      if (accepted === drafts.length) k = Math.min(draftMax, k + 1);
+      else k = Math.max(1, accepted + 1);
+      if (accepted === 0) {
+        misses++;
+        if (misses >= 2) {
+          pause = pause === 0 ? 4 : Math.min(MAX_COOLDOWN, pause * 2);
+          cooldown = pause;
+        }
+      } else {
+        misses = 0;
+        pause = 0;
+      }
+    }
+    if (ended) break;
+    pending = next;
+  }
+  stats.acceptanceRate = stats.drafted > 0 ? stats.accepted / stats.drafted : 0;
+  stats.tokensPerStep = stats.verifySteps > 0 ? (stats.accepted + stats.verifySteps) / stats.verifySteps : 0;
+  return stats;
+}
+
+/**
+ * Draw from `probs` with entry `skip` removed and the rest renormalised (the residual of a rejected
+ * draft); `skip` < 0 removes nothing.
+ */
+function residualDraw(ids: Int32Array, probs: Float64Array, skip: number, rng: Xoshiro128): number {
+  let total = 0;
+  for (let i = 0; i < probs.length; i++) if (i !== skip) total += probs[i] as number;
+  if (!(total > 0)) throw new TpError("E_INTERNAL", "speculative residual draw: no probability mass left");
+  const r = rng.nextDouble() * total;
+  let cum = 0;
+  let last = -1;
+  for (let i = 0; i < probs.length; i++) {
+    if (i === skip) continue;
+    cum += probs[i] as number;
+    last = i;
+    if (r < cum) return ids[i] as number;
+  }
+  return ids[last] as number;
+}
