@@ -35,6 +35,8 @@ describe("parseServerArgs", () => {
   test("llama-server spellings: -np, --api-key (or $TP_API_KEY), --host", () => {
     const a = parseServerArgs(["-m", "x.gguf", "-np", "4", "--host", "0.0.0.0"], { TP_API_KEY: "k1" });
     expect([a.parallel, a.host, a.apiKey]).toEqual([4, "0.0.0.0", "k1"]);
+    expect(a.batch).toBe(true);
+    expect(parseServerArgs(["-m", "x", "--no-batch"], {}).batch).toBe(false);
     expect(parseServerArgs(["-m", "x", "--api-key", "k2"], { TP_API_KEY: "k1" }).apiKey).toBe("k2");
   });
 

@@ -21,6 +21,8 @@ export const USAGE = `usage: bun apps/server --model FILE [options]      (or: bu
                           (default: $TP_API_KEY when set)
   --parallel, -np N       slots: requests generated concurrently (default 1)
   --queue-limit N         requests that may wait for a slot; more get 503 (default 64)
+  --no-batch              run each slot's decode step alone (default: one batched forward
+                          for the slots decoding at once: continuous batching)
   --ctx N                 context tokens per slot (default: min(the model's, 4096))
   -n, --n-predict N       max_tokens when a request gives none (default 512)
   --max-body BYTES        largest request body (default 1048576)
@@ -42,6 +44,7 @@ export interface ServerArgs {
   apiKey: string | undefined;
   parallel: number;
   queueLimit: number;
+  batch: boolean;
   ctx: number | undefined;
   nPredict: number;
   maxBody: number;
@@ -87,6 +90,7 @@ export function parseServerArgs(
         "api-key": { type: "string" },
         parallel: { type: "string" },
         "queue-limit": { type: "string" },
+        "no-batch": { type: "boolean", default: false },
         ctx: { type: "string" },
         "n-predict": { type: "string", short: "n" },
         "max-body": { type: "string" },
@@ -124,6 +128,7 @@ export function parseServerArgs(
     apiKey: key,
     parallel: int("--parallel", s("parallel"), 1, 256) ?? 1,
     queueLimit: int("--queue-limit", s("queue-limit"), 0, 1 << 20) ?? 64,
+    batch: values["no-batch"] !== true,
     ctx: int("--ctx", s("ctx"), 2, 1 << 24),
     nPredict: int("-n", s("n-predict"), 1, 1 << 24) ?? 512,
     maxBody: int("--max-body", s("max-body"), 1024, 1 << 30) ?? 1 << 20,

@@ -23,6 +23,7 @@ import {
 } from "@tp/llm";
 import type { Backend } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
+import { DecodeBatcher } from "./batch.ts";
 import type { Constraint } from "./constrain.ts";
 import { ApiError, badRequest } from "./errors.ts";
 import type { ChatRequest, CompletionRequest, GenerationRequest } from "./requests.ts";
@@ -42,6 +43,8 @@ export interface LlmEngineOptions {
   defaultMaxTokens: number;
   /** "deepseek": `<think>` blocks go to `reasoning_content`; "none": left in the content. */
   reasoningFormat: "deepseek" | "none";
+  /** Batch the slots' decode steps into one forward (./batch.ts) where the architecture allows. Default true. */
+  batch?: boolean;
 }
 
 /** One chosen token's log-probability and the most likely alternatives (OpenAI's logprobs entry). */
@@ -159,6 +162,8 @@ export class LlmEngine {
   readonly #queue: Waiter[] = [];
   /** Tokens per second of the last answer, for /metrics. */
   lastTokensPerSecond = 0;
+  /** The decode-step batcher, or null (one slot, `batch: false`, or an architecture it cannot batch). */
+  readonly batcher: DecodeBatcher | null;
 
   /**
    * @param loaded a loaded model; the engine owns it from here (options.ctx ≤ its trained context)
@@ -172,6 +177,10 @@ export class LlmEngine {
     this.hasTemplate = this.tokenizer.chatTemplate !== undefined && this.tokenizer.chatTemplate.trim() !== "";
     this.template = chatTemplateFor(this.tokenizer);
     const base = loaded.model;
+    this.batcher =
+      options.parallel > 1 && options.batch !== false && DecodeBatcher.supports(base.config.architecture)
+        ? new DecodeBatcher()
+        : null;
     for (let i = 0; i < options.parallel; i++) {
       const model = new LanguageModel(base.model, {
         maxContext: options.ctx,
@@ -370,6 +379,12 @@ export class LlmEngine {
         maxNewTokens: maxNew,
         signal: stopper.signal,
         ...(req.ignoreEos ? { stopIds: [] } : {}),
+        ...(this.batcher === null
+          ? {}
+          : {
+              decodeStep: (id: number) =>
+                (this.batcher as DecodeBatcher).decode(slot.model as LanguageModel, id),
+            }),
         ...(n === undefined && (constraint === undefined || constraint === null)
           ? {}
           : {

@@ -18,7 +18,7 @@ export const DEFAULT_SLOT_CTX = 4096;
 export function loadEngine(
   args: Pick<
     ServerArgs,
-    "model" | "alias" | "ctx" | "parallel" | "queueLimit" | "nPredict" | "reasoningFormat"
+    "model" | "alias" | "ctx" | "parallel" | "queueLimit" | "nPredict" | "reasoningFormat" | "batch"
   >,
   backend: Parameters<typeof loadModel>[1]["backend"],
 ): LlmEngine {
@@ -41,6 +41,7 @@ export function loadEngine(
     ctx,
     defaultMaxTokens: args.nPredict,
     reasoningFormat: args.reasoningFormat,
+    batch: args.batch,
   });
 }
 

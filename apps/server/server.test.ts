@@ -449,6 +449,9 @@ describe.skipIf(!HAVE)("load", () => {
     "32 concurrent requests over 4 slots: every one answered once, each with its own prompt's greedy answer",
     async () => {
       const prompts = Array.from({ length: 32 }, (_, i) => `Request number ${i}: say something.`);
+      const batcher = engine.batcher;
+      expect(batcher).not.toBeNull(); // 4 slots of a qwen3 model: decode steps are batched
+      const [forwards0, rows0] = [batcher?.forwards ?? 0, batcher?.rows ?? 0];
       const want = new Map<string, string>();
       for (const p of prompts)
         want.set(p, (await greedy(engine.chatPrompt({ messages: user(p) } as never), 10)).text);
@@ -487,6 +490,11 @@ describe.skipIf(!HAVE)("load", () => {
       expect(new Set(answers.map((a) => a.id)).size).toBe(32);
       expect(answers.map((a) => a.text)).toEqual(prompts.map((p) => want.get(p) as string));
       expect(peakBusy).toBe(4);
+      // continuous batching: the decode steps ran several sequences per forward (and the answers above
+      // are each sequence's own greedy answer all the same)
+      const perForward = ((batcher?.rows ?? 0) - rows0) / ((batcher?.forwards ?? 0) - forwards0);
+      console.log(`load test: ${perForward.toFixed(2)} sequences per batched decode forward`);
+      expect(perForward).toBeGreaterThan(2);
       expect(engine.queueDepth).toBe(0);
     },
     T,

@@ -468,6 +468,14 @@ export function startServer(options: ServerOptions): RunningServer {
         ["", kv.capacity > 0 ? kv.tokens / kv.capacity : 0],
       ]);
       metric("tp_llm_kv_cache_bytes", "gauge", "Backend bytes of the KV caches.", [["", kv.bytes]]);
+      if (llm.batcher !== null) {
+        metric("tp_llm_batched_forwards_total", "counter", "Decode forwards run by the batcher.", [
+          ["", llm.batcher.forwards],
+        ]);
+        metric("tp_llm_batched_rows_total", "counter", "Sequence steps those forwards carried.", [
+          ["", llm.batcher.rows],
+        ]);
+      }
     }
     if (images !== undefined) images.metrics(metric);
     return new Response(`${lines.join("\n")}\n`, {

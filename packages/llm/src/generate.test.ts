@@ -177,6 +177,25 @@ describe("GenerationSession", () => {
     expect(seen).toEqual([[BOS], [BOS, id("▁a")], [BOS, id("▁a"), id("▁a")]]);
   });
 
+  test("decodeStep runs every one-token forward in place of model.step; the answer is the same", async () => {
+    const script = [id("▁upon"), id("▁a"), id("▁time")];
+    const plain = await new GenerationSession(new FakeLM(scripted(script, 2)), tok).generate([
+      BOS,
+      id("▁Once"),
+    ]);
+    const m = new FakeLM(scripted(script, 2));
+    const decoded: number[] = [];
+    const r = await new GenerationSession(m, tok).generate([BOS, id("▁Once")], {
+      decodeStep: async (t) => {
+        decoded.push(t);
+        return m.step([t]);
+      },
+    });
+    expect(r.ids).toEqual(plain.ids);
+    expect(decoded).toEqual(script); // the prompt (two tokens) went through step, each answer token through decodeStep
+    expect(backend.memory.current).toBe(0);
+  });
+
   test("the budget: -n tokens, and no forward for the last one", async () => {
     const m = new FakeLM(scripted([id("▁upon"), id("▁a"), id("▁time")], 1));
     const s = new GenerationSession(m, tok);

@@ -11,7 +11,7 @@
  * splitmix64 over a base seed).
  */
 import { explainNonFiniteWeights } from "@tp/formats";
-import { nonFiniteError, TpError } from "@tp/tensor";
+import { nonFiniteError, type Tensor, TpError } from "@tp/tensor";
 import type { StreamDecoder, Tokenizer } from "@tp/tokenizer";
 import type { CausalLM } from "./model.ts";
 import { argmax, Sampler, type SamplerOptions, splitmix64 } from "./sampling.ts";
@@ -67,6 +67,13 @@ export interface GenerateOptions {
    * it at temperature 0, the same distribution when sampling. Not with `logitsProcessor` (E_UNSUPPORTED).
    */
   speculative?: SpeculativeOptions;
+  /**
+   * Runs each one-token forward (a decode step at the end of the cache) instead of
+   * `model.step([id])`, e.g. batched with other sequences' steps (`LanguageModel.stepBatch`). It must
+   * append the token to this session's model's cache as `step` does and resolve to f32 logits
+   * [1, vocab], which the session frees.
+   */
+  decodeStep?: (id: number) => Promise<Tensor>;
 }
 
 /** What one {@link GenerationSession.generate} call produced. */
@@ -214,6 +221,8 @@ export class GenerationSession {
   /** Forwards run, for {@link GC_EVERY_STEPS}. */
   #steps = 0;
   #busy = false;
+  /** The current call's `decodeStep`. */
+  #decodeStep: ((id: number) => Promise<Tensor>) | undefined;
 
   /**
    * @param model a causal LM; its cache must be empty (truncated to 0 here otherwise)
@@ -260,10 +269,12 @@ export class GenerationSession {
   async generate(promptIds: ArrayLike<number>, options: GenerateOptions = {}): Promise<GenerateResult> {
     if (this.#busy) throw new TpError("E_STATE", "GenerationSession.generate is already running");
     this.#busy = true;
+    this.#decodeStep = options.decodeStep;
     try {
       return await this.#generate(Array.from(promptIds), options);
     } finally {
       this.#busy = false;
+      this.#decodeStep = undefined;
     }
   }
 
@@ -476,7 +487,9 @@ export class GenerationSession {
     const backend = this.model.backend;
     const vocab = this.model.config.vocab_size;
     const model = this.model;
-    using t = model.step(ids); // the logits, freed when this returns
+    const decode = this.#decodeStep;
+    // the logits, freed when this returns
+    using t = ids.length === 1 && decode !== undefined ? await decode(ids[0] as number) : model.step(ids);
     this.#ids.push(...ids);
     if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
     const position = model.cached - 1; // of the row read

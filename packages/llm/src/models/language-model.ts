@@ -76,6 +76,12 @@ export interface ForwardOptions {
   readonly collect: readonly number[];
 }
 
+/**
+ * Architectures whose forward touches the KV cache only through `attend` (models/layers.ts), so that
+ * {@link LanguageModel.stepBatch} can give each row its own cache. Add one after checking that.
+ */
+export const BATCHED_DECODE_ARCHITECTURES: ReadonlySet<string> = new Set(["llama", "qwen3", "qwen3moe"]);
+
 /** Default ceiling of the context window (llm.md §7.3: the trained context capped at 128k). */
 export const MAX_DEFAULT_CONTEXT = 131072;
 
@@ -221,6 +227,66 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
       return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
     });
     this.kv.commit(n);
+    return logits;
+  }
+
+  /**
+   * Batched decode: one new token for each of several models over the same weights (the same
+   * {@link DecoderModel}, each with its own KV cache) in one forward, so that the projections and the
+   * MLP run as [N, hidden_size] matrix products instead of N vector products; attention runs per
+   * sequence over its own cache (`ForwardPass.segments`, `attend`). Row i of the result is what
+   * `models[i].step([ids[i]])` returns, up to the summation order of the matrix products; every cache
+   * grows by one row.
+   * @returns f32 logits [N, vocab_size]; the caller frees them
+   * @throws TpError E_ARG for no models, a length mismatch, the same model twice, an id outside the
+   *   vocabulary or a full context window (nothing is written); E_UNSUPPORTED for models over different
+   *   weights or an architecture not in {@link BATCHED_DECODE_ARCHITECTURES}; E_STATE after dispose
+   */
+  static stepBatch(models: readonly LanguageModel[], ids: readonly number[]): Tensor {
+    const n = models.length;
+    if (n === 0 || ids.length !== n)
+      throw new TpError(
+        "E_ARG",
+        `stepBatch: ${n} models and ${ids.length} ids; one id per model, at least one`,
+      );
+    const first = models[0] as LanguageModel;
+    if (!BATCHED_DECODE_ARCHITECTURES.has(first.config.architecture))
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `stepBatch: architecture '${first.config.architecture}' is not known to keep its cache use inside attend; batched decode runs ${[...BATCHED_DECODE_ARCHITECTURES].join(", ")}`,
+      );
+    if (new Set(models).size !== n) throw new TpError("E_ARG", "stepBatch: the same model appears twice");
+    for (const m of models) {
+      m.#assertLive();
+      if (m.model !== first.model)
+        throw new TpError(
+          "E_UNSUPPORTED",
+          "stepBatch: the models must share one set of weights (one DecoderModel)",
+        );
+      if (m.kv.length + 1 > m.maxContext)
+        throw new TpError(
+          "E_ARG",
+          `context window full: ${m.kv.length} cached + 1 new token exceed the context of ${m.maxContext} (raise --ctx)`,
+        );
+    }
+    const list = tokenIds(ids, first.config.vocab_size, "stepBatch");
+    for (const m of models) m.kv.reserve(m.kv.length + 1);
+    const b = first.backend;
+    const offsets = Int32Array.from(models, (m) => m.kv.length);
+    const logits = b.scope(() => {
+      const pass = new ForwardPass(b, {
+        n,
+        offset: 0,
+        positions: b.upload(offsets, [n], "i32", "positions"),
+        cache: null,
+        segments: models.map((m, i) => ({ cache: m.kv, offset: offsets[i] as number })),
+        blocks: first.config.num_hidden_layers,
+        head: "all",
+        collect: null,
+      });
+      return first.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
+    });
+    for (const m of models) m.kv.commit(1);
     return logits;
   }
 

@@ -27,6 +27,12 @@ export class ForwardPass {
   readonly positions: Tensor;
   /** The KV cache to append to and attend over, or null: attention over this forward's own keys and values. */
   readonly cache: KvCache | null;
+  /**
+   * Batched decode of several sequences (`LanguageModel.stepBatch`): row i is one new token of
+   * sequence i, appended to `segments[i].cache` at `segments[i].offset` and attending over that cache
+   * only; `cache` is null then. Null for a single sequence.
+   */
+  readonly segments: readonly DecodeSegment[] | null;
   /** Blocks to run: num_hidden_layers, or fewer when only hidden states up to a layer are asked for. */
   readonly blocks: number;
   /** Rows that go through the final norm and the head: the last one, all, or none (return the hidden state). */
@@ -42,6 +48,7 @@ export class ForwardPass {
     this.offset = o.offset;
     this.positions = o.positions;
     this.cache = o.cache;
+    this.segments = o.segments ?? null;
     this.blocks = o.blocks;
     this.head = o.head;
     this.#collect = o.collect;
@@ -64,12 +71,19 @@ export class ForwardPass {
   }
 }
 
+/** One sequence of a batched decode: its KV cache and the position of its new token. */
+export interface DecodeSegment {
+  readonly cache: KvCache;
+  readonly offset: number;
+}
+
 /** What a {@link ForwardPass} is built from (built by the {@link LanguageModel} entry points). */
 export type ForwardPassOptions = Pick<
   ForwardPass,
   "n" | "offset" | "positions" | "cache" | "blocks" | "head"
 > & {
   readonly collect: ReadonlySet<number> | null;
+  readonly segments?: readonly DecodeSegment[] | null;
 };
 
 /** RoPE options of a config, built once per model (`rope` runs twice per block per step). */
@@ -104,6 +118,27 @@ export function attend(
   const kvh = k.shape[2] as number;
   const hd = q.shape[3] as number;
   let o: Tensor; // [1, n_head, n, hd]
+  if (f.segments !== null) {
+    // one row per sequence, each against its own cache (the projections around stay batched)
+    const rows = f.segments.map((seg, i) => {
+      const ki = b.copy(k.slice(1, i, i + 1)).reshape(1, kvh, hd);
+      const vi = b.copy(v.slice(1, i, i + 1)).reshape(1, kvh, hd);
+      seg.cache.write(layer, ki, vi);
+      const len = seg.offset + 1;
+      const oi = b.attention(
+        q.slice(1, i, i + 1).permute(0, 2, 1, 3),
+        seg.cache.keys(layer, len),
+        seg.cache.values(layer, len),
+        {
+          causal: true,
+          qOffset: seg.offset,
+          scale,
+        },
+      ); // [1, n_head, 1, hd]
+      return oi.reshape(1, nh * hd);
+    });
+    return b.concat(rows, 0); // [n, n_head·hd]
+  }
   if (f.cache !== null) {
     const cache = f.cache;
     cache.write(layer, k.reshape(n, kvh, hd), v.reshape(n, kvh, hd));
