@@ -7,6 +7,7 @@ import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import { GenerationSession, loadModel } from "@tp/llm";
+import { TpError } from "@tp/tensor";
 import OpenAI from "openai";
 import { LlmEngine } from "./llm.ts";
 import { type RunningServer, startServer } from "./server.ts";
@@ -418,6 +419,57 @@ describe.skipIf(!HAVE)("errors and security", () => {
     for (let i = 0; i < 100 && engine.busySlots > 0; i++) await Bun.sleep(10);
     expect(engine.busySlots).toBe(0);
     expect(engine.counters.generatedTokens - before).toBeLessThan(50);
+  });
+
+  test("a model error fails that request only (500, or an error event mid-stream); the server goes on", async () => {
+    const small = newEngine(1, 4);
+    const s = startServer({ llm: small, port: 0 });
+    try {
+      const c = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const model = (small.slots[0] as { model: { step: (...a: unknown[]) => unknown } }).model;
+      const real = model.step.bind(model);
+      let calls = 0;
+      // the third forward of the next answer fails as a broken weight would
+      model.step = (...a: unknown[]) => {
+        if (++calls === 3)
+          throw new TpError("E_FORMAT", "the model produced non-finite logits at position 14");
+        return real(...a);
+      };
+      const e = (await thrown(
+        c.chat.completions.create({ model: NAME, messages: user("Hi"), max_tokens: 8, temperature: 0 }),
+      )) as InstanceType<typeof OpenAI.APIError>;
+      expect(e.status).toBe(500);
+      expect(e.message).toContain("non-finite logits");
+      calls = 0;
+      let streamed = "";
+      const err = await thrown(
+        (async () => {
+          for await (const ch of await c.chat.completions.create({
+            model: NAME,
+            messages: user("Hi"),
+            max_tokens: 8,
+            temperature: 0,
+            stream: true,
+          }))
+            streamed += ch.choices[0]?.delta.content ?? "";
+        })(),
+      );
+      expect((err as Error).message).toContain("non-finite logits");
+      expect(streamed.length).toBeGreaterThan(0); // the tokens before the failure came through
+      model.step = real;
+      const ok = await c.chat.completions.create({
+        model: NAME,
+        messages: user("Hi"),
+        max_tokens: 8,
+        temperature: 0,
+      });
+      const ids = small.chatPrompt({ messages: user("Hi") } as never);
+      expect(ok.choices[0]?.message.content).toBe((await greedy(ids, 8)).text);
+      expect(small.counters.errors).toBe(2);
+    } finally {
+      await s.stop();
+      small.dispose();
+    }
   });
 
   test("a full queue answers 503; the requests that got in all finish", async () => {
