@@ -343,6 +343,8 @@ export interface FuzzOptions {
   readonly cases: number;
   /** Base seed: the same seed gives the same files. */
   readonly seed?: number;
+  /** Only the surfaces whose name contains this (the same seeds and cases as a full run). */
+  readonly only?: string;
   /** Called after each surface. */
   readonly onSurface?: (r: SurfaceReport) => void;
 }
@@ -380,6 +382,7 @@ export async function runFuzz(
       };
       const tSurface = performance.now();
       reports.push(report);
+      if (options.only !== undefined && !surface.name.includes(options.only)) continue;
       if (surface.missing) {
         report.skipped = surface.missing;
         options.onSurface?.(report);
@@ -458,7 +461,8 @@ export function formatReport(r: SurfaceReport): string {
   return `${r.surface}: ${r.cases} cases, ${r.valid} valid, ${r.cleanErrors} clean errors (${codes}), ${r.crashes} crashes, ${r.filesLeft} files left, ${r.leaks} leaks, ${r.slow} slow (max ${r.maxCaseMs.toFixed(0)} ms); ${r.seconds.toFixed(1)} s`;
 }
 
-// `bun tests/fuzz/harness.ts N [SEED]` (the root `bun run fuzz N`): N cases, figures per surface.
+// `bun tests/fuzz/harness.ts N [SEED [SURFACE]]` (the root `bun run fuzz N`): N cases, figures per
+// surface; SURFACE (a part of a surface's name) runs that surface's cases of the full run only.
 if (import.meta.main) {
   const n = Number(process.argv[2] ?? 20000);
   const seed = Number(process.argv[3] ?? 21);
@@ -467,9 +471,11 @@ if (import.meta.main) {
     process.exit(2);
   }
   const t0 = performance.now();
+  const only = process.argv[4];
   const { reports, rssGrowth } = await runFuzz({
     cases: n,
     seed,
+    ...(only !== undefined ? { only } : {}),
     onSurface: (r) => console.log(formatReport(r)),
   });
   const bad = reports.reduce((a, r) => a + r.crashes + r.filesLeft + r.leaks + r.slow, 0);

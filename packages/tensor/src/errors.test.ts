@@ -14,6 +14,10 @@ test("messages name the file, tensor and offset; CLIs print one line", () => {
   expect(e).toBeInstanceOf(Error);
   expect(formatErrorLine(new TpError("E_ARG", "bad\n  flag"))).toBe("error E_ARG: bad flag");
   expect(formatErrorLine(new RangeError("oops"))).toBe("error E_INTERNAL: oops");
+  // A name from a hostile file cannot break the line (the fuzzer's GGUF tensor name "a\nb").
+  expect(new TpError("E_FORMAT", "bad", { tensor: "a\nb\u0000" }).message).toBe(
+    "bad (tensor a\\u000ab\\u0000)",
+  );
 });
 
 test("runCli prints one line on stderr and exits 1 (2 for E_ARG)", () => {

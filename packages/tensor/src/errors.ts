@@ -64,8 +64,8 @@ export class TpError extends Error {
     const where: string[] = [];
     // a wrapped error's message may already name the file: "(file X) (file X)" says it twice
     if (context.file !== undefined && !message.includes(`(file ${context.file}`))
-      where.push(`file ${context.file}`);
-    if (context.tensor !== undefined) where.push(`tensor ${context.tensor}`);
+      where.push(`file ${printable(context.file)}`);
+    if (context.tensor !== undefined) where.push(`tensor ${printable(context.tensor)}`);
     if (context.offset !== undefined) where.push(`offset ${context.offset}`);
     super(
       where.length > 0 ? `${message} (${where.join(", ")})` : message,
@@ -77,6 +77,15 @@ export class TpError extends Error {
     this.tensor = context.tensor;
     this.offset = context.offset;
   }
+}
+
+/**
+ * `s` with control characters written as `\uXXXX`, so that a name read from a hostile file (a tensor
+ * name holding a newline) cannot break the one-line message.
+ */
+function printable(s: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes
+  return s.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /** True when `e` is a {@link TpError}, optionally with the given code. */
