@@ -6,15 +6,22 @@
  * Flag names follow llama.cpp's `llama-cli` (`-n`, `--temp`, `--top-k`, `--top-p`, `--min-p`,
  * `--repeat-penalty`, `--seed`, `--ctx`, `--threads`); see ../shared/spec/llm.md §9.
  */
-import { DEFAULT_SAMPLING, type SamplingParams } from "@tp/llm";
+import { ARCHITECTURES, DEFAULT_SAMPLING, type SamplingParams, visionUnsupported } from "@tp/llm";
 // The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
 import { parseFlags, TpError } from "@tp/tensor";
+
+/** The architectures @tp/llm runs (its registry), one per line: name and description. */
+const ARCHITECTURE_LINES = Object.values(ARCHITECTURES)
+  .map((a) => `  ${a.name.padEnd(22)} ${a.description}`)
+  .join("\n");
 
 /** Usage text (printed by --help). */
 export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
 
-  --model, -m FILE        a GGUF file, or a safetensors checkpoint with config.json and
-                          tokenizer.json (llama, qwen3)
+  --model, -m FILE        a GGUF file, a safetensors checkpoint with config.json and
+                          tokenizer.json, or a ComfyUI Qwen3-VL text encoder .safetensors
+                          (architectures below)
+  --mmproj FILE           a vision projector: not supported yet (vision input is a later step)
   --prompt, -p TEXT       answer one message and exit; without it: interactive chat (REPL)
   --system TEXT           system message
   --raw                   no chat template: the prompt is plain text to continue
@@ -37,7 +44,10 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
   -h, --help              this text
 
 REPL: one message per line; /reset clears the conversation, /exit (or Ctrl-D) quits,
-Ctrl-C stops the current answer.`;
+Ctrl-C stops the current answer.
+
+Architectures (GGUF general.architecture, config.json model_type):
+${ARCHITECTURE_LINES}`;
 
 /** Parsed, checked flags. */
 export interface LlmArgs {
@@ -156,6 +166,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
       args: joinNegativeValues(argv),
       options: {
         model: { type: "string", short: "m" },
+        mmproj: { type: "string" },
         prompt: { type: "string", short: "p" },
         system: { type: "string" },
         raw: { type: "boolean", default: false },
@@ -183,6 +194,8 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   const help = values.help === true;
   const model = s("model");
   if (model === undefined && !help) throw new TpError("E_ARG", "--model FILE is required; see --help");
+  const mmproj = s("mmproj");
+  if (mmproj !== undefined && !help) throw visionUnsupported(mmproj);
   if (values.think === true && values["no-think"] === true)
     throw new TpError("E_ARG", "--think and --no-think exclude each other");
   const prompt = s("prompt");

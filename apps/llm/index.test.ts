@@ -7,7 +7,8 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
-import { TpError } from "@tp/tensor";
+import { ARCHITECTURES } from "@tp/llm";
+import { isTpError, TpError } from "@tp/tensor";
 import { tokenizerFromGguf } from "@tp/tokenizer";
 import { parseLlmArgs } from "./args.ts";
 
@@ -293,6 +294,9 @@ describe("bun apps/llm --help and flag errors (no model needed)", () => {
         expect(r.code).toBe(0);
         expect(r.stdout).toStartWith("usage: bun apps/llm --model FILE");
         expect(r.stdout).toContain("--top-p P");
+        // the architectures of @tp/llm's registry, one line each
+        for (const a of Object.values(ARCHITECTURES)) expect(r.stdout).toContain(`  ${a.name} `);
+        expect(r.stdout).toContain("qwen3vl");
         expect(r.stdout).not.toContain("../shared");
         expect(r.stderr).toBe("");
       }
@@ -372,6 +376,18 @@ describe("flags: decimal numbers, negative values, one range message per flag", 
       "unknown flag --thread for bun apps/llm; did you mean --threads?",
     );
     expect(err(["--bogus"]).message).toBe("unknown flag --bogus for bun apps/llm; see 'bun apps/llm --help'");
+  });
+
+  test("--mmproj (a vision projector) is E_UNSUPPORTED naming the file: vision input is not supported yet", () => {
+    let e: unknown;
+    try {
+      parseLlmArgs(["-m", "m.gguf", "--mmproj", "mmproj-F16.gguf"]);
+    } catch (x) {
+      e = x;
+    }
+    expect(isTpError(e, "E_UNSUPPORTED")).toBe(true);
+    expect((e as TpError).message).toContain("vision input is not supported yet");
+    expect((e as TpError).file).toBe("mmproj-F16.gguf");
   });
 
   test("--seed: 0 … 2^64 − 1, decimal; integers are decimal everywhere; --ctx has one range message", () => {

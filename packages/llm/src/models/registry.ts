@@ -21,6 +21,7 @@ import { TpError } from "@tp/tensor";
 import type { Architecture } from "./language-model.ts";
 import { llama } from "./llama.ts";
 import { qwen3 } from "./qwen3.ts";
+import { qwen3vl } from "./qwen3-vl-text.ts";
 import { qwen3moe } from "./qwen3moe.ts";
 
 /** Architectures by GGUF `general.architecture` and HF `model_type`. */
@@ -28,6 +29,7 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   llama,
   qwen3,
   qwen3moe,
+  qwen3vl,
 };
 
 /** Other names of the same architectures: HF `architectures[0]` class names (and HF model_types spelled otherwise). */
@@ -36,6 +38,8 @@ export const ARCHITECTURE_ALIASES: Readonly<Record<string, string>> = {
   Qwen3ForCausalLM: "qwen3",
   Qwen3MoeForCausalLM: "qwen3moe",
   qwen3_moe: "qwen3moe", // HF model_type
+  qwen3_vl: "qwen3vl",
+  Qwen3VLForConditionalGeneration: "qwen3vl",
 };
 
 /**
