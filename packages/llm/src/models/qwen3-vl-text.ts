@@ -337,8 +337,9 @@ export interface OpenedQwen3VlText {
 
 /**
  * If the safetensors `src` (no config.json beside it) is a Qwen3-VL text encoder (ComfyUI / HF
- * language-model-only layout, bf16 or fp8 scaled), its reader and config from the tensor shapes (see
- * the module comment); else undefined (the caller reports the missing config.json).
+ * language-model-only layout, bf16 or fp8 scaled: names under `model.language_model.`, or `model.`
+ * beside `model.visual.*`), its reader and config from the tensor shapes (see the module comment);
+ * else undefined (the caller reports the missing config.json).
  * @throws TpError E_FORMAT for a mis-shaped encoder; E_IO when no Qwen tokenizer is found (saying where
  *   to put one)
  */
@@ -351,6 +352,9 @@ export function openQwen3VlTextCheckpoint(src: TensorSource): OpenedQwen3VlText 
     throw e;
   }
   if (layout.kind !== "qwen3vl-text-encoder") return undefined;
+  // Only names that say Qwen3-VL: `model.language_model.*`, or `model.*` beside the vision tower. A
+  // text-only `model.*` export with q_norm is a plain Qwen3 checkpoint too, whose rope_theta differs.
+  if (layout.prefix !== "model.language_model." && layout.details.vision_tower !== true) return undefined;
   const prefix = layout.prefix ?? "model.language_model.";
   const reader: CheckpointReader = {
     source: src,
