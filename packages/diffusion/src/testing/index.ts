@@ -4,4 +4,5 @@
  * the package's main entry. This file only re-exports.
  */
 export * from "./random-checkpoints.ts";
+export * from "./random-qwen-image.ts";
 export * from "./random-text-encoder.ts";
