@@ -20,6 +20,7 @@ import {
   TpError,
 } from "@tp/tensor";
 import { decode, encode, GENERATE_USAGE, generate } from "./generate.ts";
+import { MODELS_USAGE, models } from "./models.ts";
 import { QUANTIZE_USAGE, quantize } from "./quantize.ts";
 
 /** Help lines of `backends` (indented as in the CLI's usage text). */
@@ -43,6 +44,7 @@ ${GENERATE_USAGE}
 ${BACKENDS_USAGE}
 ${INSPECT_USAGE}
 ${QUANTIZE_USAGE}
+${MODELS_USAGE}
   help [COMMAND]                    this text, or one command's usage (also: COMMAND --help)`;
 
 /** Each command's usage lines, for `help COMMAND` and `COMMAND --help`. */
@@ -53,6 +55,7 @@ const COMMAND_USAGE: Readonly<Record<string, string>> = {
   backends: BACKENDS_USAGE,
   inspect: INSPECT_USAGE,
   quantize: QUANTIZE_USAGE,
+  models: MODELS_USAGE,
 };
 
 /** The commands, for messages. */
@@ -198,6 +201,8 @@ await runCli(async () => {
         return inspect(rest);
       case "quantize":
         return quantize(rest);
+      case "models":
+        return models(rest);
       case "generate":
         return await generate(rest);
       case "decode":

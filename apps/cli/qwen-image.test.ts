@@ -113,6 +113,12 @@ describe(`generate with Qwen-Image-2.1${note}`, () => {
       expect([b.code, b.err.includes("downloading")]).toEqual([0, false]);
       expect(hub.requests.length).toBe(n);
       expect(readFileSync(join(tmp, "hub1.png"))).toEqual(readFileSync(join(tmp, "hub2.png")));
+      const listed = await runAsync(env, "models", "--json");
+      const j = JSON.parse(listed.out);
+      expect(j.known).toEqual(["Qwen/Qwen-Image-2.1", "Comfy-Org/Qwen-Image-2.1"]);
+      expect(j.cached.map((c: { repo: string; complete: boolean }) => [c.repo, c.complete])).toEqual([
+        ["Qwen/Qwen-Image-2.1", true],
+      ]);
     },
     120000,
   );

@@ -88,14 +88,18 @@ export default {
       "Qwen-Image-2.1 transformer s/step on the CPU backend (real sizes, random weights) vs PyTorch bf16"
     );
   },
-  usage: "  QWEN_BENCH_BLOCKS=N   write and run N transformer blocks instead of the real 32",
+  usage:
+    "  QWEN_BENCH_BLOCKS=N   write and run N transformer blocks instead of the real 32\n  QWEN_BENCH_PEER=0     no PyTorch peer (Debian's torch with a generic BLAS takes minutes per bf16 block)",
   async cases(harness: Context): Promise<BenchCase[]> {
     const backend = createBackend();
     cleanups.push(() => backend.dispose());
     const threads = backend.ctx.threads;
     const quantizer = createNativeQuantizer();
     cleanups.push(() => quantizer.dispose());
-    const torch = await harness.startTorch(join(import.meta.dir, "qwen-image-torch-peer.py"), threads);
+    const torch =
+      process.env.QWEN_BENCH_PEER === "0"
+        ? "not started (QWEN_BENCH_PEER=0)"
+        : await harness.startTorch(join(import.meta.dir, "qwen-image-torch-peer.py"), threads);
     if (typeof torch !== "string") cleanups.push(() => torch.close());
     const file = checkpoint();
     // first-run quantize: remove our earlier caches of this file
