@@ -14,12 +14,15 @@ import { loadWanVae } from "../models/wan-vae.ts";
 import { KREA2_TINY, readF32, TURBO_CFG1 } from "../testing/fixtures.ts";
 import { readConditioning, readLatent, writeConditioning, writeLatent } from "./files.ts";
 import { decodeKrea2Latent, generateKrea2 } from "./krea2.ts";
+import { KREA2_PIPELINE } from "./krea2-pipeline.ts";
 
 const RUN = join(KREA2_TINY, "sampling/turbo_cfg1");
 const DIT = join(KREA2_TINY, "checkpoints/krea2_tiny_bf16.safetensors");
 const FP8 = join(KREA2_TINY, "checkpoints/krea2_tiny_fp8_scaled.safetensors");
+const INT8 = join(KREA2_TINY, "checkpoints/krea2_tiny_int8_convrot.safetensors");
 const VAE = join(KREA2_TINY, "checkpoints/wan21_vae_tiny_f32.safetensors");
-const missing = [DIT, FP8, VAE, join(RUN, "context_pos.bin")].filter((p) => !existsSync(p));
+const TE = join(KREA2_TINY, "checkpoints/qwen3vl_tiny_te_bf16.safetensors");
+const missing = [DIT, FP8, INT8, VAE, TE, join(RUN, "context_pos.bin")].filter((p) => !existsSync(p));
 const note = missing.length > 0 ? ` [skipped: shared fixture missing: ${missing.join(", ")}]` : "";
 
 const tmp = mkdtempSync(join(tmpdir(), "tp-nonfinite-"));
@@ -103,6 +106,16 @@ describe(`E_NUMERIC at the stage that first holds NaN / ∞, naming the damaged 
       expect(e.message).toContain(`holds NaN in tensor ${name} (element 3)`);
     },
   );
+  test.skipIf(missing.length > 0)(
+    "a NaN INT8 ConvRot row scale: sampling step 1, naming the scale tensor",
+    async () => {
+      const dit = plant(INT8, "blocks.1.mlp.down.weight_scale", 17, F32_NAN, "nan-int8-scale.safetensors");
+      const e = await failure(() => run(dit, VAE));
+      expect(e.code).toBe("E_NUMERIC");
+      expect(e.message).toContain("sampling step 1 of 4");
+      expect(e.message).toContain("holds NaN in tensor blocks.1.mlp.down.weight_scale (element 17)");
+    },
+  );
   test.skipIf(missing.length > 0)("an ∞ in last.linear.bias: the first step's latent", async () => {
     const dit = plant(DIT, "last.linear.bias", 5, new Uint8Array([0x80, 0x7f]), "inf-last.safetensors");
     const e = await failure(() => run(dit, VAE));
@@ -137,6 +150,18 @@ describe(`E_NUMERIC at the stage that first holds NaN / ∞, naming the damaged 
       );
       expect(e.code).toBe("E_NUMERIC");
       expect(e.message).toContain("conditioning (positive): 1 of 6720 values is NaN or infinite");
+    },
+  );
+  test.skipIf(missing.length > 0)(
+    "encode with a NaN text-encoder weight: the conditioning stage, naming the encoder's tensor; nothing returned",
+    async () => {
+      const name = "model.language_model.layers.0.input_layernorm.weight";
+      const te = plant(TE, name, 2, BF16_NAN, "nan-te.safetensors");
+      const e = await failure(() => KREA2_PIPELINE.encode({ textEncoder: te, backend, prompt: "a cat" }));
+      expect(e.code).toBe("E_NUMERIC");
+      expect(e.message).toContain("conditioning (positive): ");
+      expect(e.message).toContain(`the text encoder file ${te} holds NaN in tensor ${name} (element 2)`);
+      expect(backend.memory.current).toBe(0);
     },
   );
   test("saved latents and conditioning with NaN are refused when read and when written, naming the file", async () => {
