@@ -9,7 +9,10 @@
  * llama/addon/AddonContext.cpp `AddonContextSampleTokenWorker`).
  *
  * usage: bun packages/llm/scripts/llama-cpp-oracle.ts FILE.gguf '{"text": "...", "ids": [..], "n": 32, "top": 16, "threads": 2}'
- * output: {ok, bos, addBos, tokenized (llama.cpp's ids of `text`, no BOS, no special parsing),
+ *   optional: "special": true (tokenize `text` parsing special tokens, as for a rendered chat template),
+ *   "texts": [...] (more texts to tokenize, no BOS, no special parsing: tokenizer vectors)
+ * output: {ok, bos, addBos, tokenized (llama.cpp's ids of `text`, no BOS, special parsing as asked),
+ *   texts (the ids of each of `texts`),
  *   greedy: n ids, steps: per generated position the `top` most likely [id, p] pairs (the first is the
  *   prediction after the prompt), promptRows: the same for every prompt row, first: the full
  *   distribution after the prompt (indexed by id)}
@@ -21,7 +24,15 @@ if (path === undefined || spec === undefined) {
   console.error("usage: llama-cpp-oracle.ts FILE.gguf JSON");
   process.exit(2);
 }
-const args = JSON.parse(spec) as { text?: string; ids: number[]; n: number; top?: number; threads?: number };
+const args = JSON.parse(spec) as {
+  text?: string;
+  special?: boolean;
+  texts?: string[];
+  ids: number[];
+  n: number;
+  top?: number;
+  threads?: number;
+};
 const topN = args.top ?? 16;
 
 function top(p: Map<Token, number> | undefined): [number, number][] {
@@ -68,7 +79,9 @@ try {
       ok: true,
       bos: model.tokens.bos,
       addBos: model.tokens.shouldPrependBosToken,
-      tokenized: args.text === undefined ? null : model.tokenize(args.text).map(Number),
+      tokenized:
+        args.text === undefined ? null : model.tokenize(args.text, args.special === true).map(Number),
+      texts: (args.texts ?? []).map((t) => model.tokenize(t).map(Number)),
       greedy,
       steps,
       promptRows,

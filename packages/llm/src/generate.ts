@@ -305,7 +305,9 @@ export class GenerationSession {
     }
 
     // Reuse the common prefix; at least the last prompt token is run, for its logits.
-    const reused = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1);
+    let reused = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1);
+    // a sliding-window ring cannot go back before its floor: start over (llm.md §5.3 step 3)
+    if (reused < model.cached && reused < (model.truncateFloor ?? 0)) reused = 0;
     if (model.cached > reused) model.truncate(reused);
     this.#ids.length = reused;
 

@@ -132,4 +132,62 @@ describe("KvCache", () => {
     backend.free(t);
     expect(backend.memory.current).toBe(0);
   });
+
+  test("sliding-window rings: W + ringBatch rows, the last W − 1 positions kept in order as it moves on", async () => {
+    // layer 0 full, layer 1 a ring: window 3, batch 2 → 5 rows
+    const kv = new KvCache(backend, {
+      layers: 2,
+      numKvHeads: KVH,
+      headDim: HD,
+      maxContext: 100,
+      minRows: 8,
+      slidingWindow: [0, 3],
+      ringBatch: 2,
+    });
+    expect(kv.maxStep).toBe(2);
+    append(kv, 2);
+    expect(kv.bytes).toBe(2 * (8 + 5) * KVH * HD * 4);
+    expect(backend.memory.current).toBe(kv.bytes);
+    append(kv, 2);
+    append(kv, 1); // positions 0..4 fill the ring
+    expect([kv.start(0), kv.start(1), kv.truncateFloor]).toEqual([0, 0, 0]);
+    append(kv, 2); // positions 5, 6: the ring keeps 3, 4 (W − 1 = 2) at its front
+    expect([kv.start(0), kv.start(1), kv.truncateFloor]).toEqual([0, 3, 5]);
+    append(kv, 1);
+    append(kv, 2); // 7, then 8, 9: rows 3..7 → keeps 6, 7
+    expect([kv.length, kv.start(1)]).toEqual([10, 6]);
+    const k = kv.keys(1, 10); // positions [6, 10)
+    expect(k.shape).toEqual([1, KVH, 4, HD]);
+    const got = (await backend.read(k)) as Float32Array;
+    const want = rows(1, 6, 4, 1);
+    for (let h = 0; h < KVH; h++)
+      for (let r = 0; r < 4; r++)
+        for (let d = 0; d < HD; d++)
+          expect(got[(h * 4 + r) * HD + d]).toBe(want[(r * KVH + h) * HD + d] as number);
+    const v = (await backend.read(kv.values(1, 10))) as Float32Array;
+    expect(v[0]).toBe(rows(1, 6, 1, -1)[0] as number);
+    // the full layer still holds everything
+    expect((await backend.read(kv.keys(0, 10))).length).toBe(10 * KVH * HD);
+    expect(kv.bytes).toBe(2 * (100 + 5) * KVH * HD * 4); // the full layer grew (+1024, capped at 100), the ring did not
+    const code = (fn: () => unknown) => {
+      try {
+        fn();
+      } catch (e) {
+        return e instanceof TpError ? e.code : "not a TpError";
+      }
+      return "no error";
+    };
+    expect(code(() => kv.reserve(13))).toBe("E_STATE"); // 3 rows in one step > ringBatch 2
+    expect(code(() => kv.truncate(7))).toBe("E_STATE"); // position 7's window starts at 5: dropped
+    expect(code(() => kv.keys(1, 5))).toBe("E_ARG"); // before the ring's start
+    kv.truncate(8); // window of 8 starts at 6: still held
+    append(kv, 1);
+    expect((await backend.read(kv.keys(1, 9)))[2 * HD]).toBe(1000 + 80); // position 8 rewritten
+    kv.truncate(0);
+    expect([kv.length, kv.start(1), kv.truncateFloor]).toEqual([0, 0, 0]);
+    append(kv, 2);
+    expect((await backend.read(kv.keys(1, 2)))[HD]).toBe(1000 + 10);
+    kv.dispose();
+    expect(backend.memory.current).toBe(0);
+  });
 });

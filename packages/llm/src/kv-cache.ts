@@ -22,6 +22,18 @@
  * `backend.set`. The bytes are backend memory, counted by the backend's account (`alloc`) and
  * reported by {@link KvCache.bytes}.
  *
+ * Sliding-window layers (Gemma 3's local layers, llm.md §3.5 "Sliding-window KV ring"): a layer with
+ * `slidingWindow[l] = W > 0` only ever needs the last W − 1 positions before the rows being written, so
+ * it holds `min(maxContext, W + ringBatch)` rows, allocated at the first reservation and never grown.
+ * Its row 0 holds position {@link KvCache.start}(l): when a reservation would run past the end, the last
+ * W − 1 rows (those the next queries can still see) are moved to the front and the start advances —
+ * once every ~ringBatch decoded tokens, W − 1 rows copied. Keys stay in position order, so attention
+ * reads `[start, rows)` with `qOffset = offset − start` and the op's causal window mask (no wrapped
+ * indices for the kernel to handle). A step may write at most `ringBatch` rows ({@link KvCache.maxStep};
+ * `LanguageModel.step` splits longer prefills). Truncating keeps working down to
+ * {@link KvCache.truncateFloor}: below it, rows a query would need were dropped, and only 0 (a reset) is
+ * possible.
+ *
  * Source: ../shared/spec/llm.md §7.2, §7.3; Z-core `kv_cache.zig`.
  */
 import { type Backend, type Tensor, TpError } from "@tp/tensor";
@@ -38,7 +50,17 @@ export interface KvCacheOptions {
   readonly maxContext: number;
   /** Rows committed by the first reservation at least; default 4096 (llm.md §7.3), capped at maxContext. */
   readonly minRows?: number;
+  /**
+   * Per layer: the sliding window W of a local-attention layer (it keeps W + ringBatch rows), or 0 for
+   * a layer that attends the whole context. Default: every layer full.
+   */
+  readonly slidingWindow?: readonly number[];
+  /** The most rows one step writes into a sliding-window layer (the ring's slack); default 512. */
+  readonly ringBatch?: number;
 }
+
+/** Default {@link KvCacheOptions.ringBatch}: llama.cpp's default micro-batch (n_ubatch 512). */
+export const KV_RING_BATCH = 512;
 
 /** Default rows committed up front (llm.md §7.3: `max(prompt + 1, 4096)`). */
 export const KV_INITIAL_ROWS = 4096;
@@ -70,6 +92,13 @@ export class KvCache {
   readonly headDim: number;
   readonly maxContext: number;
   readonly #minRows: number;
+  /** Per layer: its sliding window, 0 for full attention. */
+  readonly #window: readonly number[];
+  /** Rows of a sliding-window layer's ring (min(maxContext, W + ringBatch)), 0 for a full layer. */
+  readonly #ringRows: readonly number[];
+  readonly #ringBatch: number;
+  /** Per layer: the position held in row 0 (always 0 for a full layer). */
+  readonly #start: number[];
   #k: Tensor[] = [];
   #v: Tensor[] = [];
   #capacity = 0;
@@ -84,19 +113,68 @@ export class KvCache {
     this.headDim = positiveInt("headDim", options.headDim);
     this.maxContext = positiveInt("maxContext", options.maxContext);
     this.#minRows = positiveInt("minRows", options.minRows ?? KV_INITIAL_ROWS);
+    this.#ringBatch = positiveInt("ringBatch", options.ringBatch ?? KV_RING_BATCH);
+    const windows = options.slidingWindow ?? [];
+    if (windows.length !== 0 && windows.length !== this.layers) {
+      throw new TpError(
+        "E_ARG",
+        `KV cache slidingWindow must have one entry per layer (${this.layers}), got ${windows.length}`,
+      );
+    }
+    this.#window = Array.from({ length: this.layers }, (_, l) => {
+      const w = windows[l] ?? 0;
+      return w === 0 ? 0 : positiveInt(`slidingWindow[${l}]`, w);
+    });
+    this.#ringRows = this.#window.map((w) => (w === 0 ? 0 : Math.min(this.maxContext, w + this.#ringBatch)));
+    this.#start = this.#window.map(() => 0);
   }
 
   /** Committed rows (tokens whose keys and values every layer holds): the next position. */
   get length(): number {
     return this.#length;
   }
-  /** Rows allocated per layer (0 before the first reservation). */
+  /** Rows allocated per full-attention layer (0 before the first reservation). */
   get capacity(): number {
     return this.#capacity;
   }
-  /** Backend bytes held: 2 · layers · capacity · num_kv_heads · head_dim · 4 (f32). */
+  /**
+   * Backend bytes held: 2 · Σ_layers rows · num_kv_heads · head_dim · 4 (f32), rows = capacity for a
+   * full layer and its ring for a sliding-window one (0 before the first reservation).
+   */
   get bytes(): number {
-    return 2 * this.layers * this.#capacity * this.numKvHeads * this.headDim * 4;
+    if (this.#capacity === 0) return 0;
+    let rows = 0;
+    for (let l = 0; l < this.layers; l++) rows += this.#layerRows(l);
+    return 2 * rows * this.numKvHeads * this.headDim * 4;
+  }
+  /** The most rows one step may write (ringBatch with a sliding-window layer, else unbounded). */
+  get maxStep(): number {
+    return this.#window.some((w) => w > 0) ? this.#ringBatch : Number.POSITIVE_INFINITY;
+  }
+  /** The position held in row 0 of a layer's tensors (> 0 once a sliding-window ring moved on). */
+  start(layer: number): number {
+    this.#assertLive();
+    const s = this.#start[layer];
+    if (s === undefined) throw new TpError("E_ARG", `KV cache: no layer ${layer} (of ${this.layers})`);
+    return s;
+  }
+  /**
+   * The shortest length {@link KvCache.truncate} can keep besides 0: a query at position `len` of a
+   * sliding-window layer needs positions from len − W + 1 on, which must still be held. 0 when every
+   * length down to 0 works.
+   */
+  get truncateFloor(): number {
+    let floor = 0;
+    for (let l = 0; l < this.layers; l++) {
+      const s = this.#start[l] as number;
+      if (s > 0) floor = Math.max(floor, s + (this.#window[l] as number) - 1);
+    }
+    return floor;
+  }
+
+  /** Rows allocated in layer l (its ring, or the full capacity). */
+  #layerRows(l: number): number {
+    return (this.#ringRows[l] as number) > 0 ? (this.#ringRows[l] as number) : this.#capacity;
   }
 
   #assertLive(): void {
@@ -119,6 +197,14 @@ export class KvCache {
         `context window full: ${rows} tokens do not fit the context of ${this.maxContext} (raise --ctx)`,
       );
     }
+    const n = rows - this.#length;
+    if (n > this.maxStep) {
+      throw new TpError(
+        "E_STATE",
+        `KV cache: a step of ${n} rows exceeds the sliding-window ring's batch of ${this.#ringBatch}; split it`,
+      );
+    }
+    if (this.#capacity > 0) this.#advanceRings(rows);
     if (rows <= this.#capacity) return;
     const cap =
       this.#capacity === 0
@@ -127,15 +213,22 @@ export class KvCache {
             this.maxContext,
             Math.max(rows, Math.ceil(this.#capacity * KV_GROWTH_FACTOR), this.#capacity + KV_MIN_GROWTH),
           );
-    const shape = [this.numKvHeads, cap, this.headDim];
+    const first = this.#capacity === 0;
     const fresh: Tensor[] = [];
     try {
       for (let l = 0; l < this.layers; l++) {
+        const ring = this.#ringRows[l] as number;
+        if (ring > 0 && !first) {
+          fresh.push(this.#k[l] as Tensor, this.#v[l] as Tensor); // rings are allocated once
+          continue;
+        }
+        const shape = [this.numKvHeads, ring > 0 ? ring : cap, this.headDim];
         fresh.push(this.backend.alloc(shape, "f32", `kv.${l}.k`));
         fresh.push(this.backend.alloc(shape, "f32", `kv.${l}.v`));
       }
       if (this.#length > 0) {
         for (let l = 0; l < this.layers; l++) {
+          if ((this.#ringRows[l] as number) > 0) continue;
           this.backend.set(
             (fresh[2 * l] as Tensor).slice(1, 0, this.#length),
             (this.#k[l] as Tensor).slice(1, 0, this.#length),
@@ -147,10 +240,16 @@ export class KvCache {
         }
       }
     } catch (e) {
-      for (const t of fresh) this.backend.free(t);
+      for (let i = 0; i < fresh.length; i++) {
+        if (first || (this.#ringRows[i >> 1] as number) === 0) this.backend.free(fresh[i] as Tensor);
+      }
       throw e;
     }
-    this.#freeTensors();
+    for (let l = 0; l < this.#k.length; l++) {
+      if ((this.#ringRows[l] as number) > 0) continue; // kept as they are
+      this.backend.free(this.#k[l] as Tensor);
+      this.backend.free(this.#v[l] as Tensor);
+    }
     this.backend.persist(fresh); // the cache outlives any backend.scope it grows in
     this.#k = fresh.filter((_, i) => i % 2 === 0);
     this.#v = fresh.filter((_, i) => i % 2 === 1);
@@ -165,30 +264,34 @@ export class KvCache {
   write(layer: number, k: Tensor, v: Tensor): void {
     this.#assertLive();
     const n = k.shape[0] ?? 0;
-    if (this.#length + n > this.#capacity) {
+    const at = this.#length - this.start(layer); // the row of position `length` in this layer
+    if (this.#capacity === 0 || at + n > this.#layerRows(layer)) {
       throw new TpError(
         "E_STATE",
-        `KV cache: ${n} rows at ${this.#length} exceed the capacity ${this.#capacity}; call reserve first`,
+        `KV cache: ${n} rows at ${this.#length} exceed the capacity of layer ${layer}; call reserve first`,
       );
     }
-    // [n, kvh, hd] → [kvh, n, hd] into rows [length, length + n) of every head
-    this.backend.set(this.#layerK(layer).slice(1, this.#length, this.#length + n), k.permute(1, 0, 2));
-    this.backend.set(this.#layerV(layer).slice(1, this.#length, this.#length + n), v.permute(1, 0, 2));
+    // [n, kvh, hd] → [kvh, n, hd] into the rows of positions [length, length + n) of every head
+    this.backend.set(this.#layerK(layer).slice(1, at, at + n), k.permute(1, 0, 2));
+    this.backend.set(this.#layerV(layer).slice(1, at, at + n), v.permute(1, 0, 2));
   }
 
-  /** Keys of rows [0, rows) of a layer: a view [1, num_kv_heads, rows, head_dim] on the cache. */
+  /**
+   * Keys of positions [start(layer), rows) of a layer: a view [1, num_kv_heads, rows − start, head_dim]
+   * on the cache (start is 0 for a full layer).
+   */
   keys(layer: number, rows: number): Tensor {
-    return this.#rows(this.#layerK(layer), rows);
+    return this.#rows(layer, this.#layerK(layer), rows);
   }
-  /** Values of rows [0, rows) of a layer: a view [1, num_kv_heads, rows, head_dim] on the cache. */
+  /** Values of positions [start(layer), rows) of a layer, as {@link KvCache.keys}. */
   values(layer: number, rows: number): Tensor {
-    return this.#rows(this.#layerV(layer), rows);
+    return this.#rows(layer, this.#layerV(layer), rows);
   }
 
   /** All layers wrote `n` new rows: they become part of the cache. @throws TpError E_STATE past capacity */
   commit(n: number): void {
     this.#assertLive();
-    if (!Number.isSafeInteger(n) || n < 0 || this.#length + n > this.#capacity) {
+    if (!Number.isSafeInteger(n) || n < 0 || !this.#fits(this.#length + n)) {
       throw new TpError(
         "E_STATE",
         `KV cache: cannot commit ${n} rows at ${this.#length} (capacity ${this.#capacity})`,
@@ -197,13 +300,25 @@ export class KvCache {
     this.#length += n;
   }
 
-  /** Forget rows from `len` on (0 ≤ len ≤ length); the memory stays committed. @throws TpError E_ARG */
+  /**
+   * Forget rows from `len` on (0 ≤ len ≤ length); the memory stays committed. With sliding-window
+   * layers, `len` must be 0 or at least {@link KvCache.truncateFloor}.
+   * @throws TpError E_ARG outside [0, length]; E_STATE between 0 and the floor (naming both)
+   */
   truncate(len: number): void {
     this.#assertLive();
     if (!Number.isSafeInteger(len) || len < 0 || len > this.#length) {
       throw new TpError("E_ARG", `KV cache truncate: length must be in [0, ${this.#length}], got ${len}`);
     }
+    const floor = this.truncateFloor;
+    if (len > 0 && len < floor) {
+      throw new TpError(
+        "E_STATE",
+        `KV cache truncate: the sliding-window rows before position ${floor} were dropped, so ${len} cannot be kept; truncate to 0 or to at least ${floor}`,
+      );
+    }
     this.#length = len;
+    if (len === 0) this.#start.fill(0);
   }
 
   /** Free every layer's tensors; the cache is unusable afterwards. Idempotent. */
@@ -213,6 +328,40 @@ export class KvCache {
     this.#capacity = 0;
     this.#length = 0;
     this.#disposed = true;
+  }
+
+  /** Every layer holds positions [start, rows) (nothing is allocated before the first reservation). */
+  #fits(rows: number): boolean {
+    if (this.#capacity === 0) return rows === 0;
+    for (let l = 0; l < this.layers; l++) {
+      if (rows - (this.#start[l] as number) > this.#layerRows(l)) return false;
+    }
+    return true;
+  }
+
+  /**
+   * Before rows [length, rows) are written: move each sliding-window ring whose rows would run past its
+   * end so that it holds the last W − 1 positions before `length` at its front (through a temporary:
+   * the source and destination rows may overlap).
+   */
+  #advanceRings(rows: number): void {
+    for (let l = 0; l < this.layers; l++) {
+      const ring = this.#ringRows[l] as number;
+      const start = this.#start[l] as number;
+      if (ring === 0 || rows - start <= ring) continue;
+      const keep = Math.min(this.#length - start, (this.#window[l] as number) - 1);
+      const from = this.#length - keep - start; // row of the first position kept
+      for (const t of [this.#k[l] as Tensor, this.#v[l] as Tensor]) {
+        if (keep === 0) break;
+        const moved = this.backend.copy(t.slice(1, from, from + keep));
+        try {
+          this.backend.set(t.slice(1, 0, keep), moved);
+        } finally {
+          this.backend.free(moved);
+        }
+      }
+      this.#start[l] = this.#length - keep;
+    }
   }
 
   #freeTensors(): void {
@@ -236,11 +385,16 @@ export class KvCache {
     return t;
   }
 
-  #rows(t: Tensor, rows: number): Tensor {
-    if (!Number.isSafeInteger(rows) || rows < 0 || rows > this.#capacity) {
-      throw new TpError("E_ARG", `KV cache: rows must be in [0, ${this.#capacity}], got ${rows}`);
+  #rows(layer: number, t: Tensor, rows: number): Tensor {
+    const start = this.start(layer);
+    const held = rows - start;
+    if (!Number.isSafeInteger(rows) || held < 0 || held > this.#layerRows(layer)) {
+      throw new TpError(
+        "E_ARG",
+        `KV cache: rows must be in [${start}, ${start + this.#layerRows(layer)}] for layer ${layer}, got ${rows}`,
+      );
     }
-    // [kvh, rows, hd] → [1, kvh, rows, hd] (strided view, no copy)
-    return t.slice(1, 0, rows).reshape(1, this.numKvHeads, rows, this.headDim);
+    // [kvh, held, hd] → [1, kvh, held, hd] (strided view, no copy)
+    return t.slice(1, 0, held).reshape(1, this.numKvHeads, held, this.headDim);
   }
 }

@@ -289,6 +289,7 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
     const model = createLanguageModel(o.arch, options.backend, o.config, o.reader, {
       ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
       ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
+      ...(options.kvRingBatch !== undefined ? { kvRingBatch: options.kvRingBatch } : {}),
       file: o.path,
       onDispose: () => source.close(),
     });

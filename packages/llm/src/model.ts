@@ -35,6 +35,10 @@ export interface LlmConfig {
   readonly max_position_embeddings: number;
   /** The output projection is the token embedding (no separate lm_head / output.weight). */
   readonly tie_word_embeddings: boolean;
+  /** Sliding window of the `sliding_attention` layers (Gemma 3: query at p sees keys p − W < j ≤ p). */
+  readonly sliding_window?: number;
+  /** Per layer, as HF `layer_types`: which layers use {@link LlmConfig.sliding_window}; absent = all full. */
+  readonly layer_types?: readonly ("full_attention" | "sliding_attention")[];
 }
 
 /** Options of {@link CausalLM.step}. */
@@ -72,6 +76,11 @@ export interface CausalLM {
   step(ids: Int32Array | readonly number[], options?: StepOptions): Tensor;
   /** Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. */
   truncate(len: number): void;
+  /**
+   * The shortest length `truncate` can keep besides 0 (a sliding-window ring dropped the rows a query
+   * before it would need); 0 or absent when any length works.
+   */
+  readonly truncateFloor?: number;
   /** Free the cache and every tensor the model uploaded; the model is unusable afterwards. */
   dispose(): void;
 }

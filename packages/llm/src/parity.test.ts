@@ -6,12 +6,15 @@
 // stated tolerance (Q8_0 / Q4_0). llama.cpp runs in a child process (scripts/llama-cpp-oracle.ts, f32
 // KV cache like ours) so a native crash cannot take the runner down.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
+import type { Tensor } from "@tp/tensor";
+import { tokenizerFromGguf } from "@tp/tokenizer";
 import { chatPromptIds, chatTemplateFor } from "./chat.ts";
 import { loadModel } from "./load.ts";
+import type { Gemma3Model } from "./models/gemma3.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
@@ -54,14 +57,65 @@ const N_GREEDY = 32;
 const TOP = 16;
 const PROMPT = "Once upon a time";
 
+/**
+ * Gemma 3, as our model runs (f32 GELU), by weight type, with the reason: llama.cpp's CPU GELU is an
+ * f16 table lookup (ggml-cpu vec.h `GGML_GELU_FP16`: input and result rounded to f16).
+ * - F32: that rounding alone; measured ≤ 8.5e-4.
+ * - F16: plus llama.cpp's f16 activations; measured ≤ 2.1e-3.
+ * - Q8_0 / Q4_0: both quantize each matmul's input to Q8_0, which is discontinuous: the f16 GELU flips
+ *   int8 roundings of the next input, and six layers of random weights with sandwich norms amplify
+ *   them; measured ≤ 8.0e-2 (Q8_0, prompt rows) and ≤ 3.4e-2 (Q4_0). The greedy rule is the quantized one.
+ * The {@link GEMMA_F16_GELU_TOL} rows show that the f16 GELU is the cause.
+ */
+const GEMMA_PROB_TOL = { F32: 2e-3, F16: 5e-3, Q8_0: 0.15, Q4_0: 0.1 } as const;
+/**
+ * Gemma 3 quantized: the near-tie rule's gap, wider than {@link QUANT_GAP_NATS} because the
+ * probability error above is wider; the one divergence seen is at 0.026 nats (fullvocab Q4_0, step 3).
+ */
+const GEMMA_QUANT_GAP_NATS = 0.05;
+/**
+ * Gemma 3 with llama.cpp's f16 GELU emulated on our side (the gate and the GELU rounded through f16,
+ * a test-only override of `Gemma3Model.gelu`):
+ * - F32: measured ≤ 5.7e-6 on prompt rows, ≤ 9.6e-5 on decode steps (the rest is not explained).
+ * - Q8_0: measured ≤ 2e-5: the dense tolerance holds.
+ * - Q4_0 is not listed: it stays near 2e-2 at positions ≥ 1 (position 0 agrees exactly); the cause is
+ *   not found (finding in the report of this change).
+ */
+const GEMMA_F16_GELU_TOL = { F32: 2e-4, Q8_0: PROB_TOL.Q8_0 } as const;
+
 type WeightType = keyof typeof PROB_TOL;
-/** A file, its weight type, and whether the prompt goes through the file's chat template (`chat`). */
-const CASES: { file: string; type: WeightType; chat?: boolean }[] = [
+interface Case {
+  file: string;
+  type: WeightType;
+  /** The prompt text (default {@link PROMPT}); with `chat`, the user message of a one-turn chat. */
+  text?: string;
+  /** Render `text` as a user turn with the file's chat template (ids compared with llama.cpp's tokenization of the render). */
+  chat?: boolean;
+  /** kvRingBatch: small, so the sliding-window ring of Gemma's local layers wraps within the test. */
+  ring?: number;
+  maxContext?: number;
+  tol?: number;
+  /** Emulate llama.cpp's f16-table GELU on our side (Gemma only; see {@link GEMMA_F16_GELU_TOL}). */
+  f16Gelu?: boolean;
+  /** The near-tie gap for a quantized file (default {@link QUANT_GAP_NATS}). */
+  gap?: number;
+}
+/** A prompt longer than the tiny Gemma files' sliding window (8) and their ring (8 + 16 rows). */
+const LONG_TEXT =
+  "The old lighthouse keeper climbed the stairs every night, counting each step, and watched the ships pass the rocks while the storm rolled in from the sea.";
+const CASES: Case[] = [
   { file: "real/stories260K-f32-v3.gguf", type: "F32" },
   { file: "real/llama-2-tiny-random.gguf", type: "F16" },
   ...(["F32", "F16", "Q8_0", "Q4_0"] as const).flatMap((type) => [
     { file: `synthetic/llama-tiny-${type}.gguf`, type },
     { file: `synthetic/qwen3-tiny-${type}.gguf`, type },
+    {
+      file: `synthetic/gemma3-tiny-${type}.gguf`,
+      type,
+      ring: 4,
+      tol: GEMMA_PROB_TOL[type],
+      gap: GEMMA_QUANT_GAP_NATS,
+    },
   ]),
   { file: "synthetic/qwen3-fullvocab-Q4_0.gguf", type: "Q4_0" },
   // Qwen3 MoE: the raw prompt and the same prompt as one user turn of the file's chat template
@@ -69,10 +123,51 @@ const CASES: { file: string; type: WeightType; chat?: boolean }[] = [
     { file: `synthetic/qwen3moe-tiny-${type}.gguf`, type },
     { file: `synthetic/qwen3moe-tiny-${type}.gguf`, type, chat: true },
   ]),
+  {
+    file: "synthetic/gemma3-fullvocab-Q4_0.gguf",
+    type: "Q4_0",
+    ring: 4,
+    tol: GEMMA_PROB_TOL.Q4_0,
+    gap: GEMMA_QUANT_GAP_NATS,
+  },
+  {
+    file: "synthetic/gemma3-fullvocab-Q4_0.gguf",
+    type: "Q4_0",
+    text: "Why is the sky blue?",
+    chat: true,
+    ring: 4,
+    tol: GEMMA_PROB_TOL.Q4_0,
+    gap: GEMMA_QUANT_GAP_NATS,
+  },
+  // long context: the prompt is prefilled in ring-sized chunks and the ring wraps several times
+  // (F32: on Q8_0 the amplification above grows with the prompt, and the greedy tokens part)
+  {
+    file: "synthetic/gemma3-tiny-F32.gguf",
+    type: "F32",
+    text: LONG_TEXT,
+    ring: 16,
+    maxContext: 128,
+    tol: GEMMA_PROB_TOL.F32,
+  },
+  {
+    file: "synthetic/gemma3-tiny-F32.gguf",
+    type: "F32",
+    text: LONG_TEXT,
+    ring: 16,
+    maxContext: 128,
+    tol: GEMMA_F16_GELU_TOL.F32,
+    f16Gelu: true,
+  },
+  ...(["F32", "Q8_0"] as const).map((type) => ({
+    file: `synthetic/gemma3-tiny-${type}.gguf`,
+    type,
+    ring: 4,
+    tol: GEMMA_F16_GELU_TOL[type],
+    f16Gelu: true,
+  })),
 ];
-
-/** A case's name and the key of its prompt ids and oracle run. */
-const caseKey = (c: { file: string; chat?: boolean }) => (c.chat ? `${c.file} (chat template)` : c.file);
+const caseName = (c: Case) =>
+  `${c.file}${c.chat ? " (chat template)" : c.text !== undefined ? " (prompt past the sliding window)" : ""}${c.f16Gelu ? " with llama.cpp's f16 GELU emulated" : ""}`;
 
 interface Oracle {
   ok: boolean;
@@ -86,10 +181,10 @@ interface Oracle {
   first: (number | null)[];
 }
 
-async function runOracle(path: string, ids: number[]): Promise<Oracle> {
-  const spec = JSON.stringify({ text: PROMPT, ids, n: N_GREEDY, top: TOP, threads: 2 });
+async function runOracle(path: string, ids: number[], text: string, special: boolean): Promise<Oracle> {
+  const spec = JSON.stringify({ text, special, ids, n: N_GREEDY, top: TOP, threads: 2 });
   const p = Bun.spawn([process.execPath, ORACLE, path, spec], { stdout: "pipe", stderr: "pipe" });
-  const timer = setTimeout(() => p.kill(), 120_000);
+  const timer = setTimeout(() => p.kill(), 300_000); // the fullvocab files take a while on a busy machine
   const out = await new Response(p.stdout).text();
   await p.exited;
   clearTimeout(timer);
@@ -126,62 +221,89 @@ describe.skipIf(SKIP !== "")(
   `parity with llama.cpp (node-llama-cpp 3.21.1)${SKIP ? ` — ${SKIP}` : ""}`,
   () => {
     const backend = createBackend({ threads: 2 });
-    const oracles = new Map<string, Promise<Oracle>>();
-    const promptIds = new Map<string, number[]>();
+    const promptIds = new Map<Case, number[]>();
+    /** What llama.cpp tokenizes: the prompt text, or the rendered chat template (special tokens parsed). */
+    const oracleText = new Map<Case, string>();
     afterAll(() => backend.dispose());
 
     beforeAll(() => {
-      // our prompt ids for each file (text → ids with the vocabulary's BOS), then llama.cpp on 4 at a time
+      // our prompt ids for each case: text → ids with the vocabulary's BOS, or the chat template's
+      // render tokenized as llama.cpp does
       for (const c of CASES) {
         const { model, tokenizer } = loadModel(join(MODELS, c.file), { backend, maxContext: 64 });
-        const ids = c.chat
-          ? chatPromptIds(tokenizer, chatTemplateFor(tokenizer), [{ role: "user", content: PROMPT }])
-          : tokenizer.encode(PROMPT, { addSpecial: true });
-        promptIds.set(caseKey(c), ids);
+        const text = c.text ?? PROMPT;
+        if (c.chat) {
+          const template = chatTemplateFor(tokenizer);
+          const messages = [{ role: "user", content: text }];
+          promptIds.set(c, chatPromptIds(tokenizer, template, messages));
+          oracleText.set(c, template.render(messages));
+        } else {
+          promptIds.set(c, tokenizer.encode(text, { addSpecial: true }));
+          oracleText.set(c, text);
+        }
         model.dispose();
       }
-      let chain: Promise<unknown>[] = [
-        Promise.resolve(),
-        Promise.resolve(),
-        Promise.resolve(),
-        Promise.resolve(),
-      ];
-      CASES.forEach((c, i) => {
-        const slot = i % chain.length;
-        const run = (chain[slot] as Promise<unknown>).then(() =>
-          runOracle(join(MODELS, c.file), promptIds.get(caseKey(c)) as number[]),
-        );
-        chain = chain.map((x, j) => (j === slot ? run : x));
-        oracles.set(caseKey(c), run);
-      });
     });
+
+    // llama.cpp runs lazily (a test filter skips the others), once per distinct file and prompt: the
+    // case being checked and the next two at once
+    const byPrompt = new Map<string, Promise<Oracle>>();
+    const oracleFor = (c: Case): Promise<Oracle> => {
+      const text = oracleText.get(c) as string;
+      const key = `${c.file}\u0000${text}\u0000${c.chat === true}`;
+      let o = byPrompt.get(key);
+      if (o === undefined) {
+        o = runOracle(join(MODELS, c.file), promptIds.get(c) as number[], text, c.chat === true);
+        byPrompt.set(key, o);
+      }
+      return o;
+    };
 
     for (const c of CASES) {
       const { file, type } = c;
-      test(`${caseKey(c)}: prompt ids, probabilities within ${PROB_TOL[type]}, ${N_GREEDY} greedy tokens`, async () => {
-        const o = await (oracles.get(caseKey(c)) as Promise<Oracle>);
+      const tol = c.tol ?? PROB_TOL[type];
+      test(`${caseName(c)}: prompt ids, probabilities within ${tol}, ${N_GREEDY} greedy tokens`, async () => {
+        const at = CASES.indexOf(c);
+        for (const next of CASES.slice(at + 1, at + 3)) void oracleFor(next);
+        const o = await oracleFor(c);
         expect(o.error).toBeUndefined();
         expect(o.ok).toBe(true);
-        const { model, tokenizer, config } = loadModel(join(MODELS, file), { backend, maxContext: 64 });
+        const { model, tokenizer, config } = loadModel(join(MODELS, file), {
+          backend,
+          maxContext: c.maxContext ?? 64,
+          ...(c.ring === undefined ? {} : { kvRingBatch: c.ring }),
+        });
         try {
+          if (c.f16Gelu) {
+            // ggml's table: gelu_f32(f16(x)) stored as f16
+            const m = model.model as Gemma3Model;
+            const f16 = (t: Tensor) => backend.cast(backend.cast(t, "f16"), "f32");
+            m.gelu = (x) => f16(backend.gelu(f16(x), { approximate: "tanh" }));
+          }
           const V = config.vocab_size;
-          const ids = promptIds.get(caseKey(c)) as number[];
-          // the same prompt token ids: text → ids (no BOS) by both tokenizers, and the BOS rule
-          expect(tokenizer.encode(PROMPT)).toEqual(o.tokenized);
+          const ids = promptIds.get(c) as number[];
           expect(o.addBos).toBe(tokenizer.addBos);
-          if (o.addBos && !c.chat) expect(ids).toEqual([o.bos as number, ...o.tokenized]);
+          if (c.chat) {
+            // the rendered template tokenized by llama.cpp (special tokens parsed, its <bos> text
+            // included) is exactly our prompt
+            expect(ids).toEqual(o.tokenized);
+          } else {
+            // the same prompt token ids: text → ids (no BOS) by both tokenizers, and the BOS rule
+            expect(tokenizer.encode(oracleText.get(c) as string)).toEqual(o.tokenized);
+            if (o.addBos) expect(ids).toEqual([o.bos as number, ...o.tokenized]);
+          }
 
           // every prompt row in one batched forward; the full distribution after the prompt
           const all = model.step(ids, { allLogits: true });
           const rows = (await backend.read(all)) as Float32Array;
           backend.free(all);
           for (let r = 0; r < ids.length; r++) {
-            expect(topDiff(softmax(rows, r * V, V), o.promptRows[r] ?? [])).toBeLessThan(PROB_TOL[type]);
+            expect(topDiff(softmax(rows, r * V, V), o.promptRows[r] ?? [])).toBeLessThan(tol);
           }
           let p = softmax(rows, (ids.length - 1) * V, V);
           let full = 0;
           for (let t = 0; t < V; t++) full = Math.max(full, Math.abs((p[t] as number) - (o.first[t] ?? 0)));
-          expect(full).toBeLessThan(PROB_TOL[type]);
+          expect(full).toBeLessThan(tol);
 
           // greedy continuation, one decode step at a time
           const ours: number[] = [];
@@ -198,13 +320,13 @@ describe.skipIf(SKIP !== "")(
                 ours: next,
                 llama: o.greedy[i],
                 gap,
-                nearTie: quant && gap <= QUANT_GAP_NATS,
+                nearTie: quant && gap <= (c.gap ?? QUANT_GAP_NATS),
               }).toMatchObject({
                 nearTie: true,
               });
               break; // the sequences diverge at a near tie; nothing after it is comparable
             }
-            expect(topDiff(p, theirs)).toBeLessThan(PROB_TOL[type]);
+            expect(topDiff(p, theirs)).toBeLessThan(tol);
             if (i + 1 === N_GREEDY) break;
             const l = model.step([next]);
             p = softmax((await backend.read(l)) as Float32Array, 0, V);
@@ -223,7 +345,59 @@ describe.skipIf(SKIP !== "")(
         } finally {
           model.dispose();
         }
-      }, 180_000);
+      }, 400_000);
     }
   },
 );
+
+/**
+ * Gemma's SentencePiece (llm.md §4.3) against llama.cpp's own tokenizer on the full Gemma 3 vocabulary:
+ * tabs, space and newline runs (USER_DEFINED pieces in Gemma's vocab), byte fallback for characters
+ * without a piece, no dummy prefix; plus every text of llama.cpp's llama-spm test set. No BOS, no
+ * special-token parsing (llama_tokenize with add_special and parse_special false).
+ */
+const GEMMA_TEXTS = [
+  "\t",
+  "\t\tindented",
+  "a\tb\t\tc",
+  " ",
+  "   three spaces",
+  "trailing   ",
+  "\n",
+  "\n\n\n\nfour",
+  "x\n\n  y \n\t z",
+  "   \n\n   \t\t\n",
+  "Hello world",
+  " Hello world",
+  "<start_of_turn>user",
+  "\u0000\u0001\u007f",
+  "é ü ß ǅ",
+  "日本語のテキスト",
+  "🦙🤖 emoji",
+  "\u{10ffff}\u{e0001}",
+  "def f(x):\n    return x  # comment",
+];
+describe.skipIf(SKIP !== "")(`Gemma 3 tokenizer = llama.cpp's${SKIP ? ` — ${SKIP}` : ""}`, () => {
+  test("gemma3-fullvocab-Q4_0: whitespace runs, tabs, byte fallback, llama-spm texts", async () => {
+    const file = join(MODELS, "synthetic/gemma3-fullvocab-Q4_0.gguf");
+    const inp = readFileSync(join(MODELS, "tokenizer-tests/ggml-vocab-llama-spm.gguf.inp"), "utf8");
+    const texts = [...GEMMA_TEXTS, ...inp.split("\n__ggml_vocab_test__\n").slice(0, -1)];
+    expect(texts.length).toBe(GEMMA_TEXTS.length + 46);
+    const spec = JSON.stringify({ ids: [2], n: 1, top: 1, threads: 2, texts });
+    const p = Bun.spawn([process.execPath, ORACLE, file, spec], { stdout: "pipe", stderr: "pipe" });
+    const timer = setTimeout(() => p.kill(), 300_000);
+    const out = await new Response(p.stdout).text();
+    await p.exited;
+    clearTimeout(timer);
+    const o = JSON.parse(out.trim().split("\n").pop() || '{"ok":false,"error":"no output"}') as Oracle & {
+      texts: number[][];
+    };
+    expect(o.error).toBeUndefined();
+    const tokenizer = tokenizerFromGguf(file);
+    const bad = texts
+      .map((t, i) => ({ t, ours: tokenizer.encode(t), theirs: o.texts[i] ?? [] }))
+      .filter((x) => x.ours.join(" ") !== x.theirs.join(" "))
+      .map((x) => `${JSON.stringify(x.t)}: ours ${x.ours.join(" ")} llama.cpp ${x.theirs.join(" ")}`);
+    expect(bad).toEqual([]);
+  }, 400_000);
+});

@@ -48,8 +48,22 @@ const FILES = [
     `synthetic/llama-tiny-${t}.gguf`,
     `synthetic/qwen3-tiny-${t}.gguf`,
     `synthetic/qwen3moe-tiny-${t}.gguf`,
+    `synthetic/gemma3-tiny-${t}.gguf`,
   ]),
 ];
+/**
+ * Gemma's quantized tiny files: both backends quantize each matmul's input to Q8_0, which is
+ * discontinuous, and six layers of random weights with sandwich norms amplify the last-ulp differences
+ * of the GELU and the sums into flipped int8 roundings; measured 1.6e-3 (Q8_0) and 2.4e-2 (Q4_0, the
+ * same size as its distance from llama.cpp, parity.test.ts), greedy tokens identical.
+ * (gemma3-fullvocab-Q4_0 is left out: its 262144-row head takes minutes on llvmpipe.)
+ */
+const GEMMA_QUANT_TOL: Readonly<Record<string, number>> = {
+  "synthetic/gemma3-tiny-Q8_0.gguf": 5e-3,
+  "synthetic/gemma3-tiny-Q4_0.gguf": 5e-2,
+};
+/** Gemma's sliding-window ring takes 4 rows per step here (ring 8 + 4 rows): it wraps within the run. */
+const RING_BATCH = 4;
 
 function softmax(l: Float32Array, offset: number, v: number): Float64Array {
   let m = Number.NEGATIVE_INFINITY;
@@ -91,7 +105,11 @@ interface Run {
 
 /** The prompt in one batched forward (every row's logits), then N_GREEDY greedy decode steps. */
 async function run(backend: Backend, file: string): Promise<Run> {
-  const { model, tokenizer, config } = loadModel(join(MODELS, file), { backend, maxContext: 64 });
+  const { model, tokenizer, config } = loadModel(join(MODELS, file), {
+    backend,
+    maxContext: 64,
+    kvRingBatch: RING_BATCH,
+  });
   try {
     const V = config.vocab_size;
     const ids = tokenizer.encode(PROMPT, { addSpecial: true });
@@ -126,20 +144,19 @@ describe.skipIf(SKIP !== "")(
     });
 
     for (const file of FILES) {
-      test(`${file}: ${N_GREEDY} greedy tokens identical, probabilities within ${PROB_TOL}`, async () => {
+      const tol = GEMMA_QUANT_TOL[file] ?? PROB_TOL;
+      test(`${file}: ${N_GREEDY} greedy tokens identical, probabilities within ${tol}`, async () => {
         const ours = await run(gpu, file);
         const ref = await run(cpu, file);
         expect(ours.promptIds).toEqual(ref.promptIds);
         ours.promptRows.forEach((p, r) => {
-          expect(`prompt row ${r}: ${maxDiff(p, ref.promptRows[r] as Float64Array) <= PROB_TOL}`).toBe(
+          expect(`prompt row ${r}: ${maxDiff(p, ref.promptRows[r] as Float64Array) <= tol}`).toBe(
             `prompt row ${r}: true`,
           );
         });
         expect(ours.greedy).toEqual(ref.greedy);
         ours.steps.forEach((p, i) => {
-          expect(`step ${i}: ${maxDiff(p, ref.steps[i] as Float64Array) <= PROB_TOL}`).toBe(
-            `step ${i}: true`,
-          );
+          expect(`step ${i}: ${maxDiff(p, ref.steps[i] as Float64Array) <= tol}`).toBe(`step ${i}: true`);
         });
         if (file.includes("stories260K")) {
           // the trained model's story, as llama.cpp tells it (parity.test.ts)

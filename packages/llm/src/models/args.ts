@@ -36,6 +36,11 @@ export interface ArgRules {
   readonly architecture: string;
   /** RoPE layout of the file's q/k rows. */
   readonly rope_mode: LlmConfig["rope_mode"];
+  /**
+   * Linear RoPE scaling (GGUF `rope.scaling.type` "linear", config.json `rope_scaling` of type
+   * "linear") is accepted instead of refused; the architecture reads the factor itself (Gemma 3).
+   */
+  readonly linearRopeScaling?: boolean;
 }
 
 function need(v: number | undefined, key: string, file: string): number {
@@ -142,7 +147,8 @@ export function ggufArgs(meta: GgufMetadata, r: CheckpointReader, rules: ArgRule
   const epsKey = `${a}.attention.layer_norm_rms_epsilon`;
   const thetaKey = `${a}.rope.freq_base`;
   const scaling = meta.getString(`${a}.rope.scaling.type`);
-  if ((scaling !== undefined && scaling !== "none") || r.source.has("rope_freqs.weight")) {
+  const linear = rules.linearRopeScaling === true && scaling === "linear";
+  if ((scaling !== undefined && scaling !== "none" && !linear) || r.source.has("rope_freqs.weight")) {
     throw new TpError(
       "E_UNSUPPORTED",
       `RoPE scaling (${scaling ?? "rope_freqs.weight"}) is not implemented for ${a}; only unscaled RoPE is`,
@@ -233,8 +239,13 @@ export function hfArgs(
         file,
       },
     );
-  const scaling = json.rope_scaling;
-  if (scaling !== undefined && scaling !== null) {
+  const scaling = json.rope_scaling as Record<string, unknown> | null | undefined;
+  const linear =
+    rules.linearRopeScaling === true &&
+    typeof scaling === "object" &&
+    scaling !== null &&
+    (scaling.rope_type ?? scaling.type) === "linear";
+  if (scaling !== undefined && scaling !== null && !linear) {
     throw new TpError(
       "E_UNSUPPORTED",
       `rope_scaling ${JSON.stringify(scaling)} is not implemented; only unscaled RoPE is`,

@@ -59,6 +59,11 @@ export interface LanguageModelOptions {
   readonly maxContext?: number;
   /** KV rows committed at first use at least (llm.md §7.3: 4096); tests use fewer to exercise growth. */
   readonly kvInitialRows?: number;
+  /**
+   * Sliding-window layers keep `sliding_window + kvRingBatch` rows, and a step runs at most this many
+   * rows per forward (longer prompts are split); default 512. Tests use fewer to make the ring wrap.
+   */
+  readonly kvRingBatch?: number;
   /** Called by dispose after the tensors are freed (the loader closes the checkpoint's mappings). */
   readonly onDispose?: () => void;
   /** The checkpoint file, for messages ({@link CausalLM.file}); the loader sets it. */
@@ -176,6 +181,8 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
       headDim: this.config.head_dim,
       maxContext: this.maxContext,
       ...(options.kvInitialRows !== undefined ? { minRows: options.kvInitialRows } : {}),
+      ...(options.kvRingBatch !== undefined ? { ringBatch: options.kvRingBatch } : {}),
+      slidingWindow: slidingWindows(this.config),
     });
     this.#onDispose = options.onDispose;
     this.file = options.file;
@@ -189,9 +196,13 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
   get capacity(): number {
     return this.kv.capacity;
   }
-  /** Backend bytes of the KV cache (2 · layers · capacity · kv_heads · head_dim · 4). */
+  /** Backend bytes of the KV cache (2 · Σ layer rows · kv_heads · head_dim · 4; rings hold fewer rows). */
   get kvBytes(): number {
     return this.kv.bytes;
+  }
+  /** The shortest length {@link LanguageModel.truncate} keeps besides 0 (see {@link KvCache.truncateFloor}). */
+  get truncateFloor(): number {
+    return this.kv.truncateFloor;
   }
 
   /**
@@ -212,22 +223,48 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
         `context window full: ${cached} cached + ${n} new tokens exceed the context of ${this.maxContext} (raise --ctx)`,
       );
     }
+    const all = options?.allLogits === true;
+    const step = this.kv.maxStep;
+    if (n <= step) return this.#step(list, all ? "all" : "last");
+    // a sliding-window ring takes at most `step` rows per forward: split (as llama.cpp's micro-batches)
+    const b = this.backend;
+    const parts: Tensor[] = [];
+    try {
+      for (let at = 0; at < n; at += step) {
+        const end = Math.min(n, at + step);
+        const out = this.#step(list.subarray(at, end), all ? "all" : end === n ? "last" : null);
+        if (all || end === n) parts.push(out);
+        else b.free(out);
+      }
+      const joined = parts.length === 1 ? (parts[0] as Tensor) : b.concat(parts, 0);
+      if (parts.length > 1) for (const p of parts) b.free(p);
+      parts.length = 0; // nothing left for the finally to free
+      return joined;
+    } finally {
+      for (const p of parts) b.free(p);
+    }
+  }
+
+  /** One forward of ids at [cached, cached + n) that the KV cache takes at once, then commit. */
+  #step(list: Int32Array, head: "last" | "all" | null): Tensor {
+    const n = list.length;
+    const cached = this.kv.length;
     this.kv.reserve(cached + n);
     const b = this.backend;
-    const logits = b.scope(() => {
+    const out = b.scope(() => {
       const pass = new ForwardPass(b, {
         n,
         offset: cached,
         positions: b.upload(positionsFrom(cached, n), [n], "i32", "positions"),
         cache: this.kv,
         blocks: this.config.num_hidden_layers,
-        head: options?.allLogits ? "all" : "last",
+        head,
         collect: null,
       });
       return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
     });
     this.kv.commit(n);
-    return logits;
+    return out;
   }
 
   /**
@@ -350,6 +387,23 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
   #assertLive(): void {
     if (this.#disposed) throw new TpError("E_STATE", "the model was disposed");
   }
+}
+
+/**
+ * Per layer, the sliding window of a `sliding_attention` layer or 0 (config.layer_types; all 0 when
+ * absent). @throws TpError E_FORMAT for a layer_types list of another length or without a window
+ */
+export function slidingWindows(c: LlmConfig): number[] {
+  const types = c.layer_types;
+  if (types === undefined) return [];
+  const w = c.sliding_window ?? 0;
+  if (types.length !== c.num_hidden_layers || (w < 1 && types.includes("sliding_attention"))) {
+    throw new TpError(
+      "E_FORMAT",
+      `layer_types has ${types.length} entries for ${c.num_hidden_layers} layers (sliding_window ${w})`,
+    );
+  }
+  return types.map((t) => (t === "sliding_attention" ? w : 0));
 }
 
 /** i32 positions from, from + 1, …, from + n − 1. */

@@ -102,6 +102,9 @@ export function ropeOptions(c: LlmConfig): RopeOptions {
  * [offset, offset + n) of `layer` and attention reads rows [0, offset + n) in place; without, it reads
  * k and v themselves (positions 0 … n − 1).
  * @param scale usually 1/√head_dim
+ * @param window a sliding window (query at p sees keys p − window < j ≤ p; Gemma 3's local layers), or
+ *   0 for none. A sliding-window layer of the cache holds only positions from `cache.start(layer)` on;
+ *   attention reads those with the query offset shifted by the same amount.
  * Source: llm.md §3.0 "Attention", §7.2; Vaswani et al. 2017 eq. 1; Ainslie et al. 2023.
  */
 export function attend(
@@ -112,7 +115,9 @@ export function attend(
   k: Tensor,
   v: Tensor,
   scale: number,
+  window = 0,
 ): Tensor {
+  const masks = window > 0 ? { causal: true, window } : { causal: true };
   const n = f.n;
   const nh = q.shape[2] as number;
   const kvh = k.shape[2] as number;
@@ -144,13 +149,13 @@ export function attend(
     cache.write(layer, k.reshape(n, kvh, hd), v.reshape(n, kvh, hd));
     const rows = f.offset + n;
     o = b.attention(q.permute(0, 2, 1, 3), cache.keys(layer, rows), cache.values(layer, rows), {
-      causal: true,
-      qOffset: f.offset,
+      ...masks,
+      qOffset: f.offset - cache.start(layer),
       scale,
     });
   } else {
     o = b.attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3), {
-      causal: true,
+      ...masks,
       qOffset: 0,
       scale,
     });

@@ -17,6 +17,7 @@ import {
   isProjection,
   maxAbsDiff,
   permuteQk,
+  referenceGemma3Logits,
   referenceHead,
   referenceLogits,
   type TinyConfig,
@@ -368,3 +369,176 @@ describe.skipIf(!HAVE_MODELS)(
     }
   },
 );
+
+/**
+ * Gemma 3: 7 layers (layers 0-4 and 6 slide with a window of 4, layer 5 is global), GQA 4 : 2,
+ * head_dim 16, linear RoPE scaling ×8 on the global layer, local θ 10000; the 9-token prompt runs past
+ * the window. Logits reach ±22 (√H-scaled embeddings, sandwich norms), so the f32 tolerance is relative.
+ */
+const GEMMA3: TinyConfig = {
+  model_type: "gemma3",
+  vocab_size: 96,
+  hidden_size: 48,
+  num_hidden_layers: 7,
+  num_attention_heads: 4,
+  num_key_value_heads: 2,
+  head_dim: 16,
+  intermediate_size: 64,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1e6,
+  max_position_embeddings: 64,
+  tie_word_embeddings: true,
+  sliding_window: 4,
+  rope_local_base_freq: 10000,
+  rope_scaling_factor: 8,
+};
+/**
+ * f32 forward vs the f64 reference, relative to the largest |logit|: f32 rounding and summation order
+ * over 7 layers of ≤ 64-wide dot products (measured 1.5e-7 relative).
+ */
+const GEMMA_F32_REL_TOL = 1e-5;
+
+describe("gemma3 on tiny random checkpoints vs a float64 reference", () => {
+  const w = tinyWeights(GEMMA3, 21);
+  const gguf = join(tmp, "gemma3.gguf");
+  writeTinyGguf(gguf, GEMMA3, w);
+  const expected = flat(referenceGemma3Logits(GEMMA3, w, PROMPT));
+  const tol = GEMMA_F32_REL_TOL * expected.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+  const windowMatters = maxAbsDiff(
+    expected,
+    flat(referenceGemma3Logits({ ...GEMMA3, sliding_window: 64 }, w, PROMPT)),
+  );
+
+  test("the reference itself: the window and the RoPE scaling change the logits", () => {
+    expect(windowMatters).toBeGreaterThan(100 * tol);
+    const unscaled = flat(referenceGemma3Logits({ ...GEMMA3, rope_scaling_factor: 1 }, w, PROMPT));
+    expect(maxAbsDiff(expected, unscaled)).toBeGreaterThan(100 * tol);
+  });
+
+  test("GGUF f32 (norms stored with the +1): config and logits of every row", async () => {
+    const { model, config } = loadCausalLM(gguf, { backend });
+    try {
+      expect(config).toMatchObject({
+        architecture: "gemma3",
+        sliding_window: 4,
+        rope_local_base_freq: 10000,
+        rope_scaling_factor: 8,
+        query_pre_attn_scalar: 16,
+        final_logit_softcapping: null,
+        norm_plus_one: false,
+      });
+      expect((config.layer_types ?? []).map((t) => t[0])).toEqual([..."sssssfs"]);
+      expect(maxAbsDiff(await logitsRows(model, PROMPT), expected)).toBeLessThan(tol);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("safetensors f32, gemma3_text and Gemma3ForConditionalGeneration (zero-centred norms get +1 at load)", async () => {
+    for (const multimodal of [false, true]) {
+      const dir = join(tmp, `gemma3-st-${multimodal}`);
+      const held = writeTinySafetensors(dir, GEMMA3, w, () => "F32", multimodal);
+      const want = flat(referenceGemma3Logits(GEMMA3, held, PROMPT));
+      const { model, config } = loadCausalLM(dir, { backend });
+      try {
+        expect(config).toMatchObject({ architecture: "gemma3", norm_plus_one: true, rope_scaling_factor: 8 });
+        expect(maxAbsDiff(await logitsRows(model, PROMPT), want)).toBeLessThan(tol);
+      } finally {
+        model.dispose();
+      }
+    }
+  });
+
+  test("final_logit_softcapping: logits ← c·tanh(logits / c)", async () => {
+    const cfg = { ...GEMMA3, final_logit_softcapping: 10 };
+    const path = join(tmp, "gemma3-softcap.gguf");
+    writeTinyGguf(path, cfg, w);
+    const want = flat(referenceGemma3Logits(cfg, w, PROMPT));
+    const { model } = loadCausalLM(path, { backend });
+    try {
+      const got = await logitsRows(model, PROMPT);
+      expect(maxAbsDiff(got, want)).toBeLessThan(GEMMA_F32_REL_TOL * 10);
+      expect(Math.max(...got.map(Math.abs))).toBeLessThan(10);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("forward(ids, { collect }): hidden states with the window, no cache", async () => {
+    const { model } = loadCausalLM(gguf, { backend });
+    try {
+      const states = model.forward(PROMPT, { collect: [0, 6] });
+      const [h0, h6] = [await readFree(states[0] as Tensor), await readFree(states[1] as Tensor)];
+      for (const [got, k] of [
+        [h0, 0],
+        [h6, 6],
+      ] as const) {
+        const want = flat(referenceGemma3Logits(GEMMA3, w, PROMPT, k));
+        const scale = want.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+        expect(maxAbsDiff(got, want)).toBeLessThan(GEMMA_F32_REL_TOL * scale);
+      }
+      expect(model.kvBytes).toBe(0);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("sliding-window ring: 4 + 2 rows per local layer, chunked prefill and decode = the reference; truncate", async () => {
+    const { model } = loadCausalLM(gguf, { backend, kvRingBatch: 2, kvInitialRows: 16 });
+    try {
+      const V = GEMMA3.vocab_size;
+      // 5 rows in chunks of 2 (ring 6 rows: it moves on), then one token at a time: the ring wraps
+      const first = await logitsRows(model, PROMPT.slice(0, 5));
+      const rows: Float32Array[] = [];
+      for (let i = 5; i < PROMPT.length; i++) rows.push(await readFree(model.step([PROMPT[i] as number])));
+      expect(maxAbsDiff(first, expected.subarray(0, 5 * V))).toBeLessThan(tol);
+      for (let i = 5; i < PROMPT.length; i++) {
+        expect(maxAbsDiff(rows[i - 5] as Float32Array, expected.subarray(i * V, (i + 1) * V))).toBeLessThan(
+          tol,
+        );
+      }
+      // 6 local layers × 6 rows + 1 global layer × 16 rows, K and V, 2 heads × 16 f32
+      expect(model.kvBytes).toBe(2 * (6 * 6 + 16) * 2 * 16 * 4);
+      expect(backend.memory.current).toBeGreaterThan(0);
+      // the ring dropped positions: truncating far back is refused, near back works
+      const floor = model.truncateFloor;
+      expect(floor).toBeGreaterThan(0);
+      expect(floor).toBeLessThanOrEqual(PROMPT.length);
+      expectGemmaTp(() => model.truncate(floor - 1), "E_STATE", `${floor}`);
+      model.truncate(floor);
+      const alt = [...PROMPT.slice(0, floor), 7];
+      const last = await readFree(model.step([7]));
+      const ref = referenceGemma3Logits(GEMMA3, w, alt);
+      expect(maxAbsDiff(last, ref[ref.length - 1] as Float64Array)).toBeLessThan(tol);
+      // back to 0 always works: the same logits as a fresh model
+      model.truncate(0);
+      expect(maxAbsDiff(await logitsRows(model, PROMPT), expected)).toBeLessThan(tol);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("a step larger than the ring's batch is split; allLogits joins the rows", async () => {
+    const { model } = loadCausalLM(gguf, { backend, kvRingBatch: 3 });
+    try {
+      expect(maxAbsDiff(await logitsRows(model, PROMPT), expected)).toBeLessThan(tol);
+      const last = await readFree(model.step([1, 2, 3, 4, 5, 6, 7]));
+      const ref = referenceGemma3Logits(GEMMA3, w, [...PROMPT, 1, 2, 3, 4, 5, 6, 7]);
+      expect(maxAbsDiff(last, ref[ref.length - 1] as Float64Array)).toBeLessThan(tol);
+    } finally {
+      model.dispose();
+    }
+  });
+});
+
+function expectGemmaTp(fn: () => unknown, code: string, ...parts: string[]): void {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(TpError);
+    expect((e as TpError).code).toBe(code as TpError["code"]);
+    for (const p of parts) expect((e as Error).message).toContain(p);
+    return;
+  }
+  throw new Error("expected a TpError");
+}

@@ -18,6 +18,7 @@
  *    weight type) as rows of parity.test.ts's `CASES`, checked token for token against llama.cpp.
  */
 import { TpError } from "@tp/tensor";
+import { gemma3 } from "./gemma3.ts";
 import type { Architecture } from "./language-model.ts";
 import { llama } from "./llama.ts";
 import { qwen3 } from "./qwen3.ts";
@@ -30,6 +31,7 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   qwen3,
   qwen3moe,
   qwen3vl,
+  gemma3,
 };
 
 /** Other names of the same architectures: HF `architectures[0]` class names (and HF model_types spelled otherwise). */
@@ -40,6 +42,9 @@ export const ARCHITECTURE_ALIASES: Readonly<Record<string, string>> = {
   qwen3_moe: "qwen3moe", // HF model_type
   qwen3_vl: "qwen3vl",
   Qwen3VLForConditionalGeneration: "qwen3vl",
+  gemma3_text: "gemma3",
+  Gemma3ForCausalLM: "gemma3",
+  Gemma3ForConditionalGeneration: "gemma3",
 };
 
 /**

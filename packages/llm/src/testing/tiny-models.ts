@@ -20,7 +20,7 @@ import { decodeToF32, encodeFromF32 } from "@tp/tensor";
 
 /** Hyper-parameters of a tiny model (config.json spelling). */
 export interface TinyConfig {
-  readonly model_type: "llama" | "qwen3";
+  readonly model_type: "llama" | "qwen3" | "gemma3";
   readonly vocab_size: number;
   readonly hidden_size: number;
   readonly num_hidden_layers: number;
@@ -32,6 +32,19 @@ export interface TinyConfig {
   readonly rope_theta: number;
   readonly max_position_embeddings: number;
   readonly tie_word_embeddings: boolean;
+  /** gemma3: the window of the sliding layers (every 6th layer, 5 mod 6, is global). */
+  readonly sliding_window?: number;
+  /** gemma3: RoPE θ of the sliding layers (GGUF `rope.freq_base_swa`). */
+  readonly rope_local_base_freq?: number;
+  /** gemma3: linear RoPE scaling of the global layers (positions / factor). */
+  readonly rope_scaling_factor?: number;
+  /** gemma3: logits ← c·tanh(logits / c). */
+  readonly final_logit_softcapping?: number;
+}
+
+/** gemma3 norm weights (HF `…layernorm.weight`, `norm.weight`, `q_norm`, `k_norm`): stored zero-centred in safetensors. */
+export function isGemmaNorm(name: string): boolean {
+  return /(layernorm|norm)\.weight$/.test(name);
 }
 
 /** Weights by HF name, f32 values in HF (NeoX) row order, torch shapes. */
@@ -73,11 +86,15 @@ export function tinyWeights(c: TinyConfig, seed = 7): TinyWeights {
     mat(`${p}self_attn.k_proj.weight`, kv, H);
     mat(`${p}self_attn.v_proj.weight`, kv, H);
     mat(`${p}self_attn.o_proj.weight`, H, q);
-    if (c.model_type === "qwen3") {
+    if (c.model_type !== "llama") {
       vec(`${p}self_attn.q_norm.weight`, hd);
       vec(`${p}self_attn.k_norm.weight`, hd);
     }
     vec(`${p}post_attention_layernorm.weight`, H);
+    if (c.model_type === "gemma3") {
+      vec(`${p}pre_feedforward_layernorm.weight`, H);
+      vec(`${p}post_feedforward_layernorm.weight`, H);
+    }
     mat(`${p}mlp.gate_proj.weight`, F, H);
     mat(`${p}mlp.up_proj.weight`, F, H);
     mat(`${p}mlp.down_proj.weight`, H, F);
@@ -120,21 +137,30 @@ export type StoreAs = (name: string) => "F32" | "BF16" | "F16" | "F8_E4M3";
 /**
  * Write a safetensors checkpoint directory: model.safetensors (HF names), config.json. Returns the
  * weights as the file holds them (rounded through bf16 / f16 / scaled fp8), for the reference.
+ * gemma3: norm scales are written zero-centred (w − 1, as HF stores them; the returned map keeps the
+ * multipliers), config.json is a `gemma3_text` one; with `gemmaMultimodal` the tensors go under
+ * `model.language_model.` and config.json is a Gemma3ForConditionalGeneration one with `text_config`.
  */
 export function writeTinySafetensors(
   dir: string,
   c: TinyConfig,
   w: TinyWeights,
   storeAs: StoreAs = () => "F32",
+  gemmaMultimodal = false,
 ): TinyWeights {
   mkdirSync(dir, { recursive: true });
   const tensors: { name: string; dtype: string; shape: number[]; data: Uint8Array }[] = [];
   const held: TinyWeights = new Map();
-  for (const [name, { shape, values }] of w) {
-    const as = storeAs(name);
+  const gemma = c.model_type === "gemma3";
+  for (const [hfName, t] of w) {
+    const zeroCentred = gemma && isGemmaNorm(hfName);
+    const shape = t.shape;
+    const values = zeroCentred ? t.values.map((v) => v - 1) : t.values;
+    const name = gemma && gemmaMultimodal ? hfName.replace(/^model\./, "model.language_model.") : hfName;
+    const as = storeAs(hfName);
     if (as === "F32") {
       tensors.push({ name, dtype: "F32", shape, data: f32Bytes(values) });
-      held.set(name, { shape, values });
+      held.set(hfName, { shape, values: zeroCentred ? t.values : values });
     } else if (as === "F8_E4M3") {
       const q = toFp8Scaled(values);
       tensors.push({ name, dtype: "F8_E4M3", shape, data: q.bytes });
@@ -144,22 +170,38 @@ export function writeTinySafetensors(
         shape: [],
         data: f32Bytes(new Float32Array([q.scale])),
       });
-      held.set(name, { shape, values: q.decoded });
+      held.set(hfName, { shape, values: q.decoded });
     } else {
       const dt = as === "BF16" ? "bf16" : "f16";
       tensors.push({ name, dtype: as, shape, data: encodeFromF32(values, dt) });
-      held.set(name, { shape, values: decodeToF32(encodeFromF32(values, dt), dt) });
+      const decoded = decodeToF32(encodeFromF32(values, dt), dt);
+      held.set(hfName, { shape, values: zeroCentred ? decoded.map((v) => v + 1) : decoded });
     }
   }
   writeSafetensors(join(dir, "model.safetensors"), tensors);
-  writeFileSync(
-    join(dir, "config.json"),
-    JSON.stringify({
-      architectures: [c.model_type === "llama" ? "LlamaForCausalLM" : "Qwen3ForCausalLM"],
-      ...c,
-    }),
-  );
+  writeFileSync(join(dir, "config.json"), JSON.stringify(tinyConfigJson(c, gemmaMultimodal)));
   return held;
+}
+
+/** config.json of a tiny model (gemma3: a `gemma3_text`, or a multimodal one with `text_config`). */
+function tinyConfigJson(c: TinyConfig, gemmaMultimodal: boolean): Record<string, unknown> {
+  if (c.model_type !== "gemma3") {
+    return { architectures: [c.model_type === "llama" ? "LlamaForCausalLM" : "Qwen3ForCausalLM"], ...c };
+  }
+  const { rope_scaling_factor, final_logit_softcapping, ...rest } = c;
+  const text = {
+    ...rest,
+    model_type: "gemma3_text",
+    query_pre_attn_scalar: c.head_dim,
+    sliding_window_pattern: 6,
+    rope_scaling:
+      rope_scaling_factor === undefined ? null : { rope_type: "linear", factor: rope_scaling_factor },
+    final_logit_softcapping: final_logit_softcapping ?? null,
+    hidden_activation: "gelu_pytorch_tanh",
+  };
+  return gemmaMultimodal
+    ? { architectures: ["Gemma3ForConditionalGeneration"], model_type: "gemma3", text_config: text }
+    : { architectures: ["Gemma3ForCausalLM"], ...text };
 }
 
 /**
@@ -250,6 +292,21 @@ export function writeTinyGguf(
     ggufKv(`${a}.attention.value_length`, "u32", c.head_dim),
     ggufKv(`${a}.rope.freq_base`, "f32", c.rope_theta),
     ggufKv(`${a}.attention.layer_norm_rms_epsilon`, "f32", c.rms_norm_eps),
+    ...(c.sliding_window === undefined
+      ? []
+      : [ggufKv(`${a}.attention.sliding_window`, "u32", c.sliding_window)]),
+    ...(c.rope_local_base_freq === undefined
+      ? []
+      : [ggufKv(`${a}.rope.freq_base_swa`, "f32", c.rope_local_base_freq)]),
+    ...(c.rope_scaling_factor === undefined
+      ? []
+      : [
+          ggufKv(`${a}.rope.scaling.type`, "str", "linear"),
+          ggufKv(`${a}.rope.scaling.factor`, "f32", c.rope_scaling_factor),
+        ]),
+    ...(c.final_logit_softcapping === undefined
+      ? []
+      : [ggufKv(`${a}.final_logit_softcapping`, "f32", c.final_logit_softcapping)]),
   ];
   const tensors = [...w].map(([name, { shape, values }]) => {
     let v = values;
@@ -291,12 +348,12 @@ export function matvec(w: { shape: number[]; values: Float32Array }, x: Float64A
   return y;
 }
 
-/** NeoX rotate-half RoPE of one head vector at position p (llm.md §3.0). */
-function ropeNeox(x: Float64Array, p: number, theta: number): Float64Array {
+/** NeoX rotate-half RoPE of one head vector at position p, positions × s (llm.md §3.0). */
+function ropeNeox(x: Float64Array, p: number, theta: number, s = 1): Float64Array {
   const d = x.length;
   const y = Float64Array.from(x);
   for (let i = 0; i < d / 2; i++) {
-    const a = p * theta ** ((-2 * i) / d);
+    const a = p * s * theta ** ((-2 * i) / d);
     const x0 = x[i] as number;
     const x1 = x[i + d / 2] as number;
     y[i] = x0 * Math.cos(a) - x1 * Math.sin(a);
@@ -388,6 +445,107 @@ export function referenceLogits(
   }
   const head = c.tie_word_embeddings ? emb : get("lm_head.weight");
   return xs.map((x) => matvec(head, rmsNorm(x, get("model.norm.weight").values, c.rms_norm_eps)));
+}
+
+/**
+ * Logits of every position of `ids` (a fresh sequence), in float64, of a gemma3 tiny model written
+ * from llm.md §3.5 (weights hold the norm multipliers, the "+1" included): √H-scaled embeddings;
+ * per layer, QK-norm, NeoX RoPE with θ = rope_local_base_freq (default 10000) on sliding layers and
+ * rope_theta with 1/rope_scaling_factor on global ones (layer i global when i mod 6 = 5), attention
+ * scale 1/√head_dim, a window on sliding layers (p − j < W), norms after both sub-layers,
+ * GeGLU with gelu-tanh; tied or untied head; optional final softcap. With `hiddenAfter`, returns the
+ * hidden state after that many layers instead (rows of [hidden_size]).
+ */
+export function referenceGemma3Logits(
+  c: TinyConfig,
+  w: TinyWeights,
+  ids: readonly number[],
+  hiddenAfter?: number,
+): Float64Array[] {
+  const get = (n: string) => {
+    const t = w.get(n);
+    if (!t) throw new Error(`reference: no ${n}`);
+    return t.values;
+  };
+  const mat = (n: string) => {
+    const t = w.get(n);
+    if (!t) throw new Error(`reference: no ${n}`);
+    return t;
+  };
+  const { hidden_size: H, head_dim: hd, num_attention_heads: nh, num_key_value_heads: kvh } = c;
+  const eps = c.rms_norm_eps;
+  const scaleEmb = Math.fround(Math.sqrt(H));
+  const emb = mat("model.embed_tokens.weight");
+  let xs = ids.map((id) => Float64Array.from(emb.values.subarray(id * H, (id + 1) * H), (v) => v * scaleEmb));
+  const layers = hiddenAfter ?? c.num_hidden_layers;
+  const gelu = (z: number) => 0.5 * z * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (z + 0.044715 * z ** 3)));
+  for (let l = 0; l < layers; l++) {
+    const p = `model.layers.${l}.`;
+    const global = c.sliding_window === undefined || l % 6 === 5;
+    const theta = global ? c.rope_theta : (c.rope_local_base_freq ?? 10000);
+    const s = global ? 1 / (c.rope_scaling_factor ?? 1) : 1;
+    const W = global ? Number.POSITIVE_INFINITY : (c.sliding_window as number);
+    const hs = xs.map((x) => rmsNorm(x, get(`${p}input_layernorm.weight`), eps));
+    const heads = (v: Float64Array, n: number) =>
+      Array.from({ length: n }, (_, h) => v.slice(h * hd, (h + 1) * hd));
+    const qs = hs.map((h, t) =>
+      heads(matvec(mat(`${p}self_attn.q_proj.weight`), h), nh).map((q) =>
+        ropeNeox(rmsNorm(q, get(`${p}self_attn.q_norm.weight`), eps), t, theta, s),
+      ),
+    );
+    const ks = hs.map((h, t) =>
+      heads(matvec(mat(`${p}self_attn.k_proj.weight`), h), kvh).map((k) =>
+        ropeNeox(rmsNorm(k, get(`${p}self_attn.k_norm.weight`), eps), t, theta, s),
+      ),
+    );
+    const vs = hs.map((h) => heads(matvec(mat(`${p}self_attn.v_proj.weight`), h), kvh));
+    xs = xs.map((x, t) => {
+      const o = new Float64Array(nh * hd);
+      const from = Math.max(0, t - W + 1);
+      for (let h = 0; h < nh; h++) {
+        const g = Math.floor(h / (nh / kvh));
+        const q = qs[t]?.[h] as Float64Array;
+        const scores: number[] = [];
+        for (let j = from; j <= t; j++) {
+          let dot = 0;
+          const k = ks[j]?.[g] as Float64Array;
+          for (let d = 0; d < hd; d++) dot += (q[d] as number) * (k[d] as number);
+          scores.push(dot / Math.sqrt(hd));
+        }
+        const m = Math.max(...scores);
+        const e = scores.map((v) => Math.exp(v - m));
+        const z = e.reduce((a, b) => a + b, 0);
+        for (let j = from; j <= t; j++) {
+          const v = vs[j]?.[g] as Float64Array;
+          for (let d = 0; d < hd; d++)
+            o[h * hd + d] = (o[h * hd + d] as number) + ((e[j - from] as number) / z) * (v[d] as number);
+        }
+      }
+      const attn = rmsNorm(
+        matvec(mat(`${p}self_attn.o_proj.weight`), o),
+        get(`${p}post_attention_layernorm.weight`),
+        eps,
+      );
+      const r = Float64Array.from(x, (v, i) => v + (attn[i] as number));
+      const f = rmsNorm(r, get(`${p}pre_feedforward_layernorm.weight`), eps);
+      const gate = matvec(mat(`${p}mlp.gate_proj.weight`), f);
+      const up = matvec(mat(`${p}mlp.up_proj.weight`), f);
+      const act = Float64Array.from(gate, (gv, i) => gelu(gv) * (up[i] as number));
+      const down = rmsNorm(
+        matvec(mat(`${p}mlp.down_proj.weight`), act),
+        get(`${p}post_feedforward_layernorm.weight`),
+        eps,
+      );
+      return Float64Array.from(r, (v, i) => v + (down[i] as number));
+    });
+  }
+  if (hiddenAfter !== undefined) return xs;
+  const head = c.tie_word_embeddings ? emb : mat("lm_head.weight");
+  const cap = c.final_logit_softcapping;
+  return xs.map((x) => {
+    const l = matvec(head, rmsNorm(x, get("model.norm.weight"), eps));
+    return cap === undefined ? l : l.map((v) => cap * Math.tanh(v / cap));
+  });
 }
 
 /**
