@@ -1,5 +1,6 @@
 // Parity with llama.cpp (the prebuilt CPU llama.cpp of node-llama-cpp 3.21.1, a pinned devDependency;
-// no download or build) on every llama / qwen3 GGUF of ../shared/models that it loads: the same prompt
+// no download or build) on every llama / qwen3 / qwen3moe / gemma3 GGUF of ../shared/models (gemma3:
+// also a chat-template prompt, a prompt past the sliding window, and the tokenizer): the same prompt
 // token ids (text → ids by both tokenizers, and BOS), next-token probabilities of every prompt row and
 // of each of 32 greedy steps within a stated tolerance, and the 32-token greedy continuation identical
 // (F32 / F16), or identical up to a step where llama.cpp's top-2 log-probability gap is within the
