@@ -1,6 +1,7 @@
 /**
  * `bun run bench llm`: prompt processing (512 tokens) and generation (128 tokens) of a random-weight
- * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts), on 2 CPU threads, against llama.cpp
+ * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts) and one with Gemma 3 1B's shapes in
+ * Q4_0 (./gemma3-model.ts), on 2 CPU threads, against llama.cpp
  * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS; and
  * the same shapes as a scaled-fp8 safetensors folder (./fp8-model.ts), ours only.
  * Each measurement runs in a fresh child process (./ours-worker.ts, ./llama-cpp-worker.ts) started
@@ -21,6 +22,7 @@ import { existsSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { TpError } from "@tp/tensor";
 import { fp8BenchModel } from "./fp8-model.ts";
+import { gemma3BenchKvBytes, gemma3BenchModel } from "./gemma3-model.ts";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
 
 const THREADS = Number(process.env.TP_BENCH_THREADS ?? 2);
@@ -112,8 +114,8 @@ export default {
       }
       baseline = { label: context.baseline.name, script, cwd: context.baseline.dir };
     }
-    const paths: [BenchQuant, string][] = [];
-    for (const q of ["Q8_0", "Q4_0"] as const) {
+    const models: { name: string; path: string; kvBytes: number }[] = [];
+    for (const q of ["Q8_0", "Q4_0"] as const satisfies readonly BenchQuant[]) {
       const p = benchModel(q);
       if (p === null) {
         console.error(
@@ -121,10 +123,12 @@ export default {
         );
         return [];
       }
-      paths.push([q, p]);
+      models.push({ name: `qwen3-0.6b-shapes ${q}`, path: p, kvBytes: benchKvBytes(CTX, 4) });
     }
-    const ggufCases = paths.flatMap(([q, path]) => {
-      const name = `qwen3-0.6b-shapes ${q}`;
+    const gemma = gemma3BenchModel(); // its local layers hold a ring of window + 512 rows
+    if (gemma !== null)
+      models.push({ name: "gemma3-1b-shapes Q4_0", path: gemma, kvBytes: gemma3BenchKvBytes(CTX) });
+    const ggufCases = models.flatMap(({ name, path, kvBytes }) => {
       /** Peak RSS and engine ms/token over every run of each side. */
       const seen = {
         ours: { peak: 0, engine: [] as number[] },
@@ -150,7 +154,6 @@ export default {
         ...(baseline === null ? {} : { baseline: run(baseline, "baseline", mode, n) }),
       });
       const fileBytes = statSync(path).size;
-      const kvBytes = benchKvBytes(CTX, 4);
       const overRss = (side: "ours" | "baseline") => () => (seen[side].peak - fileBytes - kvBytes) / MB;
       const engineMs = (side: "ours" | "baseline") => () => {
         const e = seen[side].engine;

@@ -59,7 +59,7 @@ export function randomBytes(out: Uint8Array, seed: number): void {
 }
 
 /** A [rows, cols] block-quantized matrix of random blocks whose weights have std ≈ 0.02. */
-function randomMatrix(quant: BenchQuant, rows: number, cols: number, seed: number): Uint8Array {
+export function randomMatrix(quant: BenchQuant, rows: number, cols: number, seed: number): Uint8Array {
   const { bytes, std } = BLOCK[quant];
   const nBlocks = (rows * cols) / 32;
   const data = new Uint8Array(Math.ceil((nBlocks * bytes) / 4) * 4);
@@ -77,7 +77,7 @@ function randomMatrix(quant: BenchQuant, rows: number, cols: number, seed: numbe
 }
 
 /** An f32 vector of ones (RMSNorm gains). */
-function ones(n: number): Uint8Array {
+export function ones(n: number): Uint8Array {
   return new Uint8Array(new Float32Array(n).fill(1).buffer);
 }
 
