@@ -11,6 +11,7 @@ import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import { GGUF_HF_NAMES, mapName, openGguf, writeSafetensors } from "@tp/formats";
 import { type Tensor, TpError } from "@tp/tensor";
+import { GenerationSession } from "../generate.ts";
 import { loadCausalLM, loadModel } from "../load.ts";
 import type { CausalLM } from "../model.ts";
 import {
@@ -527,6 +528,36 @@ describe("gemma3 on tiny random checkpoints vs a float64 reference", () => {
       expect(maxAbsDiff(last, ref[ref.length - 1] as Float64Array)).toBeLessThan(tol);
     } finally {
       model.dispose();
+    }
+  });
+});
+
+describe("gemma3 in a GenerationSession", () => {
+  test("a prompt sharing less than the ring's floor with the cache is prefilled from 0, same tokens as a fresh session", async () => {
+    const w = tinyWeights(GEMMA3, 21);
+    const path = join(tmp, "gemma3-tok.gguf");
+    writeTinyGguf(path, GEMMA3, w, { tokens: GEMMA3.vocab_size });
+    const greedy = { sampling: { temperature: 0 }, stopIds: [] as number[] };
+    const a = loadModel(path, { backend, kvRingBatch: 2 });
+    const b = loadModel(path, { backend, kvRingBatch: 2 });
+    try {
+      const s = new GenerationSession(a.model, a.tokenizer, { seed: 1 });
+      await s.generate(PROMPT, { ...greedy, maxNewTokens: 6 });
+      expect(a.model.truncateFloor).toBeGreaterThan(3);
+      const next = [PROMPT[0] as number, PROMPT[1] as number, PROMPT[2] as number, 9, 9];
+      const r = await s.generate(next, { ...greedy, maxNewTokens: 4 });
+      expect(r.reusedTokens).toBe(0); // 3 shared tokens lie below the floor: start over
+      const fresh = await new GenerationSession(b.model, b.tokenizer, { seed: 1 }).generate(next, {
+        ...greedy,
+        maxNewTokens: 4,
+      });
+      expect(r.ids).toEqual(fresh.ids);
+      // a prompt extending the cached one reuses it
+      const more = await s.generate([...next, ...r.ids, 4], { ...greedy, maxNewTokens: 1 });
+      expect(more.reusedTokens).toBeGreaterThan(next.length);
+    } finally {
+      a.model.dispose();
+      b.model.dispose();
     }
   });
 });
