@@ -12,7 +12,13 @@ import { loadModel } from "../load.ts";
 import { LanguageModel } from "./language-model.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../../shared/models/synthetic");
-const FILES = ["qwen3-tiny-Q8_0.gguf", "llama-tiny-F32.gguf", "qwen3moe-tiny-Q8_0.gguf"];
+// gemma3: sliding window 8 with a ring of 8 + 2 rows (kvRingBatch 2), which the longest history wraps
+const FILES = [
+  "qwen3-tiny-Q8_0.gguf",
+  "llama-tiny-F32.gguf",
+  "qwen3moe-tiny-Q8_0.gguf",
+  "gemma3-tiny-F32.gguf",
+];
 const backend = createBackend({ threads: 1 });
 afterAll(() => backend.dispose());
 const TOL = 1e-4;
@@ -29,7 +35,7 @@ for (const file of FILES) {
     test("each row equals its sequence's own step; caches grow by one each time", async () => {
       const { model } = loadModel(path, { backend, maxContext: 64 });
       const vocab = model.config.vocab_size;
-      const mk = () => new LanguageModel(model.model, { maxContext: 64 });
+      const mk = () => new LanguageModel(model.model, { maxContext: 64, kvRingBatch: 2 });
       const batched = [mk(), mk(), mk()];
       const single = [mk(), mk(), mk()];
       const histories = [[1, 5, 9, 2], [3], [7, 7, 8, 100, 42, 11]];
@@ -40,6 +46,9 @@ for (const file of FILES) {
       for (const next of [
         [10, 20, 30],
         [31, 32, 33],
+        [34, 35, 36],
+        [37, 38, 39],
+        [40, 41, 42],
       ]) {
         const got = await rows(LanguageModel.stepBatch(batched, next));
         expect(got.length).toBe(3 * vocab);

@@ -85,7 +85,12 @@ export interface ForwardOptions {
  * Architectures whose forward touches the KV cache only through `attend` (models/layers.ts), so that
  * {@link LanguageModel.stepBatch} can give each row its own cache. Add one after checking that.
  */
-export const BATCHED_DECODE_ARCHITECTURES: ReadonlySet<string> = new Set(["llama", "qwen3", "qwen3moe"]);
+export const BATCHED_DECODE_ARCHITECTURES: ReadonlySet<string> = new Set([
+  "llama",
+  "qwen3",
+  "qwen3moe",
+  "gemma3",
+]);
 
 /** Default ceiling of the context window (llm.md §7.3: the trained context capped at 128k). */
 export const MAX_DEFAULT_CONTEXT = 131072;

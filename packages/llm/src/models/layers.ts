@@ -134,11 +134,7 @@ export function attend(
         q.slice(1, i, i + 1).permute(0, 2, 1, 3),
         seg.cache.keys(layer, len),
         seg.cache.values(layer, len),
-        {
-          causal: true,
-          qOffset: seg.offset,
-          scale,
-        },
+        { ...masks, qOffset: seg.offset - seg.cache.start(layer), scale },
       ); // [1, n_head, 1, hd]
       return oi.reshape(1, nh * hd);
     });
