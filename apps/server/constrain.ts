@@ -82,15 +82,47 @@ function walk(g: Grammar, node: TrieNode, state: GrammarState, allowed: Uint8Arr
   }
 }
 
+/** Masks remembered per grammar (a state's mask depends on the state only). */
+const MAX_MASKS = 64;
+const masks = new WeakMap<Grammar, Map<GrammarState, Uint8Array>>();
+
+/** The allowed-token mask of `state` (1 = allowed), from the cache or one trie walk. */
+function maskOf(g: Grammar, root: TrieNode, vocab: number, state: GrammarState): Uint8Array {
+  let cache = masks.get(g);
+  if (cache === undefined) {
+    cache = new Map();
+    masks.set(g, cache);
+  }
+  const known = cache.get(state);
+  if (known !== undefined) return known;
+  const allowed = new Uint8Array(vocab);
+  walk(g, root, state, allowed);
+  if (cache.size >= MAX_MASKS) cache.delete(cache.keys().next().value as GrammarState);
+  cache.set(state, allowed);
+  return allowed;
+}
+
+/** Compiled grammars by source, so that a schema sent again reuses its states and masks. */
+const compiled = new Map<string, Grammar>();
+const MAX_GRAMMARS = 16;
+
+function compile(source: string): Grammar {
+  let g = compiled.get(source);
+  if (g === undefined) {
+    g = parseGbnf(source);
+    if (compiled.size >= MAX_GRAMMARS) compiled.delete(compiled.keys().next().value as string);
+    compiled.set(source, g);
+  }
+  return g;
+}
+
 /** A constraint from a compiled grammar, over `tok`'s vocabulary. */
 export function grammarConstraint(g: Grammar, tok: Tokenizer): Constraint {
   const { root, texts } = vocabularyTrie(tok);
   let state = initialState(g);
-  const allowed = new Uint8Array(tok.vocabSize);
   return {
     processor(row) {
-      allowed.fill(0);
-      walk(g, root, state, allowed);
+      const allowed = maskOf(g, root, tok.vocabSize, state);
       const done = accepts(state);
       for (let i = 0; i < row.length; i++) {
         if (allowed[i] === 1) continue;
@@ -171,7 +203,7 @@ export function constraintFor(tokenizer: Tokenizer, req: GenerationRequest): Con
     }
     if (source === undefined) source = toolChoiceGbnf(req);
     if (source === undefined) return null;
-    return grammarConstraint(parseGbnf(source), tokenizer);
+    return grammarConstraint(compile(source), tokenizer);
   } catch (e) {
     const err = apiError(e);
     if (err.status === 400 && err.param === null) throw badRequest(err.message, param, "invalid_grammar");
