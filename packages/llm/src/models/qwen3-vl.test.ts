@@ -5,7 +5,7 @@
 // rewrite of the synthetic qwen3 file against llama.cpp; and a vision projector given as the model
 // is E_UNSUPPORTED.
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
@@ -166,6 +166,83 @@ describe("qwen3vl GGUF (text side)", () => {
     },
     300_000,
   );
+});
+
+describe("an HF Qwen3-VL checkpoint (config.json text_config, model.language_model.*)", () => {
+  const cfg: TinyConfig = {
+    model_type: "qwen3",
+    vocab_size: 96,
+    hidden_size: 48,
+    num_hidden_layers: 2,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    intermediate_size: 64,
+    rms_norm_eps: 1e-6,
+    rope_theta: 5e6,
+    max_position_embeddings: 64,
+    tie_word_embeddings: true,
+  };
+  const w = tinyWeights(cfg, 51);
+  const write = (dir: string, mropeSection: number[]) => {
+    mkdirSync(dir, { recursive: true });
+    const tensors = [...w].map(([name, { shape, values }]) => ({
+      name: `model.language_model.${name.slice("model.".length)}`,
+      dtype: "F32",
+      shape,
+      data: new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+    }));
+    // a stand-in for the vision tower, which the text side ignores
+    tensors.push({
+      name: "model.visual.patch_embed.proj.weight",
+      dtype: "F32",
+      shape: [2, 2],
+      data: new Uint8Array(16),
+    });
+    writeSafetensors(join(dir, "model.safetensors"), tensors);
+    const { model_type: _m, ...text } = cfg;
+    const rope_scaling = { rope_type: "default", mrope_section: mropeSection, mrope_interleaved: true };
+    writeFileSync(
+      join(dir, "config.json"),
+      JSON.stringify({
+        model_type: "qwen3_vl",
+        architectures: ["Qwen3VLForConditionalGeneration"],
+        text_config: { ...text, model_type: "qwen3_vl_text", rope_scaling },
+        vision_config: { depth: 0 },
+      }),
+    );
+  };
+
+  test("text_config with M-RoPE sections [3, 3, 2]: the float64 Qwen3 forward with θ 5e6", async () => {
+    const dir = join(tmp, "hf-qwen3vl");
+    write(dir, [3, 3, 2]);
+    const { model, config } = loadCausalLM(dir, { backend });
+    try {
+      expect(config).toMatchObject({
+        architecture: "qwen3vl",
+        rope_theta: 5e6,
+        head_dim: 16,
+        tie_word_embeddings: true,
+      });
+      const expected = flat(referenceLogits(cfg, w, PROMPT));
+      expect(maxAbsDiff(await logitsRows(model, PROMPT), expected)).toBeLessThan(F32_LOGIT_TOL);
+    } finally {
+      model.dispose();
+    }
+  });
+
+  test("sections that do not cover head_dim / 2 are E_UNSUPPORTED", async () => {
+    const dir = join(tmp, "hf-qwen3vl-bad");
+    write(dir, [3, 3, 1]);
+    let err: unknown;
+    try {
+      loadCausalLM(dir, { backend }).model.dispose();
+    } catch (e) {
+      err = e;
+    }
+    expect(isTpError(err, "E_UNSUPPORTED")).toBe(true);
+    expect((err as Error).message).toContain("mrope_section");
+  });
 });
 
 describe("a ComfyUI Qwen3-VL text-encoder file as a chat model (no config.json)", () => {
