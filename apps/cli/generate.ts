@@ -52,7 +52,8 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     ConvRot on first use (a cache beside it), --q4 int4, --f32 float
   decode --vae F --latent F [--out x.png] [--backend cpu|vulkan] [--threads N]
            [--vae-tiled]
-                                    decode a latent saved by --latent-out ([1, 16, 1, h, w], VAE space)
+                                    decode a latent saved by --latent-out ([1, 16 or 64, 1, h, w], VAE space;
+                                    a Qwen-Image-2.1 latent decodes to an RGBA PNG)
   encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast]
                                     run only the text encoder and save conditioning for --cond-in`;
 
@@ -494,7 +495,12 @@ export async function decode(args: string[]): Promise<number> {
     const text: Record<string, string> = {};
     if (latent.metadata.parameters) text.parameters = latent.metadata.parameters;
     if (latent.metadata.tensorpencil) text.tensorpencil = latent.metadata.tensorpencil;
-    writeAllOrNothing((stage) => writePng(stage("--out", out), img.rgb, img.width, img.height, { text }));
+    writeAllOrNothing((stage) =>
+      writePng(stage("--out", out), img.rgba ?? img.rgb, img.width, img.height, {
+        text,
+        channels: img.rgba ? 4 : 3,
+      }),
+    );
     process.stderr.write(`timings: decode ${ms(decodeMs)}, total ${ms(performance.now() - t0)}\n`);
     process.stderr.write(`${memoryLine(backend)}\n`);
     console.log(`wrote ${out} (${img.width}x${img.height})`);

@@ -149,6 +149,32 @@ describe(`generate with Qwen-Image-2.1${note}`, () => {
       expect(pa.text.parameters).toContain("a red cube on a white table\nSteps: 2, Sampler: Euler");
       expect(pa.text.parameters).toContain("Quantization: f32");
       expect(JSON.parse(pa.text.tensorpencil as string).model).toBe("qwen-image-2.1");
+      // --latent-out → decode gives the same RGBA image
+      const lat = run(
+        "generate",
+        "--model",
+        comfy,
+        ...common,
+        "--f32",
+        "--latent-out",
+        join(tmp, "a.safetensors"),
+        "--out",
+        join(tmp, "a2.png"),
+      );
+      expect(lat.code).toBe(0);
+      const dec = run(
+        "decode",
+        "--vae",
+        join(comfy, "vae/qwen_image_2.1_vae_tiny_bf16.safetensors"),
+        "--latent",
+        join(tmp, "a.safetensors"),
+        "--out",
+        join(tmp, "a3.png"),
+      );
+      expect([dec.code, dec.err.includes("error")]).toEqual([0, false]);
+      expect(Array.from(decodePng(new Uint8Array(readFileSync(join(tmp, "a3.png")))).rgba)).toEqual(
+        Array.from(pa.rgba),
+      );
       const q1 = run("generate", "--model", diff, ...common, "--q4", "--out", join(tmp, "c.png"));
       expect(q1.code).toBe(0);
       expect(q1.err).toContain("int4 ConvRot cache built");
