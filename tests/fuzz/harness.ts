@@ -323,6 +323,18 @@ function surfaces(backend: CpuBackend, work: string): Surface[] {
       outputs: ["out.png"],
     },
     {
+      name: "cli quantize (child process)",
+      weight: 0.0005,
+      ext: ".safetensors",
+      ...(krea2Missing ? { missing: krea2Missing } : {}),
+      mutate: (r) => mutateSafetensors(ditSeed, r),
+      exercise: cli(
+        (p, dir) => ["quantize", "--format", "int8-convrot", p, join(dir, "q.safetensors")],
+        "apps/cli/index.ts",
+      ),
+      outputs: ["q.safetensors"],
+    },
+    {
       name: "apps/llm (child process)",
       weight: 0.0005,
       ext: ".gguf",
