@@ -521,6 +521,130 @@ tp_status tp_cpu_matmul(tp_ctx *ctx, const float *x, int64_t m, int64_t k, int32
 
 /* ---- matmul_id: one GEMM per expert over its rows of a stacked weight ------------------------- */
 
+/*
+ * matmul_id for the GGUF formats in one parallel region: every routed row of x gathered (in expert
+ * order) and quantized to the format's activation blocks once, then the column chunks of every chosen
+ * expert handed out to the threads from one shared counter — one wake-up of the pool per call instead
+ * of one per expert — each chunk a call of the format's kernel on the expert's sub-view of the stack.
+ * The numbers are tp_cpu_matmul's row for row (the same activation blocks, the same kernel).
+ */
+typedef struct id_item {
+  int32_t mm;     /* index into id_job.mms */
+  int64_t n0, n1; /* columns */
+} id_item;
+
+typedef struct id_job {
+  const tp_mm *mms;
+  const id_item *items;
+  int64_t n_items;
+  int64_t next; /* the next item to take (atomic) */
+  mm_fn fn;
+  uint8_t *scratch; /* task t: scratch + t · task_scratch */
+  size_t task_scratch;
+} id_job;
+
+static void id_task(void *arg, int64_t task, int64_t n_tasks) {
+  (void)n_tasks;
+  id_job *job = arg;
+  uint8_t *scratch = job->scratch + (size_t)task * job->task_scratch;
+  for (;;) {
+    const int64_t i = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+    if (i >= job->n_items) return;
+    const id_item *it = &job->items[i];
+    job->fn(&job->mms[it->mm], it->n0, it->n1, scratch);
+  }
+}
+
+/* gathered rows xg [rows, k] (expert order, start[e]..start[e+1] for expert e) → yg [rows, n]. */
+static tp_status matmul_id_ggml(tp_ctx *ctx, const float *xg, int64_t rows, int64_t k, int32_t format,
+                                const uint8_t *w, size_t rb, int64_t n_expert, int64_t n, const int64_t *start,
+                                float *yg) {
+  const char *fn = "tp_cpu_matmul_id";
+  const int32_t act = tp_wformats[format].act;
+  int64_t used = 0, n_items = 0;
+  for (int64_t e = 0; e < n_expert; e++) {
+    const int64_t m = start[e + 1] - start[e];
+    if (m == 0) continue;
+    const int64_t ch = m < TP_MM_GEMV_M ? TP_MM_COL_ALIGN : TP_MM_STEAL_COLS;
+    used++;
+    n_items += (n + ch - 1) / ch;
+  }
+#if TP_MM_X86
+  const int vnni_gemm = format != TP_W_IQ4_NL && format != TP_W_IQ4_XS && pick_kernel(ctx, format) == tp_mm_ggml_avx512vnni;
+#else
+  const int vnni_gemm = 0;
+#endif
+  const size_t xq_row = act_row_bytes(act, k);
+  const int64_t nb = k / gemm_block(format);
+  const int64_t threads = ctx->n_threads;
+  const int64_t tasks = (uint64_t)rows * (uint64_t)n * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS ? 1 : threads;
+  const size_t task_scratch = tp_mm_task_scratch(k, 0);
+  const size_t xq_bytes = round64((size_t)rows * xq_row + 64);
+  const size_t xs_bytes = vnni_gemm ? round64((size_t)rows * (size_t)nb * 4) : 0;
+  const size_t mms_bytes = round64((size_t)used * sizeof(tp_mm));
+  const size_t items_bytes = round64((size_t)n_items * sizeof(id_item));
+  const size_t total = xq_bytes + 2 * xs_bytes + mms_bytes + items_bytes + (size_t)tasks * task_scratch;
+  uint8_t *base = ctx_scratch(ctx, total);
+  if (base == NULL) return mm_error(ctx, TP_ERR_OOM, "%s: no memory for %zu bytes of scratch", fn, total);
+  uint8_t *xq = base;
+  float *xs = (float *)(base + xq_bytes);
+  int32_t *xsum = (int32_t *)(base + xq_bytes + xs_bytes);
+  tp_mm *mms = (tp_mm *)(base + xq_bytes + 2 * xs_bytes);
+  id_item *items = (id_item *)(base + xq_bytes + 2 * xs_bytes + mms_bytes);
+  uint8_t *task_base = base + xq_bytes + 2 * xs_bytes + mms_bytes + items_bytes;
+
+  /* every row's activation blocks (and, for the AVX-512 VNNI GEMM, its block sums) at once */
+  tp_mm all = {.fmt = format, .act = act, .m = rows, .n = n, .k = k, .x = xg, .xq_row = xq_row};
+  int64_t prep_tasks = rows < threads ? rows : threads;
+  if ((uint64_t)rows * (uint64_t)k < TP_MM_PARALLEL_MIN_MACS) prep_tasks = 1;
+  prep_job pj = {.mm = &all,
+                 .xq = xq,
+                 .xs = xs,
+                 .xsum = xsum,
+                 .tmp = NULL,
+                 .block_sums = vnni_gemm,
+                 .rows_per_task = (rows + prep_tasks - 1) / prep_tasks,
+                 .isa = ctx->isa};
+  run_tasks(ctx, prep_tasks, prep_task, &pj);
+
+  int64_t u = 0, it = 0;
+  for (int64_t e = 0; e < n_expert; e++) {
+    const int64_t r0 = start[e], m = start[e + 1] - start[e];
+    if (m == 0) continue;
+    const int sums = vnni_gemm && m >= TP_GGML_GEMM_MIN_M;
+    mms[u] = (tp_mm){.fmt = format,
+                     .act = act,
+                     .m = m,
+                     .n = n,
+                     .k = k,
+                     .x = xg + (size_t)r0 * (size_t)k,
+                     .w = w + (size_t)e * (size_t)n * rb,
+                     .w_row = rb,
+                     .scale = 1.0f,
+                     .y = yg + (size_t)r0 * (size_t)n,
+                     .features = ctx->features,
+                     .xq = xq + (size_t)r0 * xq_row,
+                     .xq_row = xq_row,
+                     .xs = sums ? xs + (size_t)r0 * (size_t)nb : NULL,
+                     .xsum = sums ? xsum + (size_t)r0 * (size_t)nb : NULL,
+                     .task_scratch = task_scratch,
+                     .part_bytes = 0};
+    const int64_t ch = m < TP_MM_GEMV_M ? TP_MM_COL_ALIGN : TP_MM_STEAL_COLS;
+    for (int64_t n0 = 0; n0 < n; n0 += ch) items[it++] = (id_item){(int32_t)u, n0, n0 + ch < n ? n0 + ch : n};
+    u++;
+  }
+  id_job job = {.mms = mms,
+                .items = items,
+                .n_items = n_items,
+                .next = 0,
+                .fn = pick_kernel(ctx, format),
+                .scratch = task_base,
+                .task_scratch = task_scratch};
+  run_tasks(ctx, tasks, id_task, &job);
+  ctx_scratch_trim(ctx);
+  return TP_OK;
+}
+
 tp_status tp_cpu_matmul_id(tp_ctx *ctx, const float *x, int64_t t, int64_t sx, int64_t k, int32_t format,
                            const void *w, uint64_t w_bytes, int64_t n_expert, int64_t n, const float *scale,
                            int64_t n_scale, int32_t group, const int32_t *ids, int64_t s, float *y) {
@@ -584,8 +708,33 @@ tp_status tp_cpu_matmul_id(tp_ctx *ctx, const float *x, int64_t t, int64_t sx, i
     for (int64_t r = 0; r < rows; r++) order[next[ids[r]]++] = r;
     free(next);
   }
-  /* an expert of several rows: its rows of x gathered, its GEMM into a scratch, scattered into y; of one
-     row: the row of x and of y themselves (decoding: no copy) */
+  const int32_t act = tp_wformats[format].act;
+  if (act == TP_ACT_Q8_0 || act == TP_ACT_Q8_1 || act == TP_ACT_Q8_K) { /* GGUF: one parallel region */
+    float *xg = malloc((size_t)rows * (size_t)(k > 0 ? k : 1) * 4);
+    float *yg = malloc((size_t)rows * (size_t)n * 4);
+    if (xg == NULL || yg == NULL) {
+      free(xg);
+      free(yg);
+      free(start);
+      free(order);
+      return mm_error(ctx, TP_ERR_OOM, "%s: no memory for %lld gathered rows", fn, (long long)rows);
+    }
+    for (int64_t i = 0; i < rows; i++) {
+      const int64_t r = order[i];
+      memcpy(xg + (size_t)i * (size_t)k, x + (size_t)((r / s) * sx + (sx == 1 ? 0 : r % s)) * (size_t)k,
+             (size_t)k * 4);
+    }
+    st = matmul_id_ggml(ctx, xg, rows, k, format, w, (size_t)rb, n_expert, n, start, yg);
+    if (st == TP_OK)
+      for (int64_t i = 0; i < rows; i++) memcpy(y + (size_t)order[i] * (size_t)n, yg + (size_t)i * (size_t)n, (size_t)n * 4);
+    free(xg);
+    free(yg);
+    free(start);
+    free(order);
+    return st;
+  }
+  /* other formats, expert by expert: its rows of x gathered, its GEMM into a scratch, scattered into y;
+     of one row: the row of x and of y themselves (decoding: no copy) */
   float *xg = NULL, *yg = NULL;
   if (most > 1) {
     xg = malloc((size_t)most * (size_t)(k > 0 ? k : 1) * 4);

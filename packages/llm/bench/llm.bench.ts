@@ -1,7 +1,8 @@
 /**
  * `bun run bench llm`: prompt processing (512 tokens) and generation (128 tokens) of a random-weight
- * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts) and one with Gemma 3 1B's shapes in
- * Q4_0 (./gemma3-model.ts), on 2 CPU threads, against llama.cpp
+ * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts), one with Gemma 3 1B's shapes in
+ * Q4_0 (./gemma3-model.ts) and one with Qwen3-30B-A3B's shapes truncated to 4 of its 48 layers in Q4_0
+ * (./moe-model.ts: 128 experts, 8 per token), on 2 CPU threads, against llama.cpp
  * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS; and
  * the same shapes as a scaled-fp8 safetensors folder (./fp8-model.ts), ours only.
  * Each measurement runs in a fresh child process (./ours-worker.ts, ./llama-cpp-worker.ts) started
@@ -24,6 +25,7 @@ import { TpError } from "@tp/tensor";
 import { fp8BenchModel } from "./fp8-model.ts";
 import { gemma3BenchKvBytes, gemma3BenchModel } from "./gemma3-model.ts";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
+import { benchMoeKvBytes, benchMoeModel, MOE_BENCH_LAYERS } from "./moe-model.ts";
 
 const THREADS = Number(process.env.TP_BENCH_THREADS ?? 2);
 /** Context window of both engines: the 512-token prompt plus room; our f32 KV is CTX rows. */
@@ -128,6 +130,13 @@ export default {
     const gemma = gemma3BenchModel(); // its local layers hold a ring of window + 512 rows
     if (gemma !== null)
       models.push({ name: "gemma3-1b-shapes Q4_0", path: gemma, kvBytes: gemma3BenchKvBytes(CTX) });
+    const moe = benchMoeModel(); // 4 of Qwen3-30B-A3B's 48 layers: 1.76 GB
+    if (moe !== null)
+      models.push({
+        name: `qwen3-30b-a3b-shapes ${MOE_BENCH_LAYERS}-layer Q4_0`,
+        path: moe,
+        kvBytes: benchMoeKvBytes(CTX, 4),
+      });
     const ggufCases = models.flatMap(({ name, path, kvBytes }) => {
       /** Peak RSS and engine ms/token over every run of each side. */
       const seen = {

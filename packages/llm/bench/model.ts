@@ -42,9 +42,9 @@ export const BENCH_DIR = join(process.env.TP_BENCH_DIR ?? tmpdir(), "tensorpenci
 /** Block formats of the benchmark model. */
 export type BenchQuant = "Q8_0" | "Q4_0";
 
-const BLOCK = { Q8_0: { bytes: 34, std: 73.3 }, Q4_0: { bytes: 18, std: 4.61 } } as const;
+export const BLOCK = { Q8_0: { bytes: 34, std: 73.3 }, Q4_0: { bytes: 18, std: 4.61 } } as const;
 /** ggml `general.file_type` (LLAMA_FTYPE_MOSTLY_Q8_0 = 7, _Q4_0 = 2). */
-const FILE_TYPE = { Q8_0: 7, Q4_0: 2 } as const;
+export const FILE_TYPE = { Q8_0: 7, Q4_0: 2 } as const;
 
 /** xorshift32 filling `out` (byteOffset and byteLength multiples of 4) with random bytes (fast, seeded; quality is irrelevant here). */
 export function randomBytes(out: Uint8Array, seed: number): void {
