@@ -97,7 +97,7 @@ function worker(context: Context, engine: Engine, file: string, mode: "pp" | "tg
 
 export default {
   description:
-    `random Qwen3-0.6B-shaped and Qwen3-30B-A3B-shaped (${MOE_BENCH_LAYERS} layers) models, pp${PP} / tg${TG} tok/s at ${THREADS} threads and peak RSS, ` +
+    `random Qwen3-0.6B-, Gemma-3-1B- and Qwen3-30B-A3B-shaped (${MOE_BENCH_LAYERS} layers) models, pp${PP} / tg${TG} tok/s at ${THREADS} threads and peak RSS, ` +
     "vs llama.cpp (node-llama-cpp 3.21.1, CPU) on the same GGUF; ratio > 1 = we are better",
   usage: [
     "  --baseline DIR    supported: DIR's packages/llm/bench/ours-worker.ts runs beside ours on every",
