@@ -80,6 +80,12 @@ async function main(args: LlmArgs): Promise<number> {
     throw e;
   }
   const { model, tokenizer } = loaded;
+  if (loaded.unexpected.length > 0) {
+    const u = loaded.unexpected;
+    console.error(
+      `notice: ${args.model} holds ${u.length} tensor${u.length === 1 ? "" : "s"} the model does not read (${u.slice(0, 3).join(", ")}${u.length > 3 ? ", …" : ""}); ignored`,
+    );
+  }
   const hasTemplate = tokenizer.chatTemplate !== undefined && tokenizer.chatTemplate.trim() !== "";
   const raw = args.raw || !hasTemplate;
   const template = raw

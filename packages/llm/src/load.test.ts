@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import { createBackend as createVulkan } from "@tp/backend-vulkan";
-import { ggufKv } from "@tp/formats";
+import { ggufKv, openGguf, serializeGguf } from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { BYTE_TO_UNICODE, HF_SPLIT_PATTERNS } from "@tp/tokenizer";
 import { GenerationSession } from "./generate.ts";
@@ -244,6 +244,42 @@ describe("layers past the declared depth: E_FORMAT naming the first stray tensor
     writeFileSync(join(dir, "config.json"), JSON.stringify({ ...cfg, num_hidden_layers: 1 }));
     const e = thrown(() => loadCausalLM(dir, { backend }));
     expectError(e, "E_FORMAT", "num_hidden_layers = 1 but the checkpoint holds layer 1 (model.layers.1.");
+    expect(backend.memory.current).toBe(0);
+  });
+});
+
+describe("tensors the model does not read: listed for a warning", () => {
+  test("a clean file: none; an extra tensor in a GGUF: named, the model still loads", () => {
+    const clean = loadCausalLM(gguf(), { backend });
+    expect(clean.unexpected).toEqual([]);
+    clean.model.dispose();
+    // The output norm's bytes a second time, under a name no architecture reads.
+    const path = gguf({
+      tensor: (t) => (t.name === "output_norm.weight" ? { ...t, name: "blk.0.extra.weight" } : t),
+    });
+    const e = thrown(() => loadCausalLM(path, { backend }));
+    expect(e.tensor).toBe("output_norm.weight"); // renamed away: missing, named
+    const g = openGguf(gguf());
+    const extra = join(tmp, "extra.gguf");
+    writeFileSync(
+      extra,
+      serializeGguf(
+        [...g.metadata.entries.values()].map((kv) => ({ key: kv.key, type: kv.type, value: kv.value })),
+        [
+          ...g.tensors.map((t) => ({
+            name: t.name,
+            type: t.dtype,
+            shape: [...t.shape],
+            data: g.data(t.name),
+          })),
+          { name: "blk.0.extra.weight", type: "f32", shape: [4], data: new Uint8Array(16) },
+        ],
+      ),
+    );
+    g.close();
+    const loaded = loadCausalLM(extra, { backend });
+    expect(loaded.unexpected).toEqual(["blk.0.extra.weight"]);
+    loaded.model.dispose();
     expect(backend.memory.current).toBe(0);
   });
 });

