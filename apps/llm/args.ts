@@ -39,6 +39,17 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
   --ctx N                 context window in tokens (default: the model's, at most 131072)
   --threads N             CPU threads (default: all cores)
   --backend NAME          cpu | vulkan | ptx | cuda (default cpu)
+  --spec-type T           speculative decoding: none | ngram | draft | eagle3 (llama.cpp's
+                          ngram-simple, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod
+                          are the n-gram drafter); default: draft with -md, ngram with
+                          --spec-k or --draft-max, else none
+  -md, --model-draft FILE draft model of the same vocabulary (--spec-type draft)
+  --draft-max N, --spec-k N
+                          most drafts per verify step, 1 … 16 (default 16; adapted down
+                          while drafts are rejected)
+  --draft-min N           drop proposals shorter than N (default 0)
+  --draft-p-min P         draft model: stop drafting below this probability (default 0.75)
+  --eagle FILE            EAGLE-3 head (--spec-type eagle3): not implemented yet
   --json                  with --prompt: print one JSON object (prompt_ids, ids, text,
                           prompt_tokens_per_second, tokens_per_second, peak_rss_bytes, …)
   -h, --help              this text
@@ -65,7 +76,35 @@ export interface LlmArgs {
   backend: string;
   json: boolean;
   help: boolean;
+  /** Speculative decoding (none unless a --spec-* / --draft-* / -md flag asks for it). */
+  speculative: SpeculativeArgs;
 }
+
+/** The speculative-decoding flags, checked. */
+export interface SpeculativeArgs {
+  type: "none" | "ngram" | "draft" | "eagle3";
+  /** -md FILE (type "draft"). */
+  modelDraft: string | undefined;
+  /** --eagle FILE (type "eagle3"). */
+  eagle: string | undefined;
+  draftMax: number | undefined;
+  draftMin: number | undefined;
+  pMin: number | undefined;
+}
+
+/** --spec-type values (llama.cpp's n-gram modes all select the prompt-lookup drafter). */
+const SPEC_TYPES: Readonly<Record<string, SpeculativeArgs["type"]>> = {
+  none: "none",
+  ngram: "ngram",
+  "ngram-simple": "ngram",
+  "ngram-cache": "ngram",
+  "ngram-map-k": "ngram",
+  "ngram-map-k4v": "ngram",
+  "ngram-mod": "ngram",
+  draft: "draft",
+  eagle3: "eagle3",
+  eagle: "eagle3",
+};
 
 /** Decimal numbers only (no hex, no `Infinity`, no blank): `-1`, `0.8`, `.5`, `1e-3`. */
 const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
@@ -109,6 +148,10 @@ const NUMERIC_FLAGS: ReadonlyMap<string, string> = new Map([
     "seed",
     "ctx",
     "threads",
+    "draft-max",
+    "spec-k",
+    "draft-min",
+    "draft-p-min",
   ].map((f) => [`--${f}`, f] as [string, string]),
 ]);
 
@@ -124,6 +167,15 @@ function joinNegativeValues(argv: readonly string[]): string[] {
     if (a === "--") {
       out.push(...argv.slice(i));
       break;
+    }
+    if (a === "-md") {
+      // llama.cpp's two-letter short flag, which node's parseArgs cannot declare
+      out.push("--model-draft");
+      continue;
+    }
+    if (a.startsWith("-md=")) {
+      out.push(`--model-draft=${a.slice(4)}`);
+      continue;
     }
     const long = NUMERIC_FLAGS.get(a);
     const next = argv[i + 1];
@@ -184,6 +236,14 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
         threads: { type: "string" },
         backend: { type: "string", default: "cpu" },
         json: { type: "boolean", default: false },
+        "spec-type": { type: "string" },
+        "model-draft": { type: "string" },
+        "draft-model": { type: "string" },
+        "draft-max": { type: "string" },
+        "spec-k": { type: "string" },
+        "draft-min": { type: "string" },
+        "draft-p-min": { type: "string" },
+        eagle: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       strict: true,
@@ -218,6 +278,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   sampling.repeatLastN =
     int("--repeat-last-n", s("repeat-last-n"), (x) => x >= -1, "an integer ≥ -1 (-1: all)") ??
     sampling.repeatLastN;
+  const speculative = speculativeArgs(s);
   const seedText = s("seed");
   const seed = seedText === undefined ? undefined : seedFlag(seedText);
   return {
@@ -239,5 +300,55 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
     backend: s("backend") ?? "cpu",
     json: values.json === true,
     help,
+    speculative,
   };
+}
+
+/** Check the speculative flags; the type follows from them when --spec-type is absent. */
+function speculativeArgs(s: (k: string) => string | undefined): SpeculativeArgs {
+  const md = s("model-draft") ?? s("draft-model");
+  if (s("model-draft") !== undefined && s("draft-model") !== undefined)
+    throw new TpError("E_ARG", "-md/--model-draft and --draft-model are the same flag; give one");
+  const dmText = s("draft-max");
+  const kText = s("spec-k");
+  if (dmText !== undefined && kText !== undefined && dmText.trim() !== kText.trim())
+    throw new TpError(
+      "E_ARG",
+      `--draft-max (${dmText}) and --spec-k (${kText}) are the same setting; give one`,
+    );
+  const flag = kText !== undefined && dmText === undefined ? "--spec-k" : "--draft-max";
+  const draftMax = int(flag, dmText ?? kText, (x) => x >= 1 && x <= 16, "an integer from 1 to 16");
+  const draftMin = int("--draft-min", s("draft-min"), (x) => x >= 0 && x <= 16, "an integer from 0 to 16");
+  if (draftMin !== undefined && draftMin > (draftMax ?? 16))
+    throw new TpError("E_ARG", `--draft-min (${draftMin}) must not exceed --draft-max (${draftMax ?? 16})`);
+  const pMin = num("--draft-p-min", s("draft-p-min"), (x) => x >= 0 && x <= 1, "a number in [0, 1]");
+  const eagle = s("eagle");
+  const typeText = s("spec-type");
+  let type: SpeculativeArgs["type"];
+  if (typeText !== undefined) {
+    const t = SPEC_TYPES[typeText.trim()];
+    if (t === undefined)
+      throw new TpError(
+        "E_ARG",
+        `--spec-type must be one of ${Object.keys(SPEC_TYPES).join(", ")}, got '${typeText}'`,
+      );
+    type = t;
+  } else if (md !== undefined) type = "draft";
+  else if (eagle !== undefined) type = "eagle3";
+  else if (draftMax !== undefined || draftMin !== undefined) type = "ngram";
+  else type = "none";
+  if (type === "draft" && md === undefined)
+    throw new TpError("E_ARG", "--spec-type draft needs a draft model: -md FILE");
+  if (type !== "draft" && md !== undefined)
+    throw new TpError(
+      "E_ARG",
+      `-md FILE is the draft model of --spec-type draft, not of --spec-type ${type}`,
+    );
+  if (type === "eagle3" && eagle === undefined)
+    throw new TpError("E_ARG", "--spec-type eagle3 needs the head: --eagle FILE");
+  if (type !== "eagle3" && eagle !== undefined)
+    throw new TpError("E_ARG", `--eagle FILE is the head of --spec-type eagle3, not of --spec-type ${type}`);
+  if (pMin !== undefined && type !== "draft")
+    throw new TpError("E_ARG", "--draft-p-min applies to a draft model (-md FILE) only");
+  return { type, modelDraft: md, eagle, draftMax, draftMin, pMin };
 }

@@ -507,3 +507,98 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm: broken files fail at load, reruns r
     T,
   );
 });
+
+describe.skipIf(!HAVE_MODELS)("bun apps/llm speculative decoding", () => {
+  if (!HAVE_MODELS) test.skip(NO_MODELS, () => {});
+
+  test(
+    "--spec-k / -md: greedy ids identical to vanilla; --json and the summary report acceptance and tokens per verify step",
+    async () => {
+      const base = ["-m", STORIES, "-p", "Once upon a time", "--raw", "-n", "96", "--temp", "0"];
+      const vanilla = await json(base);
+      expect(vanilla.speculative).toBeUndefined();
+      for (const extra of [
+        ["--spec-k", "4"],
+        ["--spec-type", "ngram-simple"],
+        ["-md", STORIES],
+        ["--model-draft", STORIES, "--draft-p-min", "0"],
+      ]) {
+        const o = await json([...base, ...extra]);
+        expect(o.ids).toEqual(vanilla.ids);
+        const s = o.speculative as Record<string, number>;
+        expect(s.accepted).toBeLessThanOrEqual(s.drafted);
+        expect(s.acceptance_rate).toBeCloseTo(s.drafted > 0 ? s.accepted / s.drafted : 0, 12);
+        expect(s.tokens_per_verify_step).toBeCloseTo((s.accepted + s.verify_steps) / s.verify_steps, 12);
+      }
+      // the same model as its own draft: every greedy draft is the target's choice
+      const self = await json([...base, "-md", STORIES, "--draft-p-min", "0"]);
+      expect((self.speculative as Record<string, number>).acceptance_rate).toBe(1);
+      const r = await run([...base, "--spec-k", "4"]);
+      expect(r.code).toBe(0);
+      expect(r.stderr).toMatch(
+        /spec ngram: accepted \d+\/\d+ drafts \(\d+%\), \d+\.\d\d tok per verify step\]/,
+      );
+    },
+    T * 3,
+  );
+
+  test(
+    "a draft model of another vocabulary, --spec-type eagle3: one error line",
+    async () => {
+      const mismatch = await run(["-m", STORIES, "-p", "x", "-md", QWEN]);
+      expect(mismatch.code).not.toBe(0);
+      expect(mismatch.stderr).toContain("E_ARG: vocabulary mismatch");
+      const eagle = await run([
+        "-m",
+        STORIES,
+        "-p",
+        "x",
+        "--spec-type",
+        "eagle3",
+        "--eagle",
+        "head.safetensors",
+      ]);
+      expect(eagle.code).not.toBe(0);
+      expect(eagle.stderr).toContain("E_UNSUPPORTED");
+    },
+    T,
+  );
+});
+
+describe("speculative flags", () => {
+  const p = (...a: string[]) => parseLlmArgs(["-m", "x.gguf", ...a]).speculative;
+  test("types follow from the flags; llama.cpp's spellings; conflicts and ranges are E_ARG naming the flag", () => {
+    expect(p().type).toBe("none");
+    expect(p("--spec-k", "3")).toMatchObject({ type: "ngram", draftMax: 3 });
+    expect(p("--draft-max", "8", "--draft-min", "2")).toMatchObject({
+      type: "ngram",
+      draftMax: 8,
+      draftMin: 2,
+    });
+    expect(p("-md", "d.gguf")).toMatchObject({ type: "draft", modelDraft: "d.gguf" });
+    expect(p("--model-draft", "d.gguf", "--draft-p-min", "0.5")).toMatchObject({ type: "draft", pMin: 0.5 });
+    expect(p("--draft-model", "d.gguf").type).toBe("draft");
+    for (const t of ["ngram-simple", "ngram-cache", "ngram-map-k", "ngram-map-k4v", "ngram-mod"])
+      expect(p("--spec-type", t).type).toBe("ngram");
+    expect(p("--spec-type", "eagle3", "--eagle", "h.safetensors")).toMatchObject({
+      type: "eagle3",
+      eagle: "h.safetensors",
+    });
+    const bad: [string[], RegExp][] = [
+      [["--spec-k", "17"], /--spec-k must be an integer from 1 to 16/],
+      [["--draft-max", "0"], /--draft-max must be/],
+      [["--draft-max", "4", "--draft-min", "5"], /--draft-min \(5\) must not exceed --draft-max \(4\)/],
+      [["--spec-type", "tree"], /--spec-type must be one of/],
+      [["--spec-type", "draft"], /needs a draft model: -md FILE/],
+      [["--spec-type", "ngram", "-md", "d.gguf"], /-md FILE is the draft model of --spec-type draft/],
+      [["--spec-type", "eagle3"], /needs the head: --eagle FILE/],
+      [["--spec-k", "4", "--draft-p-min", "0.5"], /--draft-p-min applies to a draft model/],
+      [["--draft-p-min", "2", "-md", "d"], /--draft-p-min must be a number in \[0, 1\]/],
+      [["--spec-k", "3", "--draft-max", "4"], /same setting/],
+    ];
+    for (const [args, re] of bad) {
+      expect(() => p(...args)).toThrow(TpError);
+      expect(() => p(...args)).toThrow(re);
+    }
+  });
+});

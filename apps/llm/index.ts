@@ -12,10 +12,15 @@ import {
   ChatTemplate,
   chatTemplateFor,
   checkPromptFits,
+  checkSpeculativeModel,
+  DraftModelDrafter,
   type GenerateResult,
   GenerationSession,
+  type LoadedModel,
   loadModel,
+  NgramDrafter,
   PLAIN_TEMPLATE,
+  type SpeculativeOptions,
   tokensPerSecond,
 } from "@tp/llm";
 import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
@@ -45,8 +50,58 @@ function summary(r: GenerateResult, cached: number, window: number, kvBytes: num
   return (
     `[prompt ${r.prefillTokens} tok${r.reusedTokens > 0 ? ` (+${r.reusedTokens} cached)` : ""} in ${fmtS(r.promptSeconds)} s, ${fmtRate(tps.prompt)} tok/s; ` +
     `generated ${r.ids.length} tok in ${fmtS(r.genSeconds)} s, ${fmtRate(tps.generation)} tok/s; ` +
-    `ctx ${cached}/${window}, KV ${(kvBytes / MiB).toFixed(0)} MiB; peak RSS ${(peakRssBytes() / MiB).toFixed(0)} MiB${stop}]`
+    `ctx ${cached}/${window}, KV ${(kvBytes / MiB).toFixed(0)} MiB; peak RSS ${(peakRssBytes() / MiB).toFixed(0)} MiB${stop}` +
+    `${specSummary(r)}]`
   );
+}
+
+/** "; spec ngram: accepted 24/42 drafts (57%), 1.23 tok per verify step", or "" without speculation. */
+function specSummary(r: GenerateResult): string {
+  const s = r.speculative;
+  if (s === undefined) return "";
+  return (
+    `; spec ${s.drafter}: accepted ${s.accepted}/${s.drafted} drafts (${(100 * s.acceptanceRate).toFixed(0)}%), ` +
+    `${s.tokensPerStep.toFixed(2)} tok per verify step`
+  );
+}
+
+/**
+ * The speculative options the flags ask for (undefined for none), and the draft model to free.
+ * @throws TpError E_UNSUPPORTED for --spec-type eagle3 (not implemented) or a target / draft whose
+ *   architecture cannot roll back; E_ARG for a draft model of another vocabulary
+ */
+function speculativeSetup(
+  args: LlmArgs,
+  target: LoadedModel,
+  backend: LoadedModel["model"]["backend"],
+): { options: SpeculativeOptions | undefined; draft: LoadedModel | undefined } {
+  const sp = args.speculative;
+  if (sp.type === "none") return { options: undefined, draft: undefined };
+  if (sp.type === "eagle3")
+    throw new TpError(
+      "E_UNSUPPORTED",
+      "--spec-type eagle3 (--eagle FILE): the EAGLE-3 head is not implemented yet",
+      {
+        ...(sp.eagle === undefined ? {} : { file: sp.eagle }),
+      },
+    );
+  checkSpeculativeModel(target.model);
+  const limits = {
+    ...(sp.draftMax === undefined ? {} : { draftMax: sp.draftMax }),
+    ...(sp.draftMin === undefined ? {} : { draftMin: sp.draftMin }),
+  };
+  if (sp.type === "ngram") return { options: { drafter: new NgramDrafter(), ...limits }, draft: undefined };
+  const draft = loadModel(sp.modelDraft as string, { backend, maxContext: target.model.maxContext });
+  try {
+    const drafter = new DraftModelDrafter(draft.model, target, {
+      draftTokenizer: draft.tokenizer,
+      ...(sp.pMin === undefined ? {} : { pMin: sp.pMin }),
+    });
+    return { options: { drafter, ...limits }, draft };
+  } catch (e) {
+    draft.model.dispose();
+    throw e;
+  }
 }
 
 async function main(args: LlmArgs): Promise<number> {
@@ -86,6 +141,13 @@ async function main(args: LlmArgs): Promise<number> {
       `notice: ${args.model} holds ${u.length} tensor${u.length === 1 ? "" : "s"} the model does not read (${u.slice(0, 3).join(", ")}${u.length > 3 ? ", …" : ""}); ignored`,
     );
   }
+  let spec: ReturnType<typeof speculativeSetup>;
+  try {
+    spec = speculativeSetup(args, loaded, backend);
+  } catch (e) {
+    model.dispose();
+    throw e;
+  }
   const hasTemplate = tokenizer.chatTemplate !== undefined && tokenizer.chatTemplate.trim() !== "";
   const raw = args.raw || !hasTemplate;
   const template = raw
@@ -106,11 +168,13 @@ async function main(args: LlmArgs): Promise<number> {
   const genOptions = {
     sampling: { ...args.sampling },
     maxNewTokens: args.nPredict,
+    ...(spec.options === undefined ? {} : { speculative: spec.options }),
   };
   const banner = (promptTokens?: number) =>
     `[${backend.name} backend: ${backend.device}, ${model.config.architecture}, ${promptTokens === undefined ? "" : `${promptTokens} prompt tokens, `}` +
     `ctx window ${model.maxContext}, max ${args.nPredict} new/turn, temp ${args.sampling.temperature}, ` +
-    `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}; setup ${fmtS(setupSeconds)} s]`;
+    `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}` +
+    `${spec.options === undefined ? "" : `, speculative ${spec.options.drafter.kind}${args.speculative.modelDraft === undefined ? "" : ` (${args.speculative.modelDraft})`}`}; setup ${fmtS(setupSeconds)} s]`;
 
   // Ctrl-C: stop the current answer; while waiting for input, the terminal has dropped the typed line.
   let current: AbortController | null = null;
@@ -149,6 +213,18 @@ async function main(args: LlmArgs): Promise<number> {
             peak_rss_bytes: peakRssBytes(),
             backend_peak_bytes: backend.memory.peak,
             ctx: model.maxContext,
+            ...(r.speculative === undefined
+              ? {}
+              : {
+                  speculative: {
+                    type: r.speculative.drafter,
+                    verify_steps: r.speculative.verifySteps,
+                    drafted: r.speculative.drafted,
+                    accepted: r.speculative.accepted,
+                    acceptance_rate: r.speculative.acceptanceRate,
+                    tokens_per_verify_step: r.speculative.tokensPerStep,
+                  },
+                }),
           }),
         );
       } else {
@@ -163,6 +239,7 @@ async function main(args: LlmArgs): Promise<number> {
       current = c;
     });
   } finally {
+    spec.draft?.model.dispose();
     model.dispose();
     backend.dispose();
   }
@@ -171,7 +248,7 @@ async function main(args: LlmArgs): Promise<number> {
 /** The REPL: one message per line on stdin; /reset, /exit; errors of a turn are printed, not fatal. */
 async function repl(
   chat: ChatSession,
-  genOptions: { sampling: object; maxNewTokens: number },
+  genOptions: { sampling: object; maxNewTokens: number; speculative?: SpeculativeOptions },
   banner: string,
   setCurrent: (c: AbortController | null) => void,
 ): Promise<number> {
