@@ -525,7 +525,13 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm speculative decoding", () => {
       ]) {
         const o = await json([...base, ...extra]);
         expect(o.ids).toEqual(vanilla.ids);
-        const s = o.speculative as Record<string, number>;
+        const s = o.speculative as {
+          drafted: number;
+          accepted: number;
+          verify_steps: number;
+          acceptance_rate: number;
+          tokens_per_verify_step: number;
+        };
         expect(s.accepted).toBeLessThanOrEqual(s.drafted);
         expect(s.acceptance_rate).toBeCloseTo(s.drafted > 0 ? s.accepted / s.drafted : 0, 12);
         expect(s.tokens_per_verify_step).toBeCloseTo((s.accepted + s.verify_steps) / s.verify_steps, 12);
