@@ -395,7 +395,15 @@ export class GenerationSession {
           forward: (ids) => this.#verify(ids, deviceArgmax),
           truncate: (len) => {
             model.truncate(len);
-            this.#ids.length = len;
+            this.#ids.length = model.cached;
+            return model.cached;
+          },
+          feed: (ids) => {
+            for (let at = 0; at < ids.length; at += chunk) {
+              const part = ids.slice(at, at + chunk);
+              using _logits = model.step(part); // not read: the state is what matters
+              this.#ids.push(...part);
+            }
           },
           proceed: async () => {
             if (signal !== undefined) await yieldToEventLoop();
@@ -412,7 +420,7 @@ export class GenerationSession {
       const keep = Math.min(model.cached, prompt.length + result.ids.length);
       if (model.cached > keep) {
         model.truncate(keep);
-        this.#ids.length = keep;
+        this.#ids.length = model.cached;
       }
       const rest = decoder.flush();
       if (rest !== "") {

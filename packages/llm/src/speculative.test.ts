@@ -7,7 +7,8 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
-import { TpError } from "@tp/tensor";
+import { createBackend as createVulkan } from "@tp/backend-vulkan";
+import { type Backend, TpError } from "@tp/tensor";
 import { GenerationSession } from "./generate.ts";
 import { loadModel } from "./load.ts";
 import type { CausalLM } from "./model.ts";
@@ -20,7 +21,21 @@ const SKIP = HAVE_MODELS
   ? ""
   : `skipped: ${MODELS} is absent (the shared models folder is not beside this checkout)`;
 const backend = createBackend({ threads: 2 });
-afterAll(() => backend.dispose());
+/** The Vulkan backend, or why it cannot start here (its message's first line). */
+function startVulkan(): { backend?: Backend; reason?: string } {
+  try {
+    return { backend: createVulkan() };
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    return { reason: why.split("\n")[0] ?? why };
+  }
+}
+const vk = HAVE_MODELS ? startVulkan() : {};
+const VK_SKIP = vk.backend === undefined ? `skipped: no Vulkan device starts (${vk.reason})` : "";
+afterAll(() => {
+  backend.dispose();
+  vk.backend?.dispose();
+});
 
 /** Targets (F32) and their Q4_0 copies as draft models, one per architecture of the shared files. */
 const ARCHS = [
@@ -40,45 +55,126 @@ const ARCHS = [
 const N = 128;
 const PROMPT = "Once upon a time, there was a little girl. Once upon a time";
 
-describe.skipIf(!HAVE_MODELS)(`greedy speculative = vanilla, cpu ${SKIP}`, () => {
-  for (const a of ARCHS) {
-    test(`${a.name}: n-gram and draft model, ${N} tokens, byte-identical`, async () => {
-      const t = loadModel(join(MODELS, a.target), { backend, maxContext: 512 });
-      const d = loadModel(join(MODELS, a.draft), { backend, maxContext: 512 });
-      try {
-        const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
-        const opts = { maxNewTokens: N, stopIds: [] as number[] };
-        const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, opts);
-        expect(vanilla.ids.length).toBe(N);
-        const drafters: Drafter[] = [
-          new NgramDrafter(),
-          new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer, pMin: 0 }),
-          new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer }),
-        ];
-        for (const drafter of drafters) {
-          for (const adaptive of [true, false]) {
-            const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
-            const r = await s.generate(prompt, { ...opts, speculative: { drafter, adaptive, draftMax: 8 } });
-            expect(r.ids).toEqual(vanilla.ids);
-            expect(r.text).toBe(vanilla.text);
-            const st = r.speculative;
-            if (st === undefined) throw new Error("no stats");
-            if (process.env.SPEC_VERBOSE) console.log(a.name, drafter.kind, adaptive, st);
-            expect(st.accepted).toBeLessThanOrEqual(st.drafted);
-            // every token after the first came from a verify step: accepted drafts + one per step
-            expect(st.accepted + st.verifySteps).toBeGreaterThanOrEqual(N - 1);
-            expect(st.accepted + st.verifySteps).toBeLessThanOrEqual(N);
-            // the session's cache holds the prompt and the answer (at most), as after vanilla decoding
-            expect(t.model.cached).toBeLessThanOrEqual(prompt.length + N);
-            expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, t.model.cached));
+for (const [label, be, skip] of [
+  ["cpu", backend, SKIP],
+  ["vulkan", vk.backend, SKIP || VK_SKIP],
+] as const)
+  describe.skipIf(be === undefined || !HAVE_MODELS)(`greedy speculative = vanilla, ${label} ${skip}`, () => {
+    for (const a of ARCHS) {
+      test(`${a.name}: n-gram and draft model, ${N} tokens, byte-identical`, async () => {
+        const t = loadModel(join(MODELS, a.target), { backend: be as Backend, maxContext: 512 });
+        const d = loadModel(join(MODELS, a.draft), { backend: be as Backend, maxContext: 512 });
+        try {
+          const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
+          const opts = { maxNewTokens: N, stopIds: [] as number[] };
+          const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(
+            prompt,
+            opts,
+          );
+          expect(vanilla.ids.length).toBe(N);
+          const drafters: Drafter[] = [
+            new NgramDrafter(),
+            new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer }),
+            // on the cpu also a draft that never stops early (many rejected rounds)
+            ...(label === "cpu"
+              ? [new DraftModelDrafter(d.model, t, { draftTokenizer: d.tokenizer, pMin: 0 })]
+              : []),
+          ];
+          for (const drafter of drafters) {
+            for (const adaptive of label === "cpu" ? [true, false] : [true]) {
+              const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
+              const r = await s.generate(prompt, {
+                ...opts,
+                speculative: { drafter, adaptive, draftMax: 8 },
+              });
+              expect(r.ids).toEqual(vanilla.ids);
+              expect(r.text).toBe(vanilla.text);
+              const st = r.speculative;
+              if (st === undefined) throw new Error("no stats");
+              if (process.env.SPEC_VERBOSE) console.log(a.name, drafter.kind, adaptive, st);
+              expect(st.accepted).toBeLessThanOrEqual(st.drafted);
+              // every token after the first came from a verify step: accepted drafts + one per step
+              expect(st.accepted + st.verifySteps).toBeGreaterThanOrEqual(N - 1);
+              expect(st.accepted + st.verifySteps).toBeLessThanOrEqual(N);
+              // the session's cache holds the prompt and the answer (at most), as after vanilla decoding
+              expect(t.model.cached).toBeLessThanOrEqual(prompt.length + N);
+              expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, t.model.cached));
+            }
           }
+        } finally {
+          t.model.dispose();
+          d.model.dispose();
         }
-      } finally {
-        t.model.dispose();
-        d.model.dispose();
-      }
-    }, 120_000);
+      }, 600_000);
+    }
+  });
+
+/**
+ * A model whose `truncate` can only return to a snapshot (the newest at or before the length asked),
+ * as a model with recurrent state does: the engine must replay the accepted tokens past it.
+ */
+class SnapshotRollback implements CausalLM {
+  #snaps = [0];
+  restores = 0;
+  constructor(readonly inner: CausalLM) {}
+  get config() {
+    return this.inner.config;
   }
+  get backend() {
+    return this.inner.backend;
+  }
+  get file() {
+    return this.inner.file;
+  }
+  get cached() {
+    return this.inner.cached;
+  }
+  get maxContext() {
+    return this.inner.maxContext;
+  }
+  get capacity() {
+    return this.inner.capacity;
+  }
+  get kvBytes() {
+    return this.inner.kvBytes;
+  }
+  step(ids: Int32Array | readonly number[], options?: { allLogits?: boolean }) {
+    return this.inner.step(ids, options);
+  }
+  snapshot(): void {
+    this.#snaps.push(this.inner.cached);
+  }
+  truncate(len: number): void {
+    const to = Math.max(...this.#snaps.filter((x) => x <= len));
+    if (to < len) this.restores++;
+    this.#snaps = this.#snaps.filter((x) => x <= to);
+    this.inner.truncate(to);
+  }
+  dispose(): void {
+    this.inner.dispose();
+  }
+}
+
+describe.skipIf(!HAVE_MODELS)(`snapshot rollback ${SKIP}`, () => {
+  test("a model that rolls back only to snapshots: accepted tokens replayed, greedy output still vanilla's", async () => {
+    const t = loadModel(join(MODELS, "synthetic/llama-tiny-F32.gguf"), { backend, maxContext: 512 });
+    const d = loadModel(join(MODELS, "synthetic/llama-tiny-Q4_0.gguf"), { backend, maxContext: 512 });
+    try {
+      const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
+      const opts = { maxNewTokens: N, stopIds: [] as number[] };
+      const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, opts);
+      const wrapped = new SnapshotRollback(t.model);
+      const s = new GenerationSession(wrapped, t.tokenizer, { seed: 1 });
+      const drafter = new DraftModelDrafter(d.model, t, { pMin: 0 });
+      const r = await s.generate(prompt, { ...opts, speculative: { drafter, draftMax: 6 } });
+      expect(r.ids).toEqual(vanilla.ids);
+      expect(wrapped.restores).toBeGreaterThan(5); // rejections did go back past the accepted tokens
+      expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, wrapped.cached));
+    } finally {
+      t.model.dispose();
+      d.model.dispose();
+    }
+  }, 120_000);
 });
 
 describe("NgramDrafter", () => {

@@ -321,8 +321,13 @@ export interface SpeculativeHost {
   remaining(): number;
   /** Forward `ids` (appending to the cache) and read every row (checked finite). */
   forward(ids: number[]): Promise<VerifyRows>;
-  /** Truncate the cache (and the host's record of cached ids) to `len`. */
-  truncate(len: number): void;
+  /**
+   * Truncate the cache (and the host's record of cached ids) to `len`; returns the length kept, which
+   * a model that rolls back to snapshots (recurrent state) may leave below `len`.
+   */
+  truncate(len: number): number;
+  /** Run `ids` through the model without reading logits (replaying tokens after a snapshot restore). */
+  feed(ids: number[]): void;
   /** Before each forward: false to stop (abort). */
   proceed(): Promise<boolean>;
 }
@@ -356,9 +361,15 @@ export async function speculativeDecode(
   let cooldown = 0;
   let pause = 0;
   let pending = h.first;
+  /** Tokens emitted and committed but not in the cache (a snapshot restore went back past them). */
+  let replay: number[] = [];
   for (;;) {
     if (!h.emit(pending)) break;
     if (!(await h.proceed())) break;
+    if (replay.length > 0) {
+      h.feed(replay);
+      replay = [];
+    }
     const room = model.maxContext - model.cached - 1; // drafts that fit after the pending token
     const m = Math.min(k, h.remaining() - 1, room);
     let drafts: number[] = [];
@@ -369,6 +380,8 @@ export async function speculativeDecode(
       if (drafts.length < draftMin) drafts = [];
     } else if (cooldown > 0) cooldown--;
     const base = model.cached;
+    // a model with recurrent state keeps a snapshot here, the point a rejection returns to
+    if (drafts.length > 0) (model as { snapshot?: () => void }).snapshot?.();
     const out = await h.forward([pending, ...drafts]);
     stats.verifySteps++;
     stats.drafted += drafts.length;
@@ -401,7 +414,12 @@ export async function speculativeDecode(
       break;
     }
     stats.accepted += accepted;
-    if (!ended) h.truncate(base + 1 + accepted); // keep the pending token and the accepted drafts
+    if (!ended && model.cached > base + 1 + accepted) {
+      const keep = base + 1 + accepted; // the pending token and the accepted drafts
+      const kept = h.truncate(keep);
+      // positions are context indices: the cache holds a prefix of the context
+      if (kept < keep) replay = h.context.slice(kept, keep);
+    }
     if (adaptive && drafts.length > 0) {
       if (accepted === drafts.length) k = Math.min(draftMax, k + 1);
       else k = Math.max(1, accepted + 1);
