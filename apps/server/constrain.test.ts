@@ -67,6 +67,11 @@ x ::= "a"`);
     expect(err('root ::= "a\nb ::= "b"')).toContain("GBNF grammar, line");
     expect(err('root ::= "a"{3,1}')).toContain("bad repetition");
     expect(err('root ::= root "a" | "b"')).toContain("left recursion");
+    // deep nesting is refused, not a stack overflow (the parser recurses per parenthesis)
+    expect(err(`root ::= ${"(".repeat(20_000)}"a"${")".repeat(20_000)}`)).toBe(
+      "GBNF grammar, line 1: parentheses nested more than 100 deep",
+    );
+    expect(() => parseGbnf(`root ::= ${"(".repeat(100)}"a"${")".repeat(100)}`)).not.toThrow();
   });
 });
 
@@ -119,6 +124,14 @@ describe("JSON schema → grammar", () => {
     expect(() => schemaToGbnf({ type: "string", pattern: "^a" })).toThrow("'pattern' is not supported");
     expect(() => schemaToGbnf({ $ref: "#/$defs/none" })).toThrow("is not a #/$defs/… entry");
     expect(() => schemaToGbnf({ type: "date" })).toThrow("type 'date' is not a JSON Schema type");
+    // hostile schemas: no value at all, a $ref to an Object.prototype name, bounds past the limit
+    expect(() => schemaToGbnf({ type: [] })).toThrow("an empty type list admits no value");
+    expect(() => schemaToGbnf({ $ref: "#/$defs/constructor" })).toThrow("is not a #/$defs/… entry");
+    expect(() => schemaToGbnf({ type: "string", minLength: 1e9 })).toThrow(
+      "0 ≤ minLength ≤ maxLength ≤ 1000",
+    );
+    expect(() => schemaToGbnf({ type: "array", minItems: 1e9 })).toThrow("0 ≤ minItems ≤ maxItems ≤ 1000");
+    expect(() => schemaToGbnf({ type: "string", minLength: 1000 })).not.toThrow();
   });
 });
 

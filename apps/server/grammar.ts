@@ -166,9 +166,12 @@ type Node =
 
 /** Most repetitions a `{m,n}` may spell out. */
 const MAX_REPEAT = 1000;
+/** Deepest nesting of parentheses (a deeper grammar is refused rather than overflowing the stack). */
+const MAX_NESTING = 100;
 
 class Parser {
   at = 0;
+  nesting = 0;
   constructor(readonly src: string) {}
 
   fail(msg: string): never {
@@ -265,12 +268,14 @@ class Parser {
       return { t: "chars", ranges: [], negate: true };
     }
     if (c === "(") {
+      if (++this.nesting > MAX_NESTING) this.fail(`parentheses nested more than ${MAX_NESTING} deep`);
       this.at++;
       this.ws(true);
       const inner = this.alternatives(true);
       this.ws(true);
       if (this.src[this.at] !== ")") this.fail("')' expected");
       this.at++;
+      this.nesting--;
       return inner;
     }
     return { t: "ref", name: this.name() };

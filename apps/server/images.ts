@@ -28,6 +28,7 @@ import {
   pipelineForCheckpoint,
 } from "@tp/diffusion";
 import { type Backend, TpError } from "@tp/tensor";
+import { jsonBody } from "./body.ts";
 import { ApiError, apiError, badRequest } from "./errors.ts";
 import { LATENT_RGB, latentToRgb } from "./preview.ts";
 
@@ -403,22 +404,7 @@ export class ImageService {
   async route(req: Request, url: URL, limit: number): Promise<[string, Response] | undefined> {
     const path = url.pathname;
     const origin = url.origin;
-    const body = async () => {
-      const text = await req.text();
-      if (text.length > limit)
-        throw new ApiError(
-          413,
-          "invalid_request_error",
-          `the request body is over ${limit} bytes (--max-body)`,
-          null,
-          "request_too_large",
-        );
-      try {
-        return JSON.parse(text) as unknown;
-      } catch (e) {
-        throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
-      }
-    };
+    const body = () => jsonBody(req, limit);
     if (path === "/v1/images/generations" && req.method === "POST") {
       const params = this.params(await body());
       const job = this.submit(params);

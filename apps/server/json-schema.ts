@@ -68,7 +68,7 @@ export function schemaToGbnf(schema: unknown): string {
     const o = s as Record<string, unknown>;
     if (typeof o.$ref === "string") {
       const m = /^#\/(\$defs|definitions)\/(.+)$/.exec(o.$ref);
-      if (m === null || !((m[2] as string) in defs))
+      if (m === null || !Object.hasOwn(defs, m[2] as string))
         bad(where, `$ref '${o.$ref}' is not a #/$defs/… entry of this schema`);
       const key = o.$ref;
       const known = done.get(key);
@@ -96,8 +96,10 @@ export function schemaToGbnf(schema: unknown): string {
       else if ("items" in o) type = "array";
       else return "json-value";
     }
-    if (Array.isArray(type))
+    if (Array.isArray(type)) {
+      if (type.length === 0) bad(where, "an empty type list admits no value");
       return rule(type.map((t) => visit({ ...o, type: t }, where, depth + 1)).join(" | "));
+    }
     switch (type) {
       case "string": {
         const min = o.minLength === undefined ? 0 : Number(o.minLength);
@@ -105,6 +107,7 @@ export function schemaToGbnf(schema: unknown): string {
         if (
           !Number.isSafeInteger(min) ||
           min < 0 ||
+          min > 1000 ||
           (max !== undefined && (!Number.isSafeInteger(max) || max < min || max > 1000))
         )
           bad(where, "minLength / maxLength must be integers with 0 ≤ minLength ≤ maxLength ≤ 1000");
@@ -127,6 +130,7 @@ export function schemaToGbnf(schema: unknown): string {
         if (
           !Number.isSafeInteger(min) ||
           min < 0 ||
+          min > 1000 ||
           (max !== undefined && (!Number.isSafeInteger(max) || max < min || max > 1000))
         )
           bad(where, "minItems / maxItems must be integers with 0 ≤ minItems ≤ maxItems ≤ 1000");

@@ -236,17 +236,21 @@ export class LlmEngine {
           `prompt[${bad}] = ${req.prompt[bad]} is not a token id of this model (0 … ${this.tokenizer.vocabSize - 1})`,
           "prompt",
         );
-      return this.#checkPrompt(req.prompt.slice());
+      return this.#checkPrompt(req.prompt.slice(), "prompt");
     }
-    return this.#checkPrompt(this.tokenizer.encode(req.prompt, { addSpecial: true, parseSpecial: true }));
+    return this.#checkPrompt(
+      this.tokenizer.encode(req.prompt, { addSpecial: true, parseSpecial: true }),
+      "prompt",
+    );
   }
 
-  #checkPrompt(ids: number[]): number[] {
+  /** `param`: the request field the prompt came from (messages for chat, prompt for completions). */
+  #checkPrompt(ids: number[], param = "messages"): number[] {
     if (ids.length === 0) throw badRequest("the prompt is empty (no tokens)", "prompt");
     if (ids.length >= this.options.ctx)
       throw badRequest(
         `the prompt has ${ids.length} tokens; this server's context is ${this.options.ctx} tokens per slot (--ctx), which must leave room for at least one answer token`,
-        "messages",
+        param,
         "context_length_exceeded",
       );
     return ids;

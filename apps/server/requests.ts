@@ -49,6 +49,10 @@ export interface CompletionRequest extends GenerationRequest {
 
 type Body = Record<string, unknown>;
 
+function isObject(v: unknown): v is Body {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
 /** The parsed JSON body, which must be an object. */
 export function asObject(v: unknown): Body {
   if (typeof v !== "object" || v === null || Array.isArray(v))
@@ -121,6 +125,8 @@ function generation(b: Body, logprobs: number | undefined): GenerationRequest {
     int(b, "max_tokens", (x) => x >= 1, "an integer ≥ 1") ??
     int(b, "n_predict", (x) => x >= 1, "an integer ≥ 1");
   const streamOptions = b.stream_options;
+  if (streamOptions !== undefined && streamOptions !== null && !isObject(streamOptions))
+    throw badRequest("'stream_options' must be an object", "stream_options");
   const includeUsage =
     typeof streamOptions === "object" &&
     streamOptions !== null &&
@@ -212,9 +218,31 @@ export function parseChatRequest(v: unknown): ChatRequest {
   const tools = b.tools;
   if (tools !== undefined && tools !== null && !Array.isArray(tools))
     throw badRequest("'tools' must be a list", "tools");
+  if (Array.isArray(tools))
+    tools.forEach((t, i) => {
+      const f = isObject(t) && t.type === "function" ? t.function : undefined;
+      if (!isObject(f) || typeof f.name !== "string" || f.name === "")
+        throw badRequest(`tools[${i}] must be {type: "function", function: {name, parameters}}`, "tools");
+    });
+  const choice = b.tool_choice;
+  if (choice !== undefined && choice !== null) {
+    const named =
+      isObject(choice) && choice.type === "function" && isObject(choice.function)
+        ? choice.function.name
+        : undefined;
+    if (!(choice === "none" || choice === "auto" || choice === "required" || typeof named === "string"))
+      throw badRequest(
+        `'tool_choice' must be "none", "auto", "required" or {type: "function", function: {name}}`,
+        "tool_choice",
+      );
+    if (choice !== "none" && choice !== "auto" && !(Array.isArray(tools) && tools.length > 0))
+      throw badRequest("tool_choice 'required' or a named function needs a non-empty 'tools'", "tool_choice");
+  }
   const kwargs = b.chat_template_kwargs;
+  if (kwargs !== undefined && kwargs !== null && !isObject(kwargs))
+    throw badRequest("'chat_template_kwargs' must be an object", "chat_template_kwargs");
   let enableThinking: boolean | undefined;
-  if (typeof kwargs === "object" && kwargs !== null) {
+  if (isObject(kwargs)) {
     const e = (kwargs as Body).enable_thinking;
     if (e !== undefined && typeof e !== "boolean")
       throw badRequest("chat_template_kwargs.enable_thinking must be true or false", "chat_template_kwargs");

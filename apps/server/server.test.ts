@@ -374,6 +374,35 @@ describe.skipIf(!HAVE)("errors and security", () => {
       [JSON.stringify({ model: "gpt-9", messages: user("x") }), 404, "model"],
       [JSON.stringify({ model: NAME, messages: user("word ".repeat(400)) }), 400, "messages"],
       [JSON.stringify({ model: NAME, messages: user("x".repeat(70_000)) }), 413, null],
+      // hostile shapes of the optional fields
+      [JSON.stringify({ model: NAME, messages: user("x"), tools: [null] }), 400, "tools"],
+      [JSON.stringify({ model: NAME, messages: user("x"), tools: [5] }), 400, "tools"],
+      [JSON.stringify({ model: NAME, messages: user("x"), tool_choice: "required" }), 400, "tool_choice"],
+      [JSON.stringify({ model: NAME, messages: user("x"), tool_choice: 7 }), 400, "tool_choice"],
+      [JSON.stringify({ model: NAME, messages: user("x"), stream_options: 5 }), 400, "stream_options"],
+      [
+        JSON.stringify({ model: NAME, messages: user("x"), chat_template_kwargs: "on" }),
+        400,
+        "chat_template_kwargs",
+      ],
+      [
+        JSON.stringify({
+          model: NAME,
+          messages: user("x"),
+          grammar: `root ::= ${"(".repeat(20_000)}"x"${")".repeat(20_000)}`,
+        }),
+        400,
+        "grammar",
+      ],
+      [
+        JSON.stringify({
+          model: NAME,
+          messages: user("x"),
+          response_format: { type: "json_schema", json_schema: { schema: { type: [] } } },
+        }),
+        400,
+        "response_format",
+      ],
     ];
     for (const [body, status, param] of cases) {
       const r = await post("/v1/chat/completions", body);
@@ -386,6 +415,27 @@ describe.skipIf(!HAVE)("errors and security", () => {
     expect(
       (await post("/v1/completions", JSON.stringify({ model: NAME, prompt: [1, 999_999] }))).status,
     ).toBe(400);
+    // a completion prompt past the context names 'prompt', not 'messages'
+    const long = await post("/v1/completions", JSON.stringify({ model: NAME, prompt: "word ".repeat(400) }));
+    expect(long.status).toBe(400);
+    expect(((await long.json()) as { error: { param: string } }).error.param).toBe("prompt");
+    // a body far past the limit (Bun's own cutoff used to answer a bare 413), declared or chunked
+    const huge = await post("/v1/chat/completions", "x".repeat(1 << 20));
+    expect(huge.status).toBe(413);
+    expect(((await huge.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
+    const chunked = await fetch(`${server.url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${KEY}` },
+      body: new ReadableStream({
+        start(c) {
+          for (let i = 0; i < 24; i++) c.enqueue(new Uint8Array(1 << 14).fill(32));
+          c.close();
+        },
+      }),
+      duplex: "half",
+    } as RequestInit);
+    expect(chunked.status).toBe(413);
+    expect(((await chunked.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
     expect(
       await thrown(client.chat.completions.create({ model: "gpt-9", messages: user("x") })),
     ).toBeInstanceOf(OpenAI.NotFoundError);

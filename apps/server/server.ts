@@ -10,8 +10,9 @@
  * llama.cpp `tools/server/README.md` (`/health`, `/metrics`, `timings`, `--api-key`).
  */
 import { timingSafeEqual } from "node:crypto";
+import { jsonBody } from "./body.ts";
 import { constraintFor } from "./constrain.ts";
-import { ApiError, apiError, badRequest, errorResponse } from "./errors.ts";
+import { ApiError, apiError, errorResponse } from "./errors.ts";
 import type { ImageService } from "./images.ts";
 import type { Answer, AnswerDelta, LlmEngine, TokenLogprob } from "./llm.ts";
 import {
@@ -52,29 +53,6 @@ function keyMatches(given: string, key: string): boolean {
   const a = enc.encode(given);
   const b = enc.encode(key);
   return a.length === b.length && timingSafeEqual(a, b);
-}
-
-/** The request's JSON body, within the size limit. @throws ApiError 413, 400 */
-async function jsonBody(req: Request, limit: number): Promise<unknown> {
-  const declared = Number(req.headers.get("content-length") ?? "0");
-  if (declared > limit) throw tooLarge(declared, limit);
-  const bytes = new Uint8Array(await req.arrayBuffer());
-  if (bytes.length > limit) throw tooLarge(bytes.length, limit);
-  try {
-    return JSON.parse(new TextDecoder().decode(bytes));
-  } catch (e) {
-    throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
-  }
-}
-
-function tooLarge(n: number, limit: number): ApiError {
-  return new ApiError(
-    413,
-    "invalid_request_error",
-    `the request body has ${n} bytes; the limit is ${limit} (--max-body)`,
-    null,
-    "request_too_large",
-  );
 }
 
 /** A random id with OpenAI's prefixes (chatcmpl-, cmpl-). */
@@ -539,7 +517,9 @@ export function startServer(options: ServerOptions): RunningServer {
   const server = Bun.serve({
     hostname: options.host ?? "127.0.0.1",
     port: options.port ?? 8080,
-    maxRequestBodySize: Math.max(limit * 2, 1 << 16),
+    // Bun's own cutoff answers a bare 413 before `fetch` runs; jsonBody enforces `limit` itself
+    // (Content-Length first, then while reading) so that every 413 has the OpenAI error shape.
+    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
     idleTimeout: 0,
     async fetch(req) {
       const url = new URL(req.url);
