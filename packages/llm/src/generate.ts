@@ -418,7 +418,7 @@ export class GenerationSession {
       );
       // Keep the cache to what vanilla decoding would hold at most: the prompt and the emitted tokens.
       const keep = Math.min(model.cached, prompt.length + result.ids.length);
-      if (model.cached > keep) {
+      if (model.cached > keep && keep >= (model.truncateFloor ?? 0)) {
         model.truncate(keep);
         this.#ids.length = model.cached;
       }

@@ -96,10 +96,18 @@ export function speculativeLimits(o: SpeculativeOptions): { draftMax: number; dr
 }
 
 /**
- * Architectures whose whole per-sequence state is the append-only KV cache, so that `truncate(len)`
- * rolls a verify step back exactly.
+ * Architectures whose `truncate(len)` rolls a verify step back exactly: their whole per-sequence state
+ * is KV rows. Gemma 3's sliding-window ring (kv-cache.ts) moves its last W − 1 rows to the front only
+ * when a reservation would run past its end, so its {@link CausalLM.truncateFloor} is at most the first
+ * position a step writes: the rollback of that step (to at least its first row + 1) is always allowed.
  */
-const ROLLBACK_BY_TRUNCATE: ReadonlySet<string> = new Set(["llama", "qwen3", "qwen3moe", "qwen3vl"]);
+const ROLLBACK_BY_TRUNCATE: ReadonlySet<string> = new Set([
+  "llama",
+  "qwen3",
+  "qwen3moe",
+  "qwen3vl",
+  "gemma3",
+]);
 
 /**
  * Refuse speculation on a model whose state `truncate` cannot roll back.
@@ -109,11 +117,9 @@ export function checkSpeculativeModel(model: Pick<CausalLM, "config" | "file">, 
   const arch = model.config.architecture;
   if (ROLLBACK_BY_TRUNCATE.has(arch)) return;
   const why =
-    arch === "gemma3"
-      ? "its local layers keep a ring-buffer KV cache with no rollback interface yet"
-      : arch === "qwen35" || arch === "qwen35moe"
-        ? "its recurrent and conv state has no snapshot/restore interface yet"
-        : "its state is not known to roll back by truncating the KV cache";
+    arch === "qwen35" || arch === "qwen35moe"
+      ? "its recurrent and conv state has no snapshot/restore interface yet"
+      : "its state is not known to roll back by truncating the KV cache";
   throw new TpError(
     "E_UNSUPPORTED",
     `speculative decoding needs a ${role} model whose rejected drafts can be rolled back; architecture '${arch}' is refused: ${why}`,
@@ -252,6 +258,7 @@ export class DraftModelDrafter implements Drafter {
     let keep = 0;
     const n = Math.min(this.#ids.length, context.length - 1);
     while (keep < n && this.#ids[keep] === context[keep]) keep++;
+    if (keep > 0 && keep < (draft.truncateFloor ?? 0)) keep = 0; // a sliding-window ring moved past it
     if (draft.cached > keep) draft.truncate(keep);
     this.#ids.length = keep;
     let feed = context.slice(keep) as number[];
@@ -416,6 +423,11 @@ export async function speculativeDecode(
     stats.accepted += accepted;
     if (!ended && model.cached > base + 1 + accepted) {
       const keep = base + 1 + accepted; // the pending token and the accepted drafts
+      if (keep < (model.truncateFloor ?? 0))
+        throw new TpError(
+          "E_INTERNAL",
+          `speculative rollback to ${keep} is below the cache's truncate floor ${model.truncateFloor}`,
+        );
       const kept = h.truncate(keep);
       // positions are context indices: the cache holds a prefix of the context
       if (kept < keep) replay = h.context.slice(kept, keep);
