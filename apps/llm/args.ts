@@ -21,6 +21,14 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
   --model, -m FILE        a GGUF file, a safetensors checkpoint with config.json and
                           tokenizer.json, or a ComfyUI Qwen3-VL text encoder .safetensors
                           (architectures below)
+  --model, -m ORG/NAME[:TAG]
+                          a GGUF repository on the Hugging Face Hub (llama.cpp's -hf):
+                          TAG picks the .gguf files whose name contains it, any case
+                          (Qwen/Qwen3-0.6B-GGUF:Q8_0 -> *Q8_0*.gguf); no TAG: Q4_K_M if
+                          there, else the first; a split model: all its shards. Downloaded
+                          with resume into the Hub cache ($HF_HOME/hub; HF_ENDPOINT,
+                          HF_TOKEN), pinned to one commit; nothing fetched when present.
+                          An existing local path is always a path.
   --mmproj FILE           a vision projector: not supported yet (vision input is a later step)
   --prompt, -p TEXT       answer one message and exit; without it: interactive chat (REPL)
   --system TEXT           system message
@@ -253,7 +261,8 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   const s = (k: string) => (values as Record<string, string | boolean | undefined>)[k] as string | undefined;
   const help = values.help === true;
   const model = s("model");
-  if (model === undefined && !help) throw new TpError("E_ARG", "--model FILE is required; see --help");
+  if (model === undefined && !help)
+    throw new TpError("E_ARG", "--model FILE (or ORG/NAME[:TAG] from the Hub) is required; see --help");
   const mmproj = s("mmproj");
   if (mmproj !== undefined && !help) throw visionUnsupported(mmproj);
   if (values.think === true && values["no-think"] === true)

@@ -25,6 +25,7 @@ import {
 } from "@tp/llm";
 import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
 import { ctxRange, type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
+import { parseHubModelRef, resolveModelArg } from "./hub-model.ts";
 
 /** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
 export function peakRssBytes(): number {
@@ -104,10 +105,36 @@ function speculativeSetup(
   }
 }
 
+/** A download progress line per file on stderr: bytes, rate and ETA (redrawn at most 4 times a second). */
+function progressLine(): (path: string, done: number, total: number) => void {
+  let file = "";
+  let t0 = 0;
+  let last = 0;
+  const mib = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
+  return (path, done, total) => {
+    const now = performance.now();
+    if (path !== file) {
+      file = path;
+      t0 = now;
+    }
+    if (now - last < 250 && done < total) return;
+    last = now;
+    const rate = done / Math.max((now - t0) / 1000, 1e-3);
+    const eta = rate > 0 ? (total - done) / rate : 0;
+    process.stderr.write(
+      `downloading ${path}  ${mib(done)} / ${mib(total)}  ${mib(rate)}/s  ETA ${eta.toFixed(0)} s${done >= total ? "\n" : "\r"}`,
+    );
+  };
+}
+
 async function main(args: LlmArgs): Promise<number> {
   if (args.help) {
     console.log(USAGE);
     return 0;
+  }
+  if (parseHubModelRef(args.model) !== null) {
+    args.model = await resolveModelArg(args.model, { onProgress: progressLine() });
+    if (!args.json) status(`[model file: ${args.model}]`);
   }
   const t0 = performance.now();
   const backend = await loadBackend(
