@@ -294,6 +294,29 @@ TP_API tp_status tp_cpu_layer_norm_f32(tp_ctx *ctx, const float *x, const float 
 TP_API tp_status tp_cpu_group_norm_f32(tp_ctx *ctx, const float *x, const float *weight, const float *bias, float *y,
                                        uint64_t batch, uint64_t channels, uint64_t spatial, uint64_t groups, float eps);
 
+/* Softplus over n contiguous elements: y = log(1 + e^x) (x > 20: y = x, as ggml). */
+TP_API tp_status tp_cpu_softplus_f32(tp_ctx *ctx, const float *x, float *y, uint64_t n);
+
+/*
+ * Depthwise causal conv over time (ggml_ssm_conv): x [t_out + taps − 1, channels] (the taps − 1
+ * previous inputs, then the new ones), w [channels, taps] (tap 0 the oldest) → y [t_out, channels],
+ * y[t][c] = Σ_j w[c][j] · x[t + j][c]. No bias, no activation. All contiguous.
+ */
+TP_API tp_status tp_cpu_ssm_conv_f32(tp_ctx *ctx, const float *x, const float *w, float *y, uint64_t t_out,
+                                     uint64_t channels, uint64_t taps);
+
+/*
+ * Gated delta rule (Gated DeltaNet; Qwen 3.5 linear attention): q, k [n, k_heads, dk], v, out
+ * [n, v_heads, dv], g (log decay), beta [n, v_heads], state [v_heads, dk, dv] read and updated in place.
+ * Value head j uses key head j mod k_heads. Per token: S ← e^g S; δ = β(v − Sᵀk); S ← S + kδᵀ;
+ * out = scale · Sᵀq. chunk 0: token by token (f32); chunk C > 0: the chunked form over C tokens at a
+ * time (f64 inside a chunk), the same function up to rounding. All contiguous.
+ */
+TP_API tp_status tp_cpu_gated_delta_net_f32(tp_ctx *ctx, const float *q, const float *k, const float *v,
+                                            const float *g, const float *beta, float *state, float *out,
+                                            uint64_t n_tokens, uint64_t k_heads, uint64_t v_heads, uint64_t dk,
+                                            uint64_t dv, float scale, int32_t chunk);
+
 /* Modes of tp_cpu_rope_f32. */
 #define TP_ROPE_NEOX 0        /* pairs (i, i + rope_dims/2) */
 #define TP_ROPE_INTERLEAVED 1 /* pairs (2i, 2i + 1) */

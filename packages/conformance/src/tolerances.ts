@@ -103,3 +103,26 @@ export const TORCH_VECTORS: Tolerance = {
   rtol: 0,
   why: "torch 2.6 f32 values; the fixture notes deviations up to 8e-7 from f64 formulas",
 };
+
+/** softplus: log1p(e^x) in f64, rounded once. */
+export const SOFTPLUS: Tolerance = {
+  kind: "close",
+  atol: 1e-7,
+  rtol: 4e-6,
+  why: "log1p(e^x) in f64 or f32 libm (a few ulp), rounded to f32; x itself above 20",
+};
+
+/** ssm_conv: K products per output. */
+export const SSM_CONV: Tolerance = {
+  kind: "close",
+  atol: 1e-6,
+  rtol: 1e-5,
+  why: "a sum of K (4) f32 products in f32: K roundings; an absolute term where the products cancel",
+};
+
+/** gated_delta_net: the recurrence over n tokens, its outputs and the final state. */
+export const DELTA_NET: Tolerance = {
+  kind: "nmse",
+  max: 1e-9,
+  why: "f32 state rounded after every token (sequential form) or every chunk (chunked, f64 inside), Dk-long f32 dot products; the decay (≤ 1) and the delta rule's correction keep the errors from growing",
+};

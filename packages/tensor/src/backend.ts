@@ -33,6 +33,7 @@ export const OP_NAMES = [
   "silu",
   "gelu",
   "sigmoid",
+  "softplus",
   "swiglu",
   "softmax",
   "add",
@@ -51,6 +52,8 @@ export const OP_NAMES = [
   "argmax",
   "top_k",
   "count_nonfinite",
+  "ssm_conv",
+  "gated_delta_net",
 ] as const;
 
 /** One of {@link OP_NAMES}. */
@@ -248,6 +251,8 @@ export interface Backend {
   gelu(x: Tensor, options?: { approximate?: "none" | "tanh" }): Tensor;
   /** 1 / (1 + e^(−x)). */
   sigmoid(x: Tensor): Tensor;
+  /** log(1 + e^x), and x itself above 20 (ggml_softplus). Source: Dugas et al. 2001. */
+  softplus(x: Tensor): Tensor;
   /** silu(gate) · up, same shapes. Source: Shazeer 2020 (GLU variants). */
   swiglu(gate: Tensor, up: Tensor): Tensor;
   /** Softmax along `dim` (default −1), max-subtracted. */
@@ -306,6 +311,36 @@ export interface Backend {
    * @throws TpError E_STATE; E_UNSUPPORTED for another dtype or a backend without the op
    */
   countNonFinite(x: Tensor): Tensor;
+  // ------------------------------------------------------------------ state-space / linear attention
+  /**
+   * Depthwise causal convolution over time (ggml_ssm_conv; Mamba's and Gated DeltaNet's short conv):
+   * x f32 [T + K − 1, C] (the K − 1 previous inputs, then T new ones), weight f32 [C, K] (tap 0 the
+   * oldest) → [T, C], out[t][c] = Σ_j weight[c][j] · x[t + j][c]. No bias, no activation.
+   * @throws E_SHAPE when x is not [T + K − 1, C] with T ≥ 0 for weight [C, K], K ≥ 1
+   */
+  ssmConv(x: Tensor, weight: Tensor): Tensor;
+  /**
+   * The gated delta rule (Yang et al. 2024, "Gated Delta Networks" eq. 10; Qwen 3.5 / Qwen3-Next linear
+   * attention), over n tokens in order. q, k f32 [n, Hk, Dk]; v f32 [n, Hv, Dv]; g (log decay, usually
+   * ≤ 0) and beta f32 [n, Hv]; state f32 [Hv, Dk, Dv], contiguous, **updated in place** (S_j[a][b]
+   * pairs key dim a with value dim b). Value head j uses key head j mod Hk (ggml's broadcast; the GGUF
+   * converter orders the value heads for it). Per token t and head j:
+   *   S ← e^{g} S;  δ = β (v − Sᵀk);  S ← S + k δᵀ;  out = scale · Sᵀq.
+   * → out f32 [n, Hv, Dv]. `scale` defaults to 1/√Dk; `chunk` 0 (default) runs token by token, C > 0
+   * the chunked form C tokens at a time (the prefill form; the same function up to rounding).
+   * q and k are used as given (the models L2-normalise them first).
+   * @throws E_SHAPE for mismatched shapes or Hv not a multiple of Hk; E_ARG for a state that is not
+   *   contiguous or shares storage with an input, a scale that is not finite, a chunk outside [0, 1024]
+   */
+  gatedDeltaNet(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    options?: { scale?: number; chunk?: number },
+  ): Tensor;
 }
 
 /** The names of the op methods of {@link Backend}, by op name. */
@@ -320,6 +355,7 @@ export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
   silu: "silu",
   gelu: "gelu",
   sigmoid: "sigmoid",
+  softplus: "softplus",
   swiglu: "swiglu",
   softmax: "softmax",
   add: "add",
@@ -338,6 +374,8 @@ export const OP_METHODS: Readonly<Record<OpName, keyof Backend>> = {
   argmax: "argmax",
   top_k: "topK",
   count_nonfinite: "countNonFinite",
+  ssm_conv: "ssmConv",
+  gated_delta_net: "gatedDeltaNet",
 };
 
 /**

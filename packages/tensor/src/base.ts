@@ -28,6 +28,7 @@ import * as layout from "./ops/layout.ts";
 import * as linear from "./ops/linear.ts";
 import * as norm from "./ops/norm.ts";
 import * as sample from "./ops/sample.ts";
+import * as ssm from "./ops/ssm.ts";
 import { contiguousLayout, elementOffsets, formatShape, numel, type Shape, storageSpan } from "./shape.ts";
 import { type Storage, Tensor } from "./tensor.ts";
 import type { Weight } from "./weight.ts";
@@ -420,6 +421,9 @@ export abstract class BackendBase implements Backend {
   sigmoid(x: Tensor): Tensor {
     return elementwise.unary(this, "sigmoid", x);
   }
+  softplus(x: Tensor): Tensor {
+    return elementwise.unary(this, "softplus", x);
+  }
   swiglu(gate: Tensor, up: Tensor): Tensor {
     return elementwise.swiglu(this, gate, up);
   }
@@ -473,5 +477,19 @@ export abstract class BackendBase implements Backend {
   }
   countNonFinite(x: Tensor): Tensor {
     return sample.countNonFinite(this, x);
+  }
+  ssmConv(x: Tensor, weight: Tensor): Tensor {
+    return ssm.ssmConv(this, x, weight);
+  }
+  gatedDeltaNet(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    options?: { scale?: number; chunk?: number } | null,
+  ): Tensor {
+    return ssm.gatedDeltaNet(this, q, k, v, g, beta, state, options);
   }
 }

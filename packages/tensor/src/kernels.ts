@@ -99,6 +99,7 @@ export interface KernelSignatures {
   silu: (out: Tensor, x: Tensor) => void;
   gelu: (out: Tensor, x: Tensor, approximate: "none" | "tanh") => void;
   sigmoid: (out: Tensor, x: Tensor) => void;
+  softplus: (out: Tensor, x: Tensor) => void;
   /** gate and up of out's shape. */
   swiglu: (out: Tensor, gate: Tensor, up: Tensor) => void;
   /** Along `dim`, in [0, rank). */
@@ -145,6 +146,24 @@ export interface KernelSignatures {
   top_k: (values: Tensor, indices: Tensor, x: Tensor, k: number) => void;
   /** out i32 [] ← the number of NaN / ±∞ elements of x (any shape and view; saturating at 2^31 − 1). */
   count_nonfinite: (out: Tensor, x: Tensor) => void;
+  /** out [T, C]; x [T + K − 1, C]; weight [C, K], K ≥ 1. */
+  ssm_conv: (out: Tensor, x: Tensor, weight: Tensor) => void;
+  /**
+   * out [n, Hv, Dv]; q, k [n, Hk, Dk]; v [n, Hv, Dv]; g, beta [n, Hv]; state [Hv, Dk, Dv] contiguous,
+   * sharing no storage with the others, updated in place; Hv a multiple of Hk; scale finite in f32;
+   * chunk in [0, 1024] (0: token by token). Never called with n = 0.
+   */
+  gated_delta_net: (
+    out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    state: Tensor,
+    scale: number,
+    chunk: number,
+  ) => void;
 }
 
 /** One entry of a {@link KernelTable}: the kernel and what it takes. */

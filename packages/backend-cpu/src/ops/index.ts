@@ -13,6 +13,7 @@ import { matmulKernels } from "./matmul.ts";
 import { normKernels } from "./norm.ts";
 import { ropeKernels } from "./rope.ts";
 import { sampleKernels } from "./sample.ts";
+import { ssmKernels } from "./ssm.ts";
 
 export type { CpuOpHost } from "./common.ts";
 export type { CpuCastHost } from "./layout.ts";
@@ -31,5 +32,6 @@ export function cpuKernels(host: CpuCastHost): KernelTable {
     ...conv2dKernels(h),
     ...layoutKernels(host),
     ...sampleKernels(h),
+    ...ssmKernels(h),
   };
 }

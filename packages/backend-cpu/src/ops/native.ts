@@ -848,6 +848,88 @@ export function matmulIdWeight(
       pi,
       s,
       py,
+
+/** y = softplus(x) over n f32 elements (tp_cpu_softplus_f32). */
+export function softplusF32(ctx: NativeContext, x: NativeRegion, y: NativeRegion, n: number): void {
+  const op = "softplus";
+  const bytes = count(op, "n", n) * 4;
+  const px = region(op, "x", x, bytes, 4);
+  const py = region(op, "y", y, bytes, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_softplus_f32(ctx.handle, px, py, n));
+}
+
+/** y [tOut, channels] = depthwise causal conv of x [tOut + taps − 1, channels] with w [channels, taps] (tp_cpu_ssm_conv_f32). */
+export function ssmConvF32(
+  ctx: NativeContext,
+  x: NativeRegion,
+  w: NativeRegion,
+  y: NativeRegion,
+  tOut: number,
+  channels: number,
+  taps: number,
+): void {
+  const op = "ssm_conv";
+  if (count(op, "taps", taps) < 1) throw new TpError("E_ARG", `${op}: the kernel has no taps`);
+  const px = region(op, "x", x, product(op, tOut + taps - 1, channels) * 4, 4);
+  const pw = region(op, "weight", w, product(op, channels, taps) * 4, 4);
+  const py = region(op, "y", y, product(op, tOut, channels) * 4, 4);
+  check(ctx, ctx.lib.raw.tp_cpu_ssm_conv_f32(ctx.handle, px, pw, py, tOut, channels, taps));
+}
+
+/** Sizes of a {@link gatedDeltaNetF32} call. */
+export interface DeltaNetDims {
+  readonly n: number;
+  readonly kHeads: number;
+  readonly vHeads: number;
+  readonly dk: number;
+  readonly dv: number;
+}
+
+/**
+ * The gated delta rule over n tokens (tp_cpu_gated_delta_net_f32): q, k [n, kHeads, dk], v, out
+ * [n, vHeads, dv], g, beta [n, vHeads], state [vHeads, dk, dv] updated in place; chunk 0: token by token.
+ */
+export function gatedDeltaNetF32(
+  ctx: NativeContext,
+  q: NativeRegion,
+  k: NativeRegion,
+  v: NativeRegion,
+  g: NativeRegion,
+  beta: NativeRegion,
+  state: NativeRegion,
+  out: NativeRegion,
+  d: DeltaNetDims,
+  scale: number,
+  chunk: number,
+): void {
+  const op = "gated_delta_net";
+  const qk = product(op, d.n, d.kHeads, d.dk) * 4;
+  const vo = product(op, d.n, d.vHeads, d.dv) * 4;
+  const gb = product(op, d.n, d.vHeads) * 4;
+  if (d.kHeads < 1 || d.vHeads % d.kHeads !== 0)
+    throw new TpError("E_ARG", `${op}: ${d.vHeads} value heads are not a multiple of ${d.kHeads} key heads`);
+  checkInt32(op, "chunk", chunk);
+  const ptrs = [
+    region(op, "q", q, qk, 4),
+    region(op, "k", k, qk, 4),
+    region(op, "v", v, vo, 4),
+    region(op, "g", g, gb, 4),
+    region(op, "beta", beta, gb, 4),
+    region(op, "state", state, product(op, d.vHeads, d.dk, d.dv) * 4, 4),
+    region(op, "out", out, vo, 4),
+  ] as const;
+  check(
+    ctx,
+    ctx.lib.raw.tp_cpu_gated_delta_net_f32(
+      ctx.handle,
+      ...ptrs,
+      d.n,
+      d.kHeads,
+      d.vHeads,
+      d.dk,
+      d.dv,
+      scale,
+      chunk,
     ),
   );
 }

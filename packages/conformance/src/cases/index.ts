@@ -8,6 +8,7 @@ import { weightCases } from "./matmul.ts";
 import { exactMatmulCases } from "./matmul-exact.ts";
 import { normCases } from "./norm.ts";
 import { ropeCases } from "./rope.ts";
+import { ssmCases } from "./ssm.ts";
 import { vectorCases } from "./vectors.ts";
 
 export { MATMUL_FORMATS, makeWeight } from "./matmul.ts";
@@ -25,5 +26,6 @@ export function allCases(): ConformanceCase[] {
     ...weightCases(),
     ...exactMatmulCases(),
     ...vectorCases(),
+    ...ssmCases(),
   ];
 }

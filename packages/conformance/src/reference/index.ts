@@ -6,3 +6,4 @@ export * from "./layout.ts";
 export * from "./matmul.ts";
 export * from "./norm.ts";
 export * from "./rope.ts";
+export * from "./ssm.ts";

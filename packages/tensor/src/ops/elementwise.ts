@@ -10,9 +10,9 @@ import { broadcastShapes, formatShape, normalizeDim, type Shape, sameShape } fro
 import type { Tensor } from "../tensor.ts";
 import { checkInput, kernel, type OpHost, run, shown } from "./common.ts";
 
-type UnaryOp = "silu" | "sigmoid";
+type UnaryOp = "silu" | "sigmoid" | "softplus";
 
-/** silu / sigmoid: x → a new tensor of x's shape. */
+/** silu / sigmoid / softplus: x → a new tensor of x's shape. */
 export function unary(host: OpHost, op: UnaryOp, x: Tensor): Tensor {
   const k = kernel(host, op);
   checkInput(host, op, k, x, "x");
