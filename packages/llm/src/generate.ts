@@ -305,10 +305,12 @@ export class GenerationSession {
     }
 
     // Reuse the common prefix; at least the last prompt token is run, for its logits.
-    let reused = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1);
+    let common = Math.min(commonPrefixLength(this.#ids, prompt), prompt.length - 1, model.cached);
     // a sliding-window ring cannot go back before its floor: start over (llm.md §5.3 step 3)
-    if (reused < model.cached && reused < (model.truncateFloor ?? 0)) reused = 0;
-    if (model.cached > reused) model.truncate(reused);
+    if (common < model.cached && common < (model.truncateFloor ?? 0)) common = 0;
+    if (model.cached > common) model.truncate(common);
+    // a model with recurrent state may go back further, to a snapshot: what it keeps is model.cached
+    const reused = model.cached;
     this.#ids.length = reused;
 
     const result: GenerateResult = {
@@ -346,6 +348,7 @@ export class GenerationSession {
       logits = await this.#step(part, isLast, read);
       result.prefillTokens += part.length;
     }
+    model.snapshot?.(); // the end of the prompt: the next turn's common prefix reaches at least here
     const t1 = performance.now();
     result.promptSeconds = (t1 - t0) / 1000;
 

@@ -37,8 +37,11 @@ export interface LlmConfig {
   readonly tie_word_embeddings: boolean;
   /** Sliding window of the `sliding_attention` layers (Gemma 3: query at p sees keys p − W < j ≤ p). */
   readonly sliding_window?: number;
-  /** Per layer, as HF `layer_types`: which layers use {@link LlmConfig.sliding_window}; absent = all full. */
-  readonly layer_types?: readonly ("full_attention" | "sliding_attention")[];
+  /**
+   * Per layer, as HF `layer_types`: which layers use {@link LlmConfig.sliding_window}, and which are
+   * linear attention with no KV rows (Qwen 3.5's Gated DeltaNet); absent = all full.
+   */
+  readonly layer_types?: readonly ("full_attention" | "sliding_attention" | "linear_attention")[];
 }
 
 /** Options of {@link CausalLM.step}. */
@@ -74,13 +77,22 @@ export interface CausalLM {
    *   naming --ctx; nothing is written)
    */
   step(ids: Int32Array | readonly number[], options?: StepOptions): Tensor;
-  /** Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. */
+  /**
+   * Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. A
+   * model with recurrent state (Qwen 3.5's linear attention) can only return to a snapshot, the newest
+   * at or before `len`: `cached` may end below `len`, so read it afterwards.
+   */
   truncate(len: number): void;
   /**
    * The shortest length `truncate` can keep besides 0 (a sliding-window ring dropped the rows a query
    * before it would need); 0 or absent when any length works.
    */
   readonly truncateFloor?: number;
+  /**
+   * Mark the current position as one to return to (the end of a turn's prompt): a model with recurrent
+   * state keeps a snapshot of it; others need none (absent or a no-op).
+   */
+  snapshot?(): void;
   /** Free the cache and every tensor the model uploaded; the model is unusable afterwards. */
   dispose(): void;
 }

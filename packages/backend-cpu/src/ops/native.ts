@@ -848,6 +848,9 @@ export function matmulIdWeight(
       pi,
       s,
       py,
+    ),
+  );
+}
 
 /** y = softplus(x) over n f32 elements (tp_cpu_softplus_f32). */
 export function softplusF32(ctx: NativeContext, x: NativeRegion, y: NativeRegion, n: number): void {

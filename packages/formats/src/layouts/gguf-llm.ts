@@ -64,14 +64,49 @@ const GEMMA3: NameRow[] = [
   { from: "blk.{N}.post_ffw_norm.weight", to: "model.layers.{N}.post_feedforward_layernorm.weight" },
 ];
 
+/**
+ * qwen35 (Qwen 3.5 / 3.6 dense): gated full-attention layers (COMMON's attention rows, `attn_q` holding
+ * per head the query rows then the output-gate rows) and Gated DeltaNet layers (`linear_attn.*`), a
+ * post-attention norm before the FFN. GGUF stores `ssm_a` = −exp(A_log) (read as such) and the value
+ * heads in tiled order (llm.md §3.4, "Head mapping").
+ */
+const QWEN35: NameRow[] = [
+  ...COMMON,
+  { from: "blk.{N}.post_attention_norm.weight", to: "model.layers.{N}.post_attention_layernorm.weight" },
+  { from: "blk.{N}.attn_qkv.weight", to: "model.layers.{N}.linear_attn.in_proj_qkv.weight" },
+  { from: "blk.{N}.attn_gate.weight", to: "model.layers.{N}.linear_attn.in_proj_z.weight" },
+  { from: "blk.{N}.ssm_beta.weight", to: "model.layers.{N}.linear_attn.in_proj_b.weight" },
+  { from: "blk.{N}.ssm_alpha.weight", to: "model.layers.{N}.linear_attn.in_proj_a.weight" },
+  { from: "blk.{N}.ssm_conv1d.weight", to: "model.layers.{N}.linear_attn.conv1d.weight" },
+  { from: "blk.{N}.ssm_dt.bias", to: "model.layers.{N}.linear_attn.dt_bias" },
+  { from: "blk.{N}.ssm_a", to: "model.layers.{N}.linear_attn.A_log" },
+  { from: "blk.{N}.ssm_norm.weight", to: "model.layers.{N}.linear_attn.norm.weight" },
+  { from: "blk.{N}.ssm_out.weight", to: "model.layers.{N}.linear_attn.out_proj.weight" },
+];
+
+/** qwen35moe: qwen35's layers with qwen3moe's routed experts and a gated shared expert (`*_shexp`). */
+const QWEN35MOE: NameRow[] = [
+  ...QWEN35,
+  { from: "blk.{N}.ffn_gate_inp.weight", to: "model.layers.{N}.mlp.gate.weight" },
+  { from: "blk.{N}.ffn_gate_exps.weight", to: "model.layers.{N}.mlp.experts.gate_proj.weight" },
+  { from: "blk.{N}.ffn_up_exps.weight", to: "model.layers.{N}.mlp.experts.up_proj.weight" },
+  { from: "blk.{N}.ffn_down_exps.weight", to: "model.layers.{N}.mlp.experts.down_proj.weight" },
+  { from: "blk.{N}.ffn_gate_inp_shexp.weight", to: "model.layers.{N}.mlp.shared_expert_gate.weight" },
+  { from: "blk.{N}.ffn_gate_shexp.weight", to: "model.layers.{N}.mlp.shared_expert.gate_proj.weight" },
+  { from: "blk.{N}.ffn_up_shexp.weight", to: "model.layers.{N}.mlp.shared_expert.up_proj.weight" },
+  { from: "blk.{N}.ffn_down_shexp.weight", to: "model.layers.{N}.mlp.shared_expert.down_proj.weight" },
+];
+
 const SOURCE =
   "ggml-org/llama.cpp src/llama-arch.cpp (LLM_TENSOR_NAMES) and gguf-py/gguf/tensor_mapping.py (TensorNameMap)";
 
-/** GGUF → HF name tables by architecture (qwen35/qwen35moe add recurrent tensors not listed here yet). */
+/** GGUF → HF name tables by architecture. */
 export const GGUF_HF_NAMES: Readonly<Record<string, NameTable>> = {
   llama: { source: SOURCE, rows: LLAMA_LIKE },
   qwen3: { source: SOURCE, rows: LLAMA_LIKE },
   qwen3vl: { source: SOURCE, rows: LLAMA_LIKE },
   qwen3moe: { source: SOURCE, rows: QWEN3MOE },
   gemma3: { source: SOURCE, rows: GEMMA3 },
+  qwen35: { source: SOURCE, rows: QWEN35 },
+  qwen35moe: { source: SOURCE, rows: QWEN35MOE },
 };

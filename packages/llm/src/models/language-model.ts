@@ -16,6 +16,7 @@ import type { GgufMetadata } from "@tp/formats";
 import { type Backend, Tensor, TpError } from "@tp/tensor";
 import { KvCache } from "../kv-cache.ts";
 import type { CausalLM, LlmConfig, StepOptions } from "../model.ts";
+import { DEFAULT_STATE_SNAPSHOTS, RecurrentState, type RecurrentStateShape } from "../recurrent-state.ts";
 import type { CheckpointReader } from "./checkpoint.ts";
 import { ForwardPass } from "./layers.ts";
 
@@ -34,6 +35,13 @@ export interface DecoderModel {
    * (no final norm). Calls `pass.next(k, h, out)` after each block k. Runs inside the caller's scope.
    */
   forward(inputIds: Tensor, pass: ForwardPass): Tensor;
+  /**
+   * Layers that keep keys and values, when fewer than num_hidden_layers (a hybrid model's attention
+   * layers; the model passes its own slot index to `attend`). Default: every layer.
+   */
+  readonly kvLayers?: number;
+  /** The recurrent state of a hybrid model's linear-attention layers (recurrent-state.ts), or none. */
+  readonly recurrent?: RecurrentStateShape;
 }
 
 /** An architecture: one row of the registry (models/registry.ts). */
@@ -68,6 +76,8 @@ export interface LanguageModelOptions {
   readonly onDispose?: () => void;
   /** The checkpoint file, for messages ({@link CausalLM.file}); the loader sets it. */
   readonly file?: string;
+  /** Snapshots of the recurrent state kept (hybrid models; recurrent-state.ts); default 3. */
+  readonly stateSnapshots?: number;
 }
 
 /** Options of {@link LanguageModel.forward}. */
@@ -170,6 +180,8 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
   readonly backend: Backend;
   readonly maxContext: number;
   readonly kv: KvCache;
+  /** The recurrent state of a hybrid model (null for a pure transformer). */
+  readonly state: RecurrentState | null;
   readonly file: string | undefined;
   readonly #onDispose: (() => void) | undefined;
   #disposed = false;
@@ -181,7 +193,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     this.backend = model.backend;
     this.maxContext = contextWindow(model.config, options.maxContext);
     this.kv = new KvCache(this.backend, {
-      layers: this.config.num_hidden_layers,
+      layers: model.kvLayers ?? this.config.num_hidden_layers,
       numKvHeads: this.config.num_key_value_heads,
       headDim: this.config.head_dim,
       maxContext: this.maxContext,
@@ -189,6 +201,10 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
       ...(options.kvRingBatch !== undefined ? { ringBatch: options.kvRingBatch } : {}),
       slidingWindow: slidingWindows(this.config),
     });
+    this.state =
+      model.recurrent === undefined
+        ? null
+        : new RecurrentState(this.backend, model.recurrent, options.stateSnapshots ?? DEFAULT_STATE_SNAPSHOTS);
     this.#onDispose = options.onDispose;
     this.file = options.file;
   }
@@ -256,19 +272,29 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     const cached = this.kv.length;
     this.kv.reserve(cached + n);
     const b = this.backend;
-    const out = b.scope(() => {
-      const pass = new ForwardPass(b, {
-        n,
-        offset: cached,
-        positions: b.upload(positionsFrom(cached, n), [n], "i32", "positions"),
-        cache: this.kv,
-        blocks: this.config.num_hidden_layers,
-        head,
-        collect: null,
+    this.state?.begin();
+    let out: Tensor;
+    try {
+      out = b.scope(() => {
+        const pass = new ForwardPass(b, {
+          n,
+          offset: cached,
+          positions: b.upload(positionsFrom(cached, n), [n], "i32", "positions"),
+          cache: this.kv,
+          state: this.state,
+          blocks: this.config.num_hidden_layers,
+          head,
+          collect: null,
+        });
+        return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
       });
-      return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
-    });
+    } catch (e) {
+      // a half-run forward changed the recurrent state: back to a snapshot (cached may drop)
+      if (this.state !== null) this.kv.truncate(this.state.restore(cached));
+      throw e;
+    }
     this.kv.commit(n);
+    this.state?.commit(n);
     return out;
   }
 
@@ -359,25 +385,58 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     if (wanted.size === 0) throw new TpError("E_ARG", `${where}: no layers asked for`);
     const last = Math.max(...wanted);
     const b = this.backend;
-    return b.scope(() => {
-      const pass = new ForwardPass(b, {
-        n,
-        offset: 0,
-        positions: b.upload(positionsFrom(0, n), [n], "i32", "positions"),
-        cache: null,
-        blocks: last,
-        head: null,
-        collect: wanted,
+    const shape = this.model.recurrent;
+    const state = shape === undefined ? null : new RecurrentState(b, shape, 0); // zeros, for this forward only
+    try {
+      return b.scope(() => {
+        const pass = new ForwardPass(b, {
+          n,
+          offset: 0,
+          positions: b.upload(positionsFrom(0, n), [n], "i32", "positions"),
+          cache: null,
+          state,
+          blocks: last,
+          head: null,
+          collect: wanted,
+        });
+        const h = this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass); // hidden_states[last]
+        return layers.map((l) => (l === last ? h : (pass.collected?.get(l) as Tensor)));
       });
-      const h = this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass); // hidden_states[last]
-      return layers.map((l) => (l === last ? h : (pass.collected?.get(l) as Tensor)));
-    });
+    } finally {
+      state?.dispose();
+    }
   }
 
-  /** Forget cached tokens from position `len` on. @throws TpError E_ARG outside [0, cached]; E_STATE */
+  /**
+   * Forget cached tokens from position `len` on. A hybrid model (recurrent state) goes back to its
+   * newest snapshot at or before `len`, so `cached` may end below `len`: read it afterwards.
+   * @throws TpError E_ARG outside [0, cached]; E_STATE
+   */
   truncate(len: number): void {
     this.#assertLive();
-    this.kv.truncate(len);
+    if (this.state === null) {
+      this.kv.truncate(len);
+      return;
+    }
+    if (!Number.isSafeInteger(len) || len < 0 || len > this.kv.length) {
+      throw new TpError("E_ARG", `truncate: length must be in [0, ${this.kv.length}], got ${len}`);
+    }
+    this.kv.truncate(this.state.restore(len));
+  }
+
+  /**
+   * Keep the recurrent state at the current position, so that a later {@link truncate} can return
+   * here (the end of a turn's prompt); nothing for a pure transformer, whose cache truncates freely.
+   * @throws TpError E_STATE after dispose; E_OOM
+   */
+  snapshot(): void {
+    this.#assertLive();
+    this.state?.snapshot();
+  }
+
+  /** Backend bytes of the recurrent state and its snapshots (0 for a pure transformer). */
+  get stateBytes(): number {
+    return this.state?.bytes ?? 0;
   }
 
   /** Free the KV cache and the uploaded weights, and close the checkpoint's mappings. Idempotent. */
@@ -385,6 +444,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     if (this.#disposed) return;
     this.#disposed = true;
     this.kv.dispose();
+    this.state?.dispose();
     freeTensors(this.backend, this.model.weights);
     this.#onDispose?.();
   }
@@ -395,7 +455,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
 }
 
 /**
- * Per layer, the sliding window of a `sliding_attention` layer or 0 (config.layer_types; all 0 when
+ * Per layer with KV rows (not `linear_attention`), the sliding window of a `sliding_attention` layer or 0 (config.layer_types; all 0 when
  * absent). @throws TpError E_FORMAT for a layer_types list of another length or without a window
  */
 export function slidingWindows(c: LlmConfig): number[] {
@@ -408,7 +468,8 @@ export function slidingWindows(c: LlmConfig): number[] {
       `layer_types has ${types.length} entries for ${c.num_hidden_layers} layers (sliding_window ${w})`,
     );
   }
-  return types.map((t) => (t === "sliding_attention" ? w : 0));
+  // linear-attention layers (Qwen 3.5) keep no KV rows: one entry per layer that does
+  return types.filter((t) => t !== "linear_attention").map((t) => (t === "sliding_attention" ? w : 0));
 }
 
 /** i32 positions from, from + 1, …, from + n − 1. */

@@ -11,6 +11,7 @@
 import type { Backend, RopeOptions, Tensor, Weight } from "@tp/tensor";
 import type { KvCache } from "../kv-cache.ts";
 import type { LlmConfig } from "../model.ts";
+import type { RecurrentState } from "../recurrent-state.ts";
 
 /**
  * One forward's state. Hidden-state indices follow transformers' `output_hidden_states`:
@@ -33,6 +34,11 @@ export class ForwardPass {
    * only; `cache` is null then. Null for a single sequence.
    */
   readonly segments: readonly DecodeSegment[] | null;
+  /**
+   * The recurrent state of a hybrid model's linear-attention layers (recurrent-state.ts), updated in
+   * place (zeros of this forward only when there is no cache); null for a pure transformer.
+   */
+  readonly state: RecurrentState | null;
   /** Blocks to run: num_hidden_layers, or fewer when only hidden states up to a layer are asked for. */
   readonly blocks: number;
   /** Rows that go through the final norm and the head: the last one, all, or none (return the hidden state). */
@@ -49,6 +55,7 @@ export class ForwardPass {
     this.positions = o.positions;
     this.cache = o.cache;
     this.segments = o.segments ?? null;
+    this.state = o.state ?? null;
     this.blocks = o.blocks;
     this.head = o.head;
     this.#collect = o.collect;
@@ -84,6 +91,7 @@ export type ForwardPassOptions = Pick<
 > & {
   readonly collect: ReadonlySet<number> | null;
   readonly segments?: readonly DecodeSegment[] | null;
+  readonly state?: RecurrentState | null;
 };
 
 /** RoPE options of a config, built once per model (`rope` runs twice per block per step). */

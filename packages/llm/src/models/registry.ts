@@ -24,6 +24,7 @@ import { llama } from "./llama.ts";
 import { qwen3 } from "./qwen3.ts";
 import { qwen3vl } from "./qwen3-vl-text.ts";
 import { qwen3moe } from "./qwen3moe.ts";
+import { qwen35 } from "./qwen35.ts";
 
 /** Architectures by GGUF `general.architecture` and HF `model_type`. */
 export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
@@ -32,6 +33,7 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   qwen3moe,
   qwen3vl,
   gemma3,
+  qwen35,
 };
 
 /** Other names of the same architectures: HF `architectures[0]` class names (and HF model_types spelled otherwise). */
@@ -45,6 +47,8 @@ export const ARCHITECTURE_ALIASES: Readonly<Record<string, string>> = {
   gemma3_text: "gemma3",
   Gemma3ForCausalLM: "gemma3",
   Gemma3ForConditionalGeneration: "gemma3",
+  Qwen3_5ForConditionalGeneration: "qwen35",
+  Qwen3_5ForCausalLM: "qwen35",
 };
 
 /**
