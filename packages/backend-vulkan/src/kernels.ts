@@ -50,6 +50,7 @@ const ELEMENTWISE: KernelSpec = { bindings: 2, push: 120 };
 export const KERNELS = {
   silu: ELEMENTWISE,
   sigmoid: ELEMENTWISE,
+  softplus: ELEMENTWISE,
   gelu: ELEMENTWISE,
   scale: ELEMENTWISE,
   add: { bindings: 3, push: 120 },
@@ -87,6 +88,8 @@ export const KERNELS = {
   matmul_convrot: { bindings: 7, push: 48 },
   /** GGUF activations as ggml's vec_dot_type (Q8_0 / Q8_1 / Q8_K), dequantized. */
   ggml_quantize: { bindings: 2, push: 12 },
+  ssm_conv: { bindings: 3, push: 20 },
+  gated_delta_net: { bindings: 7, push: 48 },
 } as const satisfies Record<string, KernelSpec>;
 
 /** A kernel name of {@link KERNELS}. */

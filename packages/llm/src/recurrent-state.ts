@@ -152,7 +152,10 @@ export class RecurrentState {
   restore(len: number): number {
     this.#assertLive();
     if (!Number.isSafeInteger(len) || len < 0 || len > this.#length) {
-      throw new TpError("E_ARG", `recurrent state restore: length must be in [0, ${this.#length}], got ${len}`);
+      throw new TpError(
+        "E_ARG",
+        `recurrent state restore: length must be in [0, ${this.#length}], got ${len}`,
+      );
     }
     if (len === this.#length && !this.#dirty) return len;
     this.#drop((s) => s.position > len);
@@ -164,7 +167,7 @@ export class RecurrentState {
       this.#live = zeros;
       this.#length = 0;
     } else {
-      this.#live.forEach((t, i) => b.set(t, snap.tensors[i] as Tensor));
+      for (let i = 0; i < this.#live.length; i++) b.set(this.#live[i] as Tensor, snap.tensors[i] as Tensor);
       this.#length = snap.position;
     }
     this.#dirty = false;

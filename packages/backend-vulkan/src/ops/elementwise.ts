@@ -69,6 +69,11 @@ export function sigmoid(host: VkOpHost, out: Tensor, x: Tensor): void {
   run(host, "sigmoid", out, [x]);
 }
 
+/** softplus: log(1 + e^x), x itself above 20. */
+export function softplus(host: VkOpHost, out: Tensor, x: Tensor): void {
+  run(host, "softplus", out, [x]);
+}
+
 /** gelu: erf form ("none") or the tanh approximation. */
 export function gelu(host: VkOpHost, out: Tensor, x: Tensor, approximate: "none" | "tanh"): void {
   run(host, "gelu", out, [x], approximate === "tanh" ? 1 : 0);

@@ -16,6 +16,7 @@ import * as norm from "./norm.ts";
 import { rope } from "./rope.ts";
 import * as sample from "./sample.ts";
 import { softmax } from "./softmax.ts";
+import { gatedDeltaNet, ssmConv } from "./ssm.ts";
 
 /** f32 activations only. */
 const F32: readonly DTypeName[] = ["f32"];
@@ -36,6 +37,7 @@ export function vulkanKernelTable(host: VkOpHost): KernelTable {
   return {
     silu: { dtypes: F32, run: elementwise.silu.bind(null, host) },
     sigmoid: { dtypes: F32, run: elementwise.sigmoid.bind(null, host) },
+    softplus: { dtypes: F32, run: elementwise.softplus.bind(null, host) },
     gelu: { dtypes: F32, run: elementwise.gelu.bind(null, host) },
     scale: { dtypes: F32, run: elementwise.scale.bind(null, host) },
     add: { dtypes: F32, run: elementwise.binary.bind(null, host, "add") },
@@ -63,5 +65,7 @@ export function vulkanKernelTable(host: VkOpHost): KernelTable {
     argmax: { dtypes: F32, run: sample.argmax.bind(null, host) },
     top_k: { dtypes: F32, run: sample.topK.bind(null, host) },
     count_nonfinite: { dtypes: F32, run: sample.countNonFinite.bind(null, host) },
+    ssm_conv: { dtypes: F32, run: ssmConv.bind(null, host) },
+    gated_delta_net: { dtypes: F32, run: gatedDeltaNet.bind(null, host) },
   };
 }

@@ -11,7 +11,12 @@ import { numelOf } from "../host.ts";
 import { gatedDeltaNetRef, softplusRef, ssmConvRef } from "../reference/index.ts";
 import { DELTA_NET, SOFTPLUS, SSM_CONV } from "../tolerances.ts";
 
-function f32(name: string, shape: readonly number[], data: Float32Array, view?: InputSpec["view"]): InputSpec {
+function f32(
+  name: string,
+  shape: readonly number[],
+  data: Float32Array,
+  view?: InputSpec["view"],
+): InputSpec {
   return { name, dtype: "f32", shape, data, ...(view ? { view } : {}) };
 }
 
@@ -75,15 +80,22 @@ function unitRows(seed: number, rows: number, d: number): Float32Array {
 }
 
 function deltaCases(): ConformanceCase[] {
-  const cases: { n: number; hk: number; hv: number; dk: number; dv: number; chunk: number; permuteQ?: boolean }[] =
-    [
-      { n: 1, hk: 2, hv: 4, dk: 8, dv: 8, chunk: 0 },
-      { n: 19, hk: 2, hv: 4, dk: 16, dv: 12, chunk: 0 },
-      { n: 19, hk: 2, hv: 4, dk: 16, dv: 12, chunk: 8 },
-      { n: 70, hk: 1, hv: 3, dk: 32, dv: 32, chunk: 64 },
-      { n: 1, hk: 1, hv: 1, dk: 5, dv: 3, chunk: 64 },
-      { n: 6, hk: 3, hv: 3, dk: 4, dv: 4, chunk: 0, permuteQ: true },
-    ];
+  const cases: {
+    n: number;
+    hk: number;
+    hv: number;
+    dk: number;
+    dv: number;
+    chunk: number;
+    permuteQ?: boolean;
+  }[] = [
+    { n: 1, hk: 2, hv: 4, dk: 8, dv: 8, chunk: 0 },
+    { n: 19, hk: 2, hv: 4, dk: 16, dv: 12, chunk: 0 },
+    { n: 19, hk: 2, hv: 4, dk: 16, dv: 12, chunk: 8 },
+    { n: 70, hk: 1, hv: 3, dk: 32, dv: 32, chunk: 64 },
+    { n: 1, hk: 1, hv: 1, dk: 5, dv: 3, chunk: 64 },
+    { n: 6, hk: 3, hv: 3, dk: 4, dv: 4, chunk: 0, permuteQ: true },
+  ];
   return cases.map(({ n, hk, hv, dk, dv, chunk, permuteQ }, i) => {
     const s = 940 + 10 * i;
     const qView: InputSpec["view"] | undefined = permuteQ ? { kind: "permute", perm: [1, 0, 2] } : undefined;
@@ -107,7 +119,15 @@ function deltaCases(): ConformanceCase[] {
         state as Tensor,
       ],
       reference: ([q, k, v, g, beta, state]) => {
-        const r = gatedDeltaNetRef(q as never, k as never, v as never, g as never, beta as never, state as never, scale);
+        const r = gatedDeltaNetRef(
+          q as never,
+          k as never,
+          v as never,
+          g as never,
+          beta as never,
+          state as never,
+          scale,
+        );
         return [
           { shape: [n, hv, dv], dtype: "f32", data: r.out },
           { shape: [hv, dk, dv], dtype: "f32", data: r.state },

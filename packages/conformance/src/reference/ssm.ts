@@ -65,7 +65,8 @@ export function gatedDeltaNetRef(
       for (let c = 0; c < dv; c++) m[c] = b * ((v.data[(t * hv + j) * dv + c] as number) - (m[c] as number));
       for (let a = 0; a < dk; a++)
         for (let c = 0; c < dv; c++)
-          S[base + a * dv + c] = (S[base + a * dv + c] as number) + (k.data[qo + a] as number) * (m[c] as number);
+          S[base + a * dv + c] =
+            (S[base + a * dv + c] as number) + (k.data[qo + a] as number) * (m[c] as number);
       for (let c = 0; c < dv; c++) {
         let o = 0;
         for (let a = 0; a < dk; a++) o += (S[base + a * dv + c] as number) * (q.data[qo + a] as number);

@@ -204,7 +204,11 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     this.state =
       model.recurrent === undefined
         ? null
-        : new RecurrentState(this.backend, model.recurrent, options.stateSnapshots ?? DEFAULT_STATE_SNAPSHOTS);
+        : new RecurrentState(
+            this.backend,
+            model.recurrent,
+            options.stateSnapshots ?? DEFAULT_STATE_SNAPSHOTS,
+          );
     this.#onDispose = options.onDispose;
     this.file = options.file;
   }

@@ -81,7 +81,11 @@ function intArray(meta: GgufMetadata, key: string, file: string): number[] | und
  * full_attention_interval 4; required: the five `ssm.*` keys and `rope.dimension_sections`).
  * @throws TpError E_FORMAT for a missing or inconsistent key; E_UNSUPPORTED as {@link ggufArgs}
  */
-export function qwen35ArgsFromGguf(meta: GgufMetadata, r: CheckpointReader, architecture = "qwen35"): Qwen35Config {
+export function qwen35ArgsFromGguf(
+  meta: GgufMetadata,
+  r: CheckpointReader,
+  architecture = "qwen35",
+): Qwen35Config {
   const file = r.source.path;
   const a = architecture;
   const base = ggufArgs(meta, r, { architecture: a, rope_mode: "neox" });
@@ -119,9 +123,13 @@ export function qwen35ArgsFromGguf(meta: GgufMetadata, r: CheckpointReader, arch
   const flags = intArray(meta, `${a}.attention.recurrent_layers`, file);
   const interval = meta.getInt(`${a}.full_attention_interval`) ?? 4;
   if (flags === undefined && (!Number.isSafeInteger(interval) || interval < 1)) {
-    throw new TpError("E_FORMAT", `'${a}.full_attention_interval' must be a positive integer, got ${interval}`, {
-      file,
-    });
+    throw new TpError(
+      "E_FORMAT",
+      `'${a}.full_attention_interval' must be a positive integer, got ${interval}`,
+      {
+        file,
+      },
+    );
   }
   if (flags !== undefined && flags.length < layers) {
     throw new TpError(
@@ -149,7 +157,11 @@ export function qwen35ArgsFromGguf(meta: GgufMetadata, r: CheckpointReader, arch
 }
 
 /** HF Qwen 3.5 checkpoints are not read yet. @throws TpError E_UNSUPPORTED always */
-export function qwen35ArgsFromHf(_json: Readonly<Record<string, unknown>>, _r: CheckpointReader, file: string): never {
+export function qwen35ArgsFromHf(
+  _json: Readonly<Record<string, unknown>>,
+  _r: CheckpointReader,
+  file: string,
+): never {
   throw new TpError(
     "E_UNSUPPORTED",
     "Qwen 3.5 / 3.6 safetensors checkpoints are not implemented (nested text_config, HF value-head order, norms without the +1); convert to GGUF",
@@ -226,7 +238,12 @@ export interface Qwen35Weights<F = SwiGluWeights> {
  * A 2-D float tensor [rows, cols] by HF name uploaded as f32 (the conv kernel; f16 / bf16 cast).
  * @throws TpError E_FORMAT naming file and tensor when missing, of another shape, or not a float type
  */
-function readMatrixF32(b: Backend, r: CheckpointReader, hf: string, shape: readonly [number, number]): Tensor {
+function readMatrixF32(
+  b: Backend,
+  r: CheckpointReader,
+  hf: string,
+  shape: readonly [number, number],
+): Tensor {
   const e = tensorEntry(r, hf);
   const dtype = ({ f32: "f32", f16: "f16", bf16: "bf16" } as const)[e.format as "f32"];
   const dims = e.shape.filter((d) => d !== 1);
@@ -245,7 +262,9 @@ function readMatrixF32(b: Backend, r: CheckpointReader, hf: string, shape: reado
 
 /** Conv channels of the linear attention: 2·n_k·d_k + n_v·d_v. */
 function convChannels(c: Qwen35Config): number {
-  return 2 * c.linear_num_key_heads * c.linear_key_head_dim + c.linear_num_value_heads * c.linear_value_head_dim;
+  return (
+    2 * c.linear_num_key_heads * c.linear_key_head_dim + c.linear_num_value_heads * c.linear_value_head_dim
+  );
 }
 
 /** Layer i's `self_attn` (full attention with the output gate folded into q_proj). */
@@ -266,7 +285,11 @@ export function readQwen35Attention(w: WeightReader, c: Qwen35Config, i: number)
 }
 
 /** Layer i's `linear_attn` (Gated DeltaNet). */
-export function readQwen35LinearAttention(w: WeightReader, c: Qwen35Config, i: number): Qwen35LinearAttentionWeights {
+export function readQwen35LinearAttention(
+  w: WeightReader,
+  c: Qwen35Config,
+  i: number,
+): Qwen35LinearAttentionWeights {
   const p = `model.layers.${i}.linear_attn.`;
   const H = c.hidden_size;
   const nv = c.linear_num_value_heads;
@@ -290,7 +313,11 @@ export function readQwen35LinearAttention(w: WeightReader, c: Qwen35Config, i: n
  * Every weight of a Qwen 3.5 model, with `mlp(i)` reading layer i's FFN (dense SwiGLU, or the MoE's).
  * @throws TpError E_FORMAT naming file and tensor; E_UNSUPPORTED for biases or a format the backend cannot run
  */
-export function readQwen35Weights<F>(w: WeightReader, c: Qwen35Config, mlp: (i: number) => F): Qwen35Weights<F> {
+export function readQwen35Weights<F>(
+  w: WeightReader,
+  c: Qwen35Config,
+  mlp: (i: number) => F,
+): Qwen35Weights<F> {
   const { hidden_size: H, vocab_size: V } = c;
   const layers: Qwen35LayerWeights<F>[] = [];
   for (let i = 0; i < c.num_hidden_layers; i++) {

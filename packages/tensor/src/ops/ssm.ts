@@ -85,7 +85,12 @@ export function gatedDeltaNet(
     );
   }
   if (!state.isContiguous) {
-    throw opError("E_ARG", host.name, op, `state ${formatShape(state.shape)} must be contiguous (it is updated in place)`);
+    throw opError(
+      "E_ARG",
+      host.name,
+      op,
+      `state ${formatShape(state.shape)} must be contiguous (it is updated in place)`,
+    );
   }
   for (const [t, what] of inputs) {
     if (t.storage === state.storage) {
@@ -98,7 +103,12 @@ export function gatedDeltaNet(
   }
   const chunk = options?.chunk ?? 0;
   if (!Number.isSafeInteger(chunk) || chunk < 0 || chunk > MAX_DELTA_CHUNK) {
-    throw opError("E_ARG", host.name, op, `chunk must be an integer in [0, ${MAX_DELTA_CHUNK}], got ${String(chunk)}`);
+    throw opError(
+      "E_ARG",
+      host.name,
+      op,
+      `chunk must be an integer in [0, ${MAX_DELTA_CHUNK}], got ${String(chunk)}`,
+    );
   }
   const out = host.alloc([n, hv, dv], v.dtype, v.name);
   if (out.numel === 0) return out;
