@@ -49,7 +49,9 @@ const FILES = [
     `synthetic/qwen3-tiny-${t}.gguf`,
     `synthetic/qwen3moe-tiny-${t}.gguf`,
     `synthetic/gemma3-tiny-${t}.gguf`,
+    `synthetic/qwen35-tiny-${t}.gguf`,
   ]),
+  ...["F32", "Q8_0", "Q4_0"].map((t) => `synthetic/qwen35moe-tiny-${t}.gguf`),
 ];
 /**
  * Gemma's quantized tiny files: both backends quantize each matmul's input to Q8_0, which is
@@ -58,6 +60,18 @@ const FILES = [
  * same size as its distance from llama.cpp, parity.test.ts), greedy tokens identical.
  * (gemma3-fullvocab-Q4_0 is left out: its 262144-row head takes minutes on llvmpipe.)
  */
+/**
+ * The quantized hybrid files (Qwen 3.5 Q8_0 / Q4_0): both backends quantize activations to Q8_0 blocks,
+ * and a value on a rounding boundary may round either way after the other summation order (the cpu's
+ * chunked delta rule in f64 for the prompt vs Vulkan's token-by-token f32); these layers amplify one
+ * such step to ~0.1 nats (parity.test.ts HYBRID_PROB_TOL: the same against llama.cpp), so the
+ * probabilities are compared at this looser tolerance, and the greedy tokens may part only where the
+ * cpu's top-2 gap is within HYBRID_GAP_NATS.
+ */
+const HYBRID_QUANT_TOL = 1e-1;
+const HYBRID_GAP_NATS = 0.3;
+const isHybridQuant = (file: string) => /qwen35.*-Q(8_0|4_0)\./.test(file);
+
 const GEMMA_QUANT_TOL: Readonly<Record<string, number>> = {
   "synthetic/gemma3-tiny-Q8_0.gguf": 5e-3,
   "synthetic/gemma3-tiny-Q4_0.gguf": 5e-2,
@@ -76,6 +90,17 @@ function softmax(l: Float32Array, offset: number, v: number): Float64Array {
   }
   for (let i = 0; i < v; i++) p[i] = (p[i] as number) / s;
   return p;
+}
+
+/** log(p1 / p2) of the two most likely tokens. */
+function top2Gap(p: Float64Array): number {
+  let a = 0;
+  let b = 0;
+  for (const v of p) {
+    if (v > a) [a, b] = [v, a];
+    else if (v > b) b = v;
+  }
+  return Math.log(a / b);
 }
 
 function argmax(p: Float64Array): number {
@@ -144,8 +169,9 @@ describe.skipIf(SKIP !== "")(
     });
 
     for (const file of FILES) {
-      const tol = GEMMA_QUANT_TOL[file] ?? PROB_TOL;
-      test(`${file}: ${N_GREEDY} greedy tokens identical, probabilities within ${tol}`, async () => {
+      const tol = GEMMA_QUANT_TOL[file] ?? (isHybridQuant(file) ? HYBRID_QUANT_TOL : PROB_TOL);
+      const tie = isHybridQuant(file) ? " (up to a near tie)" : "";
+      test(`${file}: ${N_GREEDY} greedy tokens identical${tie}, probabilities within ${tol}`, async () => {
         const ours = await run(gpu, file);
         const ref = await run(cpu, file);
         expect(ours.promptIds).toEqual(ref.promptIds);
@@ -154,8 +180,17 @@ describe.skipIf(SKIP !== "")(
             `prompt row ${r}: true`,
           );
         });
-        expect(ours.greedy).toEqual(ref.greedy);
-        ours.steps.forEach((p, i) => {
+        // identical greedy tokens; a quantized hybrid file may part only where the cpu's top-2 gap is
+        // within HYBRID_GAP_NATS (nothing after it is comparable)
+        let same = ours.greedy.findIndex((t, i) => t !== ref.greedy[i]);
+        if (same === -1) same = N_GREEDY;
+        else {
+          const gap = top2Gap(ref.steps[same] as Float64Array);
+          expect({ step: same, gap, nearTie: isHybridQuant(file) && gap <= HYBRID_GAP_NATS }).toMatchObject({
+            nearTie: true,
+          });
+        }
+        ours.steps.slice(0, same).forEach((p, i) => {
           expect(`step ${i}: ${maxDiff(p, ref.steps[i] as Float64Array) <= tol}`).toBe(`step ${i}: true`);
         });
         if (file.includes("stories260K")) {

@@ -25,6 +25,7 @@ import { qwen3 } from "./qwen3.ts";
 import { qwen3vl } from "./qwen3-vl-text.ts";
 import { qwen3moe } from "./qwen3moe.ts";
 import { qwen35 } from "./qwen35.ts";
+import { qwen35moe } from "./qwen35moe.ts";
 
 /** Architectures by GGUF `general.architecture` and HF `model_type`. */
 export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
@@ -34,6 +35,7 @@ export const ARCHITECTURES: Readonly<Record<string, Architecture>> = {
   qwen3vl,
   gemma3,
   qwen35,
+  qwen35moe,
 };
 
 /** Other names of the same architectures: HF `architectures[0]` class names (and HF model_types spelled otherwise). */
@@ -49,6 +51,7 @@ export const ARCHITECTURE_ALIASES: Readonly<Record<string, string>> = {
   Gemma3ForConditionalGeneration: "gemma3",
   Qwen3_5ForConditionalGeneration: "qwen35",
   Qwen3_5ForCausalLM: "qwen35",
+  Qwen3_5MoeForConditionalGeneration: "qwen35moe",
 };
 
 /**
