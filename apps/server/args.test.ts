@@ -20,6 +20,42 @@ function argError(argv: string[]): string {
 }
 
 describe("parseServerArgs", () => {
+  test("--queue / --worker / --ack-wait: a front needs no model, a worker an image model", () => {
+    const f = parseServerArgs(["--queue", "nats://10.0.0.5:4222"], {});
+    expect([f.queue, f.worker, f.ackWaitMs, f.model]).toEqual([
+      "nats://10.0.0.5:4222",
+      false,
+      30_000,
+      undefined,
+    ]);
+    const w = parseServerArgs(
+      [
+        "--worker",
+        "--queue",
+        "nats://h:4222",
+        "--ack-wait",
+        "5",
+        "--image-model",
+        "d",
+        "--vae",
+        "v",
+        "--text-encoder",
+        "t",
+      ],
+      {},
+    );
+    expect([w.worker, w.ackWaitMs, w.imageModel]).toEqual([true, 5000, "d"]);
+    expect(argError(["--queue", "h:4222"])).toBe(
+      "E_ARG: --queue must be a NATS URL (nats://host:4222), got 'h:4222'",
+    );
+    expect(argError(["--worker", "-m", "x"])).toBe("E_ARG: --worker needs --queue nats://host:port");
+    expect(argError(["--worker", "--queue", "nats://h:1"])).toContain("--worker runs image jobs");
+    expect(argError(["--queue", "nats://h:1", "-m", "x"])).toContain("a --queue front loads no model");
+    expect(argError(["--queue", "nats://h:1", "--ack-wait", "0"])).toBe(
+      "E_ARG: --ack-wait must be an integer from 1 to 3600, got '0'",
+    );
+  });
+
   test("defaults: loopback, port 8080, one slot, no key", () => {
     const a = parseServerArgs(["-m", "x.gguf"], {});
     expect([a.host, a.port, a.parallel, a.queueLimit, a.apiKey, a.reasoningFormat]).toEqual([

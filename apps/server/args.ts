@@ -30,6 +30,10 @@ export const USAGE = `usage: bun apps/server --model FILE [options]      (or: bu
   --output-dir DIR        where generated images are stored (default: a temporary folder)
   --threads N             CPU threads (default: all cores)
   --backend NAME          cpu | vulkan | ptx | cuda (default cpu)
+  --queue URL             NATS JetStream (nats://host:4222): without --worker this server is an API
+                          front whose image jobs are run by workers (no model needed)
+  --worker                with --queue: load --image-model and run the queue's image jobs
+  --ack-wait SECONDS      a job whose worker stops reporting is redelivered after this (default 30)
   -h, --help              this text`;
 
 /** Parsed, checked flags. */
@@ -52,6 +56,11 @@ export interface ServerArgs {
   outputDir: string | undefined;
   threads: number | undefined;
   backend: string;
+  /** NATS server URL (--queue). */
+  queue: string | undefined;
+  worker: boolean;
+  /** JetStream ack wait of image jobs (--ack-wait), ms. */
+  ackWaitMs: number;
   help: boolean;
 }
 
@@ -98,6 +107,9 @@ export function parseServerArgs(
         "output-dir": { type: "string" },
         threads: { type: "string" },
         backend: { type: "string" },
+        queue: { type: "string" },
+        worker: { type: "boolean", default: false },
+        "ack-wait": { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
       strict: true,
@@ -106,7 +118,22 @@ export function parseServerArgs(
   );
   const s = (k: string) => (values as Record<string, string | boolean | undefined>)[k] as string | undefined;
   const help = values.help === true;
-  if (!help && s("model") === undefined && s("image-model") === undefined)
+  const queue = s("queue");
+  const worker = values.worker === true;
+  if (queue !== undefined && !/^(nats|tls|wss?):\/\/[^\s/]+/.test(queue))
+    throw new TpError("E_ARG", `--queue must be a NATS URL (nats://host:4222), got '${queue}'`);
+  if (worker && queue === undefined) throw new TpError("E_ARG", "--worker needs --queue nats://host:port");
+  if (worker && s("image-model") === undefined)
+    throw new TpError(
+      "E_ARG",
+      "--worker runs image jobs: it needs --image-model FILE (with --vae, --text-encoder)",
+    );
+  if (queue !== undefined && !worker && (s("model") !== undefined || s("image-model") !== undefined))
+    throw new TpError(
+      "E_ARG",
+      "a --queue front loads no model: give --model / --image-model to the --worker",
+    );
+  if (!help && queue === undefined && s("model") === undefined && s("image-model") === undefined)
     throw new TpError("E_ARG", "--model FILE (or --image-model PATH) is required; see --help");
   if (s("image-model") !== undefined && (s("vae") === undefined || s("text-encoder") === undefined))
     throw new TpError("E_ARG", "--image-model needs --vae FILE and --text-encoder FILE");
@@ -136,6 +163,9 @@ export function parseServerArgs(
     outputDir: s("output-dir"),
     threads: int("--threads", s("threads"), 0, 256),
     backend: s("backend") ?? "cpu",
+    queue,
+    worker,
+    ackWaitMs: (int("--ack-wait", s("ack-wait"), 1, 3600) ?? 30) * 1000,
     help,
   };
 }

@@ -47,6 +47,10 @@ export function loadEngine(
 
 /** Serve until a signal; returns the exit status. */
 export async function serve(args: ServerArgs): Promise<number> {
+  if (args.queue !== undefined) {
+    const q = await import("./queue.ts");
+    return args.worker ? await q.serveWorker(args) : await q.serveFront(args);
+  }
   const backend = await loadBackend(
     args.backend,
     args.threads === undefined ? {} : { threads: args.threads },

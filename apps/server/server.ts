@@ -26,7 +26,8 @@ import { type ToolParse, toolCallsFrom } from "./tools.ts";
 /** Options of {@link startServer}. */
 export interface ServerOptions {
   llm?: LlmEngine | undefined;
-  images?: ImageService | undefined;
+  /** The image routes: an {@link ImageService}, or a queue front (./queue.ts). */
+  images?: Pick<ImageService, "name" | "created" | "route" | "metrics"> | undefined;
   /** Default 127.0.0.1. */
   host?: string;
   /** 0 picks a free port. */
