@@ -142,6 +142,18 @@ describe("/v1/images/generations", () => {
       [{ ...settings, seed: "x" }, 400, "seed"],
       [{ ...settings, response_format: "jpeg" }, 400, "response_format"],
       [{ ...settings, model: "dall-e-3" }, 404, "model"],
+      // hostile values
+      [{ ...settings, size: "0x0" }, 400, "size"],
+      [{ ...settings, size: "1000000x1000000" }, 400, "size"],
+      [{ ...settings, size: undefined, width: -5 }, 400, "width"],
+      [{ ...settings, steps: 1e9 }, 400, "steps"],
+      [{ ...settings, steps: 1.5 }, 400, "steps"],
+      [{ ...settings, seed: -2 }, 400, "seed"],
+      [{ ...settings, seed: "18446744073709551616" }, 400, "seed"],
+      [{ ...settings, cfg_scale: "nan" }, 400, "cfg_scale"],
+      [{ ...settings, negative_prompt: 3 }, 400, "negative_prompt"],
+      // longer than the text encoder takes: found while encoding, still the request's fault (was a 500)
+      [{ ...settings, prompt: "word ".repeat(5000) }, 400, null],
     ];
     for (const [body, status, param] of cases) {
       const r = await post("/v1/images/generations", body);
@@ -149,6 +161,9 @@ describe("/v1/images/generations", () => {
       expect(((await r.json()) as { error: { param: string | null } }).error.param).toBe(param);
     }
     expect((await fetch(`${server.url}/v1/jobs/imgjob-nope`)).status).toBe(404);
+    expect((await fetch(`${server.url}/v1/jobs/imgjob-nope`, { method: "DELETE" })).status).toBe(404);
+    for (const p of ["..%2f..%2fetc%2fpasswd.png", "%2e%2e/x.png", "imgjob-000000000000000000000000.png"])
+      expect((await fetch(`${server.url}/v1/images/files/${p}`)).status).toBe(404);
     expect((await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: "{}" })).status).toBe(
       404,
     );

@@ -413,6 +413,9 @@ export class ImageService {
       await job.done;
       req.signal.removeEventListener("abort", cancel);
       if (job.state === "cancelled") return [path, new Response(null, { status: 499 })];
+      // E_ARG (a prompt longer than the text encoder takes, found while encoding): the request's fault
+      if (job.state === "failed" && job.error?.code === "E_ARG")
+        throw badRequest(job.error.message, null, "E_ARG");
       if (job.state === "failed")
         throw new ApiError(
           500,
