@@ -554,6 +554,16 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm speculative decoding", () => {
       const mismatch = await run(["-m", STORIES, "-p", "x", "-md", QWEN]);
       expect(mismatch.code).not.toBe(0);
       expect(mismatch.stderr).toContain("E_ARG: vocabulary mismatch");
+      // a draft trained on a shorter context than the target's window (stories260K: 512 tokens):
+      // one line naming -md, the draft's ceiling and --ctx, not loadModel's "maxContext"
+      const short = await run(["-m", QWEN, "-p", "x", "-n", "1", "-md", STORIES]);
+      expect(short.code).not.toBe(0);
+      expect(short.stderr.trim().split("\n")).toEqual([
+        `error E_ARG: the draft model (-md) takes at most 512 tokens of context, less than the target's window of 40960; give --ctx 512 or less (or a draft of the target's family) (file ${STORIES})`,
+      ]);
+      // with --ctx inside the draft's window the vocabulary check speaks
+      const ctx = await run(["-m", QWEN, "-p", "x", "-n", "1", "--ctx", "512", "-md", STORIES]);
+      expect(ctx.stderr).toContain("E_ARG: vocabulary mismatch");
       const eagle = await run([
         "-m",
         STORIES,

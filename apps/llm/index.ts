@@ -92,7 +92,7 @@ function speculativeSetup(
     ...(sp.draftMin === undefined ? {} : { draftMin: sp.draftMin }),
   };
   if (sp.type === "ngram") return { options: { drafter: new NgramDrafter(), ...limits }, draft: undefined };
-  const draft = loadModel(sp.modelDraft as string, { backend, maxContext: target.model.maxContext });
+  const draft = loadDraft(sp.modelDraft as string, backend, target.model.maxContext);
   try {
     const drafter = new DraftModelDrafter(draft.model, target, {
       draftTokenizer: draft.tokenizer,
@@ -125,6 +125,25 @@ function progressLine(): (path: string, done: number, total: number) => void {
       `downloading ${path}  ${mib(done)} / ${mib(total)}  ${mib(rate)}/s  ETA ${eta.toFixed(0)} s${done >= total ? "\n" : "\r"}`,
     );
   };
+}
+
+/**
+ * The draft model, with the target's context window. A draft trained on a shorter context cannot
+ * follow the target to its end: that is an E_ARG naming -md and --ctx (not loadModel's "maxContext",
+ * which names no flag). @throws TpError E_ARG, and loadModel's errors
+ */
+function loadDraft(file: string, backend: LoadedModel["model"]["backend"], window: number): LoadedModel {
+  try {
+    return loadModel(file, { backend, maxContext: window });
+  } catch (e) {
+    if (!(e instanceof TpError) || e.code !== "E_ARG" || !e.message.startsWith("maxContext")) throw e;
+    const ceiling = /from 1 to (\d+)/.exec(e.message)?.[1] ?? "fewer";
+    throw new TpError(
+      "E_ARG",
+      `the draft model (-md) takes at most ${ceiling} tokens of context, less than the target's window of ${window}; give --ctx ${ceiling} or less (or a draft of the target's family)`,
+      { file },
+    );
+  }
 }
 
 async function main(args: LlmArgs): Promise<number> {
