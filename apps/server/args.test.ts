@@ -49,7 +49,7 @@ describe("parseServerArgs", () => {
       "E_ARG: --queue must be a NATS URL (nats://host:4222), got 'h:4222'",
     );
     expect(argError(["--worker", "-m", "x"])).toBe("E_ARG: --worker needs --queue nats://host:port");
-    expect(argError(["--worker", "--queue", "nats://h:1"])).toContain("--worker runs image jobs");
+    expect(argError(["--worker", "--queue", "nats://h:1"])).toContain("--worker needs --image-model FILE");
     expect(argError(["--queue", "nats://h:1", "-m", "x"])).toContain("a --queue front loads no model");
     expect(argError(["--queue", "nats://h:1", "--ack-wait", "0"])).toBe(
       "E_ARG: --ack-wait must be an integer from 1 to 3600, got '0'",

@@ -32,7 +32,8 @@ export const USAGE = `usage: bun apps/server --model FILE [options]      (or: bu
   --backend NAME          cpu | vulkan | ptx | cuda (default cpu)
   --queue URL             NATS JetStream (nats://host:4222): without --worker this server is an API
                           front whose image jobs are run by workers (no model needed)
-  --worker                with --queue: load --image-model and run the queue's image jobs
+  --worker                with --queue: load --image-model / --model, run the queue's image jobs
+                          and the LLM requests the fronts send it
   --ack-wait SECONDS      a job whose worker stops reporting is redelivered after this (default 30)
   -h, --help              this text`;
 
@@ -123,10 +124,10 @@ export function parseServerArgs(
   if (queue !== undefined && !/^(nats|tls|wss?):\/\/[^\s/]+/.test(queue))
     throw new TpError("E_ARG", `--queue must be a NATS URL (nats://host:4222), got '${queue}'`);
   if (worker && queue === undefined) throw new TpError("E_ARG", "--worker needs --queue nats://host:port");
-  if (worker && s("image-model") === undefined)
+  if (worker && s("image-model") === undefined && s("model") === undefined)
     throw new TpError(
       "E_ARG",
-      "--worker runs image jobs: it needs --image-model FILE (with --vae, --text-encoder)",
+      "--worker needs --image-model FILE (with --vae, --text-encoder) or --model FILE",
     );
   if (queue !== undefined && !worker && (s("model") !== undefined || s("image-model") !== undefined))
     throw new TpError(

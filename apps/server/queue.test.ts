@@ -8,9 +8,9 @@
 // had queued; DELETE reaches a running job's worker; NATS stopped → 503 queue_unavailable at once,
 // and jobs run again when it is back. Skipped (saying why) where nats-server is not installed.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import {
   TINY_KREA2_CONFIG,
@@ -21,6 +21,12 @@ import {
 } from "@tp/diffusion/testing";
 import { type Subprocess, spawn } from "bun";
 import { type ImageService, loadImageService } from "./images.ts";
+import { loadEngine } from "./serve.ts";
+import { type RunningServer, startServer } from "./server.ts";
+
+const QWEN = resolve(import.meta.dir, "../../../shared/models/synthetic/qwen3-tiny-Q8_0.gguf");
+const HAVE_QWEN = existsSync(QWEN);
+if (!HAVE_QWEN) console.warn(`queue.test.ts: the chat test is skipped: ${QWEN} is absent`);
 
 const NATS = Bun.which("nats-server");
 if (NATS === null)
@@ -33,7 +39,17 @@ const dit = join(tmp, "krea2-random.safetensors");
 const vae = join(tmp, "vae.safetensors");
 const te = join(tmp, "te.safetensors");
 const store = join(tmp, "js");
-const model = ["--image-model", dit, "--vae", vae, "--text-encoder", te, "--threads", "1"];
+const model = [
+  "--image-model",
+  dit,
+  "--vae",
+  vae,
+  "--text-encoder",
+  te,
+  "--threads",
+  "1",
+  ...(HAVE_QWEN ? ["-m", QWEN, "--ctx", "256"] : []),
+];
 
 interface Child {
   proc: Subprocess<"ignore", "ignore", "pipe">;
@@ -230,6 +246,74 @@ describe.skipIf(NATS === null)("image jobs through NATS JetStream", () => {
       const bad = await post("/v1/images/generations", { ...body(51), steps: 0 });
       expect(bad.status).toBe(400); // the worker's check of the body, answered as the local server does
       expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("steps");
+    },
+    T,
+  );
+
+  test.skipIf(!HAVE_QWEN)(
+    "chat through a worker (JSON and streamed) equals the in-process server's answer",
+    async () => {
+      const engine = loadEngine(
+        {
+          model: QWEN,
+          alias: undefined,
+          ctx: 256,
+          parallel: 1,
+          queueLimit: 8,
+          nPredict: 32,
+          reasoningFormat: "deepseek",
+          batch: true,
+        },
+        backend,
+      );
+      const ref: RunningServer = startServer({ llm: engine, port: 0 });
+      try {
+        const req = {
+          model: engine.options.name,
+          messages: [{ role: "user", content: "Name three colours." }],
+          temperature: 0,
+          max_tokens: 24,
+        };
+        const ask = async (base: string, stream: boolean) => {
+          const r = await fetch(`${base}/v1/chat/completions`, {
+            method: "POST",
+            body: JSON.stringify({ ...req, stream }),
+          });
+          expect(r.status).toBe(200);
+          if (!stream) {
+            const j = (await r.json()) as { choices: { message: { content: string } }[] };
+            return j.choices[0]?.message.content as string;
+          }
+          expect(r.headers.get("content-type")).toBe("text/event-stream");
+          const text = await r.text();
+          expect(text.endsWith("data: [DONE]\n\n")).toBe(true);
+          return text
+            .split("\n\n")
+            .filter((b) => b.startsWith("data: {"))
+            .map(
+              (b) =>
+                (JSON.parse(b.slice(6)) as { choices: { delta: { content?: string } }[] }).choices[0]?.delta
+                  .content ?? "",
+            )
+            .join("");
+        };
+        const want = await ask(ref.url, false);
+        expect(want.length).toBeGreaterThan(0);
+        expect(await ask(frontUrl, false)).toBe(want);
+        expect(await ask(frontUrl, true)).toBe(want);
+        expect(await ask(frontUrl, false)).toBe(want); // the other worker (round robin)
+        const missing = await fetch(`${frontUrl}/v1/chat/completions`, {
+          method: "POST",
+          body: JSON.stringify({ ...req, model: "nope" }),
+        });
+        expect(missing.status).toBe(404);
+        expect(((await missing.json()) as { error: { message: string } }).error.message).toContain(
+          engine.options.name,
+        );
+      } finally {
+        await ref.stop();
+        engine.dispose();
+      }
     },
     T,
   );

@@ -23,7 +23,9 @@
  * - NATS unreachable: the front answers 503 `queue_unavailable` at once (no request hangs on a
  *   publish), and serves again when the client has reconnected.
  *
- * Not here yet: LLM requests through the queue (a `--queue` front serves no language model).
+ * - LLM requests: a worker with `--model` serves it with the in-process server on loopback; the front
+ *   picks a worker that advertises the body's `model` and proxies the request by NATS request/reply,
+ *   the response (SSE tokens included) streamed back chunk by chunk on `tp.llm.stream.{rid}`.
  *
  * Sources: NATS docs — JetStream "Consumers" (AckExplicit, AckWait, `+WPI` in-progress acks), the
  * work-queue retention policy, "Key/Value Store" (revisions, `update` as compare-and-set, bucket TTL),
@@ -82,6 +84,25 @@ export interface JobRecord {
   error?: { message: string; code: string | null; status?: number };
   result?: { width: number; height: number; parameters: string | undefined };
 }
+
+/** What a worker advertises in {@link WORKERS_BUCKET}. */
+export interface Capabilities {
+  images?: string;
+  llm?: string;
+  backend: string;
+  device: string;
+  pid: number;
+}
+
+/** A worker id as one subject token (no dots, spaces or wildcards). */
+function token(id: string): string {
+  return id.replace(/[^\w-]/g, "_");
+}
+
+/** Frames of a proxied LLM response on `tp.llm.stream.{rid}`: the first byte says which. */
+const HEAD = 0;
+const DATA = 1;
+const END = 2;
 
 /** NATS connection options shared by fronts and workers: reconnect forever, quickly. */
 async function connectNats(url: string, name: string): Promise<NatsConnection> {
@@ -149,7 +170,9 @@ export class QueueFront {
   readonly #pngs: ObjectStore;
   readonly #url: string;
   #connected = true;
-  readonly #imageModels = new Map<string, string>();
+  /** Advertised workers: id → capabilities (from {@link WORKERS_BUCKET}). */
+  readonly #workers = new Map<string, Capabilities>();
+  #nextLlm = 0;
   readonly counts = { submitted: 0, unavailable: 0 };
 
   private constructor(nc: NatsConnection, url: string, jobs: KV, pngs: ObjectStore, workers: KV) {
@@ -166,11 +189,8 @@ export class QueueFront {
     void (async () => {
       const w = await workers.watch();
       for await (const e of w) {
-        if (e.operation !== "PUT") this.#imageModels.delete(e.key);
-        else {
-          const cap = e.json<{ images?: string }>();
-          if (cap.images !== undefined) this.#imageModels.set(e.key, cap.images);
-        }
+        if (e.operation !== "PUT") this.#workers.delete(e.key);
+        else this.#workers.set(e.key, e.json<Capabilities>());
       }
     })().catch(() => {});
   }
@@ -184,7 +204,7 @@ export class QueueFront {
 
   /** The image model the workers serve (the first one advertised), "images" before any has. */
   get name(): string {
-    for (const v of this.#imageModels.values()) return v;
+    for (const c of this.#workers.values()) if (c.images !== undefined) return c.images;
     return "images";
   }
 
@@ -463,6 +483,92 @@ export class QueueFront {
     });
   }
 
+  /**
+   * A completion route through a worker that advertises the body's `model` (round robin among them):
+   * a request on `tp.llm.worker.{id}` (answered at once), then the worker's HTTP response — status,
+   * headers, each body chunk as it comes (SSE tokens) — on `tp.llm.stream.{rid}`. A client that goes
+   * away sends `tp.llm.cancel.{rid}`.
+   * @throws ApiError 404 when no worker has the model, 503 when none serves one or NATS is away
+   */
+  async llm(req: Request, route: string, limit: number): Promise<Response> {
+    const text = await req.text();
+    if (text.length > limit)
+      throw new ApiError(
+        413,
+        "invalid_request_error",
+        `the request body is over ${limit} bytes (--max-body)`,
+        null,
+        "request_too_large",
+      );
+    let model: unknown;
+    try {
+      model = (JSON.parse(text) as { model?: unknown } | null)?.model;
+    } catch (e) {
+      throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
+    }
+    const llms = [...this.#workers].filter(([, c]) => c.llm !== undefined);
+    if (llms.length === 0)
+      throw new ApiError(
+        503,
+        "unavailable_error",
+        "no worker serves a language model now (start one with --worker --queue … --model FILE)",
+        null,
+        "no_worker",
+      );
+    const fit = llms.filter(([, c]) => model === undefined || model === null || c.llm === model);
+    if (fit.length === 0)
+      throw new ApiError(
+        404,
+        "not_found_error",
+        `no worker has the model '${String(model)}'; the workers have ${[...new Set(llms.map(([, c]) => `'${c.llm}'`))].join(", ")}`,
+        "model",
+        "model_not_found",
+      );
+    const [id] = fit[this.#nextLlm++ % fit.length] as [string, Capabilities];
+    const rid = crypto.randomUUID().replaceAll("-", "");
+    const nc = this.#nc;
+    const sub = nc.subscribe(`tp.llm.stream.${rid}`);
+    const frames = sub[Symbol.asyncIterator]();
+    try {
+      await this.#q(() =>
+        nc.request(`tp.llm.worker.${token(id)}`, JSON.stringify({ rid, route, body: text }), {
+          timeout: 5000,
+        }),
+      );
+    } catch (e) {
+      sub.unsubscribe();
+      throw e;
+    }
+    const first = await frames.next();
+    const head = first.done ? undefined : first.value.data;
+    if (head === undefined || head[0] !== HEAD) {
+      sub.unsubscribe();
+      throw new ApiError(502, "server_error", `the worker ${id} sent no response`);
+    }
+    const h = JSON.parse(new TextDecoder().decode(head.subarray(1))) as {
+      status: number;
+      headers: Record<string, string>;
+    };
+    const cancel = () => {
+      nc.publish(`tp.llm.cancel.${rid}`, "");
+      sub.unsubscribe();
+    };
+    req.signal.addEventListener("abort", cancel, { once: true });
+    const body = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        const r = await frames.next();
+        const d = r.done ? undefined : r.value.data;
+        if (d === undefined || d[0] === END) {
+          req.signal.removeEventListener("abort", cancel);
+          sub.unsubscribe();
+          controller.close();
+        } else controller.enqueue(d.slice(1));
+      },
+      cancel,
+    });
+    return new Response(body, { status: h.status, headers: h.headers });
+  }
+
   /** /metrics lines. */
   metrics(
     metric: (name: string, type: "counter" | "gauge", help: string, values: [string, number][]) => void,
@@ -475,7 +581,7 @@ export class QueueFront {
     ]);
     metric("tp_queue_connected", "gauge", "1 while connected to NATS.", [["", this.#connected ? 1 : 0]]);
     metric("tp_queue_image_workers", "gauge", "Image workers advertised (heartbeat within the TTL).", [
-      ["", this.#imageModels.size],
+      ["", [...this.#workers.values()].filter((c) => c.images !== undefined).length],
     ]);
   }
 
@@ -638,35 +744,42 @@ async function runJob(
  * @throws TpError E_ARG without --image-model, E_IO when NATS is unreachable
  */
 export async function serveWorker(args: ServerArgs): Promise<number> {
-  if (args.imageModel === undefined)
-    throw new TpError(
-      "E_ARG",
-      "--worker serves image jobs: it needs --image-model, --vae and --text-encoder",
-    );
+  if (args.imageModel === undefined && args.model === undefined)
+    throw new TpError("E_ARG", "--worker needs --image-model (with --vae, --text-encoder) or --model FILE");
   const backend = await loadBackend(
     args.backend,
     args.threads === undefined ? {} : { threads: args.threads },
   );
-  const { loadImageService } = await import("./images.ts");
-  const images = loadImageService(args.imageModel, backend, {
-    vae: args.vae as string,
-    textEncoder: args.textEncoder,
-    outputDir: args.outputDir,
-    queueLimit: 1,
-  });
+  let images: ImageService | undefined;
+  if (args.imageModel !== undefined) {
+    const { loadImageService } = await import("./images.ts");
+    images = loadImageService(args.imageModel, backend, {
+      vae: args.vae as string,
+      textEncoder: args.textEncoder,
+      outputDir: args.outputDir,
+      queueLimit: 1,
+    });
+  }
+  // the language model is served by the in-process server on loopback; requests are proxied to it
+  const { loadEngine } = await import("./serve.ts");
+  const engine = args.model === undefined ? undefined : loadEngine(args, backend);
+  const local =
+    engine === undefined
+      ? undefined
+      : startServer({ llm: engine, host: "127.0.0.1", port: 0, maxBodyBytes: args.maxBody });
   const url = args.queue as string;
   const worker = `${hostname()}-${process.pid}`;
   const nc = await connectNats(url, `tp-worker-${worker}`);
   const { jobs, pngs, workers } = await ensureQueue(nc, args.ackWaitMs);
-  const capabilities = JSON.stringify({
-    images: images.name,
+  const caps: Capabilities = {
+    ...(images === undefined ? {} : { images: images.name }),
+    ...(engine === undefined ? {} : { llm: engine.options.name }),
     backend: backend.name,
     device: backend.device,
     pid: process.pid,
-  });
+  };
+  const capabilities = JSON.stringify(caps);
   const advertise = () => void workers.put(worker, capabilities).catch(() => {});
-  advertise();
-  const beat = setInterval(advertise, WORKER_TTL_MS / 3);
   let stopping = false;
   const stop = new Promise<void>((resolve) => {
     const f = () => {
@@ -676,32 +789,81 @@ export async function serveWorker(args: ServerArgs): Promise<number> {
     process.once("SIGINT", f);
     process.once("SIGTERM", f);
   });
-  process.stderr.write(`[worker ${worker}: ${images.name} on ${backend.name}, pulling from ${url}]\n`);
-  const consumer = await jetstream(nc).consumers.get(STREAM, CONSUMER);
-  const ctx = { nc, jobs, pngs, images, worker, ackWaitMs: args.ackWaitMs };
-  const loop = (async () => {
-    while (!stopping) {
-      let m: JsMsg | null;
-      try {
-        m = await consumer.next({ expires: 1000 });
-      } catch {
-        await Bun.sleep(250); // NATS away: try again once reconnected
-        continue;
+  let llmSub: ReturnType<NatsConnection["subscribe"]> | undefined;
+  if (local !== undefined)
+    llmSub = nc.subscribe(`tp.llm.worker.${token(worker)}`, {
+      callback: (_err, msg) => {
+        const { rid, route, body } = msg.json<{ rid: string; route: string; body: string }>();
+        msg.respond("ok");
+        const out = `tp.llm.stream.${rid}`;
+        const abort = new AbortController();
+        const cancel = nc.subscribe(`tp.llm.cancel.${rid}`, { max: 1, callback: () => abort.abort() });
+        const frame = (kind: number, bytes: Uint8Array) => {
+          const f = new Uint8Array(bytes.length + 1);
+          f[0] = kind;
+          f.set(bytes, 1);
+          nc.publish(out, f);
+        };
+        void (async () => {
+          try {
+            const res = await fetch(`${local.url}${route}`, {
+              method: "POST",
+              body,
+              headers: { "content-type": "application/json" },
+              signal: abort.signal,
+            });
+            const headers: Record<string, string> = {};
+            res.headers.forEach((v, k) => {
+              if (k === "content-type" || k === "cache-control" || k.startsWith("access-control-"))
+                headers[k] = v;
+            });
+            frame(HEAD, new TextEncoder().encode(JSON.stringify({ status: res.status, headers })));
+            if (res.body !== null) for await (const chunk of res.body) frame(DATA, chunk);
+          } catch {
+            // aborted by the client, or the local server failed: the stream ends
+          } finally {
+            frame(END, new Uint8Array(0));
+            cancel.unsubscribe();
+          }
+        })();
+      },
+    });
+  await nc.flush();
+  advertise();
+  const beat = setInterval(advertise, WORKER_TTL_MS / 3);
+  const what = [images?.name, engine?.options.name].filter((x) => x !== undefined).join(", ");
+  process.stderr.write(`[worker ${worker}: ${what} on ${backend.name}, pulling from ${url}]\n`);
+  let loop: Promise<void> = Promise.resolve();
+  if (images !== undefined) {
+    const consumer = await jetstream(nc).consumers.get(STREAM, CONSUMER);
+    const ctx = { nc, jobs, pngs, images, worker, ackWaitMs: args.ackWaitMs };
+    loop = (async () => {
+      while (!stopping) {
+        let m: JsMsg | null;
+        try {
+          m = await consumer.next({ expires: 1000 });
+        } catch {
+          await Bun.sleep(250); // NATS away: try again once reconnected
+          continue;
+        }
+        if (m === null) continue;
+        try {
+          process.stderr.write(`[worker ${worker}: ${await runJob(m, ctx)}]\n`);
+        } catch (e) {
+          process.stderr.write(`[worker ${worker}: job failed in the queue: ${(e as Error).message}]\n`);
+        }
       }
-      if (m === null) continue;
-      try {
-        process.stderr.write(`[worker ${worker}: ${await runJob(m, ctx)}]\n`);
-      } catch (e) {
-        process.stderr.write(`[worker ${worker}: job failed in the queue: ${(e as Error).message}]\n`);
-      }
-    }
-  })();
+    })();
+  }
   await stop;
   await loop;
   clearInterval(beat);
+  llmSub?.unsubscribe();
   await workers.delete(worker).catch(() => {});
   await nc.drain().catch(() => {});
-  images.dispose();
+  await local?.stop();
+  engine?.dispose();
+  images?.dispose();
   backend.dispose();
   return 0;
 }
@@ -715,6 +877,7 @@ export async function serveFront(args: ServerArgs): Promise<number> {
   const front = await QueueFront.open(url, args.ackWaitMs);
   const server = startServer({
     images: front,
+    llmProxy: (req, route) => front.llm(req, route, args.maxBody),
     host: args.host,
     port: args.port,
     apiKey: args.apiKey,

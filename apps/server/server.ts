@@ -28,6 +28,8 @@ export interface ServerOptions {
   llm?: LlmEngine | undefined;
   /** The image routes: an {@link ImageService}, or a queue front (./queue.ts). */
   images?: Pick<ImageService, "name" | "created" | "route" | "metrics"> | undefined;
+  /** Without `llm`: answers the completion routes elsewhere (a queue front, ./queue.ts). */
+  llmProxy?: ((req: Request, route: string) => Promise<Response>) | undefined;
   /** Default 127.0.0.1. */
   host?: string;
   /** 0 picks a free port. */
@@ -496,8 +498,12 @@ export function startServer(options: ServerOptions): RunningServer {
     if (path === "/v1/models" || path === "/models") {
       if (method === "GET") return ["/v1/models", models()];
     } else if (path === "/v1/chat/completions" || path === "/chat/completions") {
+      if (method === "POST" && llm === undefined && options.llmProxy !== undefined)
+        return ["/v1/chat/completions", await options.llmProxy(req, "/v1/chat/completions")];
       if (method === "POST") return ["/v1/chat/completions", await chat(req)];
     } else if (path === "/v1/completions" || path === "/completions") {
+      if (method === "POST" && llm === undefined && options.llmProxy !== undefined)
+        return ["/v1/completions", await options.llmProxy(req, "/v1/completions")];
       if (method === "POST") return ["/v1/completions", await completion(req)];
     } else if (path === "/metrics") {
       if (method === "GET") return [path, metrics()];
