@@ -367,7 +367,8 @@ export class QueueFront {
       const rec = await this.#final((await this.submit(b)).id, req.signal);
       if (rec.state === "cancelled") return [path, new Response(null, { status: 499 })];
       if (rec.state === "failed") {
-        const status = rec.error?.status ?? 500;
+        // E_ARG (e.g. a prompt longer than the text encoder takes): the request's fault, as in-process
+        const status = rec.error?.status ?? (rec.error?.code === "E_ARG" ? 400 : 500);
         throw new ApiError(
           status,
           status === 400 ? "invalid_request_error" : "server_error",
