@@ -94,6 +94,11 @@ run(`Qwen-Image-2.1 registry row${note}`, () => {
     expect(await errorOf(() => qwenImageModelFiles(noVae))).toContain(
       "missing: diffusion_models/*.safetensors",
     );
+    // a file of the folder given as the folder: named as a file, not parsed as a safetensors header
+    const index = join(DIFF, "model_index.json");
+    expect(await errorOf(() => qwenImageModelFiles(index))).toBe(
+      `E_FORMAT: ${index} is a file, not a Qwen-Image-2.1 folder (diffusers or ComfyUI layout); give its folder, or the files with --dit / --vae / --text-encoder (file ${index})`,
+    );
   });
 
   test("both layouts give the same image (f32, 3 steps, 64x96, cfg 2 with a negative)", async () => {

@@ -95,6 +95,13 @@ export interface QwenImageModelFiles extends PipelineFiles {
  *   or foreign folder
  */
 export function qwenImageModelFiles(dir: string): QwenImageModelFiles {
+  // a file given as the folder (model_index.json, one shard) would be read as a safetensors header
+  if (existsSync(dir) && !statSync(dir).isDirectory())
+    throw new TpError(
+      "E_FORMAT",
+      `${dir} is a file, not a Qwen-Image-2.1 folder (diffusers or ComfyUI layout); give its folder, or the files with --dit / --vae / --text-encoder`,
+      { file: dir },
+    );
   const layout = detectLayout(dir);
   const c = layout.components ?? {};
   const isComfy = layout.kind === "comfyui";
