@@ -7,7 +7,7 @@
  * lines go to stderr.
  */
 import { existsSync, statSync } from "node:fs";
-import { basename, extname } from "node:path";
+import { basename, dirname, extname, join, resolve } from "node:path";
 import { createNativeQuantizer } from "@tp/backend-cpu";
 import {
   type DiffusionPipeline,
@@ -15,6 +15,7 @@ import {
   PIPELINES,
   pipelineForCheckpoint,
   pipelineForComponent,
+  QWEN_IMAGE_PIPELINE,
   qwenImageFromHub,
   qwenImageModelFiles,
   type TorchCpuCapability,
@@ -23,7 +24,7 @@ import {
   writePng,
 } from "@tp/diffusion";
 import { checkInputsUnchanged, checkRegularFile } from "@tp/formats";
-import { type Backend, formatBytes, loadBackend, parseFlags, TpError } from "@tp/tensor";
+import { type Backend, formatBytes, isTpError, loadBackend, parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
 
@@ -54,8 +55,13 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
            [--vae-tiled]
                                     decode a latent saved by --latent-out ([1, 16 or 64, 1, h, w], VAE space;
                                     a Qwen-Image-2.1 latent decodes to an RGBA PNG)
-  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast]
-                                    run only the text encoder and save conditioning for --cond-in`;
+  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast|f32]
+         [--pipeline ${PIPELINES.map((p) => p.id).join("|")} | --dit F | --model DIR|org/name]
+                                    run only the text encoder and save conditioning for --cond-in;
+                                    Krea 2 and Qwen-Image-2.1 share the text-encoder layout, so the
+                                    pipeline comes from --pipeline, the DiT (--dit) or the folder
+                                    (--model, which also supplies the text encoder); without any of
+                                    them: ${(PIPELINES[0] as DiffusionPipeline).id}, with a notice`;
 
 /** Flags shared by the three commands. */
 const COMMON = {
@@ -514,6 +520,55 @@ export async function decode(args: string[]): Promise<number> {
 // encode
 
 /**
+ * The pipeline `encode` was told to encode for: `--pipeline ID` (a registry id), else the one of the
+ * DiT checkpoint (`--dit F`, or the DiT of `--model DIR`); undefined when neither is given.
+ * @throws TpError E_ARG for an unknown id or an id that disagrees with the DiT; as
+ *   `pipelineForCheckpoint` for a DiT that is no pipeline's
+ */
+function encodePipeline(id: string | undefined, dit: string | undefined): DiffusionPipeline | undefined {
+  const ids = PIPELINES.map((p) => p.id).join(", ");
+  const byId = id === undefined ? undefined : PIPELINES.find((p) => p.id === id.trim());
+  if (id !== undefined && byId === undefined)
+    throw new TpError("E_ARG", `--pipeline must be one of ${ids}, got '${id}'`);
+  if (dit === undefined) return byId;
+  const byDit = pipelineForCheckpoint(inputFile("dit", dit, PIPELINES.map((p) => p.dit.what).join(" or ")));
+  if (byId !== undefined && byId !== byDit)
+    throw new TpError(
+      "E_ARG",
+      `--pipeline ${byId.id} disagrees with the DiT ${dit}, a ${byDit.dit.what} (${byDit.id}); give one of them`,
+    );
+  return byDit;
+}
+
+/**
+ * The pipeline of a text-encoder file when no flag names one: the registry row that claims its
+ * layout; when several do (Krea 2 and Qwen-Image-2.1 both read a Qwen3-VL text encoder) the first
+ * row ({@link PIPELINES}[0]), with a notice on stderr saying how to pick another — except for the
+ * `text_encoder/` of a diffusers Qwen-Image-2.1 folder (`model_index.json` beside it), which is
+ * Qwen-Image-2.1's.
+ */
+function textEncoderPipeline(tePath: string): DiffusionPipeline {
+  // `text_encoder/` of a diffusers Qwen-Image folder (model_index.json beside it) says which it is.
+  const root = dirname(dirname(resolve(tePath)));
+  if (existsSync(join(root, "model_index.json"))) {
+    try {
+      if (resolve(qwenImageModelFiles(root).textEncoder) === resolve(tePath)) return QWEN_IMAGE_PIPELINE;
+    } catch (e) {
+      if (!isTpError(e)) throw e; // not a Qwen-Image folder: the registry's choice below
+    }
+  }
+  const pipeline = pipelineForComponent(tePath, "textEncoder");
+  const sharing = PIPELINES.filter((p) => p.textEncoder.layout === pipeline.textEncoder.layout);
+  if (sharing.length > 1) {
+    const others = sharing.filter((p) => p !== pipeline);
+    process.stderr.write(
+      `notice: ${tePath} has the text-encoder layout of ${sharing.map((p) => p.dit.what.replace(/ (DiT|transformer)$/, "")).join(" and ")}; encoding for ${pipeline.id} (the default); ${others.map((p) => `--pipeline ${p.id}`).join(", ")}, --dit F or --model DIR picks another\n`,
+    );
+  }
+  return pipeline;
+}
+
+/**
  * `encode`: the text-encode step alone (ComfyUI's "text encode" node), writing conditioning for
  * `--cond-in`: `positive` and, with `--negative`, `negative`, `[1, seq, width]` f32.
  * @throws TpError E_ARG for bad flags or --out being the encoder; E_IO for a missing encoder file or
@@ -532,6 +587,9 @@ export async function encode(args: string[]): Promise<number> {
         negative: { type: "string" },
         out: { type: "string" },
         "te-mode": { type: "string" },
+        pipeline: { type: "string" },
+        dit: { type: "string" },
+        model: { type: "string" },
       },
       strict: true,
     },
@@ -541,19 +599,31 @@ export async function encode(args: string[]): Promise<number> {
     return 0;
   }
   if (values.prompt === undefined) throw new TpError("E_ARG", "encode needs --prompt");
-  const first = PIPELINES[0] as DiffusionPipeline;
-  // The mode is checked against every pipeline's modes before the file picks one (it may not exist).
-  const teMode = choiceFlag(
+  if (values.out === undefined) throw new TpError("E_ARG", "encode needs --out cond.safetensors");
+  // The pipeline named by a flag (--pipeline, --dit, --model), before any text-encoder file is read.
+  const folder =
+    values.model === undefined ? undefined : qwenImageModelFiles(await modelFolder(values.model));
+  values["text-encoder"] ??= folder?.textEncoder;
+  const named = encodePipeline(values.pipeline, values.dit ?? folder?.dit);
+  const first = named ?? (PIPELINES[0] as DiffusionPipeline);
+  // The mode is checked before the file picks a pipeline (the file may not exist): against the named
+  // pipeline's modes, else every pipeline's; then against the pipeline's.
+  choiceFlag(
     "te-mode",
     values["te-mode"],
     first.defaults.textEncoderMode,
-    first.limits.textEncoderModes,
+    named?.limits.textEncoderModes ?? [...new Set(PIPELINES.flatMap((p) => p.limits.textEncoderModes))],
   );
-  if (values.out === undefined) throw new TpError("E_ARG", "encode needs --out cond.safetensors");
   const out = outputFile("out", values.out, ".safetensors");
-  checkPaths({ "text-encoder": values["text-encoder"] }, { out });
+  checkPaths({ "text-encoder": values["text-encoder"], dit: values.dit }, { out });
   const tePath = inputFile("text-encoder", values["text-encoder"], first.textEncoder.what);
-  const pipeline = pipelineForComponent(tePath, "textEncoder");
+  const pipeline = named ?? textEncoderPipeline(tePath);
+  const teMode = choiceFlag(
+    "te-mode",
+    values["te-mode"],
+    pipeline.defaults.textEncoderMode,
+    pipeline.limits.textEncoderModes,
+  );
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   try {
     const t0 = performance.now();
