@@ -23,7 +23,7 @@ import {
   writeLatent,
   writePng,
 } from "@tp/diffusion";
-import { checkInputsUnchanged, checkRegularFile } from "@tp/formats";
+import { checkInputsUnchanged, checkRegularFile, identifyCheckpoint, openCheckpoint } from "@tp/formats";
 import { type Backend, formatBytes, isTpError, loadBackend, parseFlags, TpError } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
@@ -558,7 +558,18 @@ function textEncoderPipeline(tePath: string): DiffusionPipeline {
     }
   }
   const pipeline = pipelineForComponent(tePath, "textEncoder");
-  const sharing = PIPELINES.filter((p) => p.textEncoder.layout === pipeline.textEncoder.layout);
+  let kind: string | undefined;
+  try {
+    const src = openCheckpoint(tePath);
+    try {
+      kind = identifyCheckpoint(src).kind;
+    } finally {
+      src.close();
+    }
+  } catch (e) {
+    if (!isTpError(e)) throw e; // not a text encoder: the pipeline's loader says what it is
+  }
+  const sharing = PIPELINES.filter((p) => p.textEncoder.layout === kind);
   if (sharing.length > 1) {
     const others = sharing.filter((p) => p !== pipeline);
     process.stderr.write(
