@@ -5,8 +5,8 @@
  */
 import { ApiError, badRequest } from "./errors.ts";
 
-/** The request's JSON body, within the size limit. @throws ApiError 413, 400 */
-export async function jsonBody(req: Request, limit: number): Promise<unknown> {
+/** The request's body as text (UTF-8), at most `limit` bytes read. @throws ApiError 413 */
+export async function textBody(req: Request, limit: number): Promise<string> {
   const declared = Number(req.headers.get("content-length") ?? "0");
   if (declared > limit) throw tooLarge(declared, limit);
   // Read at most `limit` bytes (a chunked body has no length to check first).
@@ -31,8 +31,14 @@ export async function jsonBody(req: Request, limit: number): Promise<unknown> {
     bytes.set(c, at);
     at += c.length;
   }
+  return new TextDecoder().decode(bytes);
+}
+
+/** The request's JSON body, within the size limit. @throws ApiError 413, 400 */
+export async function jsonBody(req: Request, limit: number): Promise<unknown> {
+  const text = await textBody(req, limit);
   try {
-    return JSON.parse(new TextDecoder().decode(bytes));
+    return JSON.parse(text);
   } catch (e) {
     throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
   }

@@ -246,6 +246,19 @@ describe.skipIf(NATS === null)("image jobs through NATS JetStream", () => {
       const bad = await post("/v1/images/generations", { ...body(51), steps: 0 });
       expect(bad.status).toBe(400); // the worker's check of the body, answered as the local server does
       expect(((await bad.json()) as { error: { message: string } }).error.message).toContain("steps");
+      // a chunked body past --max-body (1 MiB): the front stops reading at the limit, 413 in the OpenAI shape
+      const huge = await fetch(`${frontUrl}/v1/images/generations`, {
+        method: "POST",
+        body: new ReadableStream({
+          start(c) {
+            for (let i = 0; i < 40; i++) c.enqueue(new Uint8Array(1 << 16).fill(32));
+            c.close();
+          },
+        }),
+        duplex: "half",
+      } as RequestInit);
+      expect(huge.status).toBe(413);
+      expect(((await huge.json()) as { error: { code: string } }).error.code).toBe("request_too_large");
     },
     T,
   );

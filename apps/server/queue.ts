@@ -38,6 +38,7 @@ import { type ObjectStore, Objm } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { loadBackend, TpError } from "@tp/tensor";
 import type { ServerArgs } from "./args.ts";
+import { jsonBody, textBody } from "./body.ts";
 import { ApiError, apiError, badRequest } from "./errors.ts";
 import type { ImageService, JobEvent, JobState } from "./images.ts";
 import { startServer } from "./server.ts";
@@ -346,22 +347,7 @@ export class QueueFront {
   async route(req: Request, url: URL, limit: number): Promise<[string, Response] | undefined> {
     const path = url.pathname;
     const origin = url.origin;
-    const body = async () => {
-      const text = await req.text();
-      if (text.length > limit)
-        throw new ApiError(
-          413,
-          "invalid_request_error",
-          `the request body is over ${limit} bytes (--max-body)`,
-          null,
-          "request_too_large",
-        );
-      try {
-        return JSON.parse(text) as unknown;
-      } catch (e) {
-        throw badRequest(`the request body is not valid JSON: ${(e as Error).message}`);
-      }
-    };
+    const body = () => jsonBody(req, limit);
     if (path === "/v1/images/generations" && req.method === "POST") {
       const b = await body();
       const rec = await this.#final((await this.submit(b)).id, req.signal);
@@ -492,15 +478,7 @@ export class QueueFront {
    * @throws ApiError 404 when no worker has the model, 503 when none serves one or NATS is away
    */
   async llm(req: Request, route: string, limit: number): Promise<Response> {
-    const text = await req.text();
-    if (text.length > limit)
-      throw new ApiError(
-        413,
-        "invalid_request_error",
-        `the request body is over ${limit} bytes (--max-body)`,
-        null,
-        "request_too_large",
-      );
+    const text = await textBody(req, limit);
     let model: unknown;
     try {
       model = (JSON.parse(text) as { model?: unknown } | null)?.model;
