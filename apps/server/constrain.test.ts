@@ -296,6 +296,19 @@ describe.skipIf(!HAVE)("on the tiny Qwen3 vocabulary and model", () => {
     });
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as { error: { param: string } }).error.param).toBe("grammar");
+    // a grammar whose language is empty (a class of no character): 400 saying so, not the sampler's
+    // "no finite logit"; the next request is served
+    const empty = await fetch(`${server.url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ prompt: "x", max_tokens: 3, grammar: "root ::= [^\\x00-\\U0010FFFF]" }),
+    });
+    expect(empty.status).toBe(400);
+    expect(((await empty.json()) as { error: { message: string } }).error.message).toBe(
+      "the grammar allows no token of this model's vocabulary here (its language is empty, or it needs a character no token spells)",
+    );
+    expect((await client.completions.create({ model: "q", prompt: "x", max_tokens: 2 })).choices.length).toBe(
+      1,
+    );
   }, 120_000);
 
   test("tools with tool_choice required: the answer is a call of a listed tool with valid arguments, as tool_calls", async () => {

@@ -12,6 +12,7 @@
  * Source: llama.cpp `src/llama-grammar.cpp` (`llama_grammar_apply_impl`: reject candidates whose text
  * the stacks cannot take, allow EOG only when a stack is empty; `llama_grammar_accept_impl`).
  */
+import { TpError } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
 import { apiError, badRequest } from "./errors.ts";
 import { accepts, advance, type Grammar, type GrammarState, initialState, parseGbnf } from "./grammar.ts";
@@ -124,11 +125,20 @@ export function grammarConstraint(g: Grammar, tok: Tokenizer): Constraint {
     processor(row) {
       const allowed = maskOf(g, root, tok.vocabSize, state);
       const done = accepts(state);
+      let kept = 0;
       for (let i = 0; i < row.length; i++) {
-        if (allowed[i] === 1) continue;
-        if (done && tok.eog.has(i)) continue;
+        if (allowed[i] === 1 || (done && tok.eog.has(i))) {
+          kept++;
+          continue;
+        }
         row[i] = Number.NEGATIVE_INFINITY;
       }
+      // (the sampler would say "no finite logit", which names neither the grammar nor the cause)
+      if (kept === 0)
+        throw new TpError(
+          "E_ARG",
+          "the grammar allows no token of this model's vocabulary here (its language is empty, or it needs a character no token spells)",
+        );
     },
     accept(id) {
       const cps = texts[id];
