@@ -602,3 +602,28 @@ describe.skipIf(!HAVE)("load", () => {
     T,
   );
 });
+
+describe("listening", () => {
+  test("a bad --host or a port in use is one E_IO naming --host / --port, not Bun's bare EINVAL / EADDRINUSE", async () => {
+    const err = (f: () => unknown) => {
+      try {
+        f();
+      } catch (e) {
+        return e instanceof TpError ? `${e.code}: ${e.message}` : `not a TpError: ${String(e)}`;
+      }
+      return "no error";
+    };
+    expect(err(() => startServer({ host: "999.1.1.1", port: 0 }))).toStartWith(
+      "E_IO: cannot listen on 999.1.1.1 port 0 (--host / --port): ",
+    );
+    const first = startServer({ port: 0 });
+    try {
+      expect(err(() => startServer({ port: first.port }))).toStartWith(
+        `E_IO: cannot listen on 127.0.0.1 port ${first.port} (--host / --port): `,
+      );
+      expect((await fetch(`${first.url}/health`)).status).toBe(200);
+    } finally {
+      await first.stop();
+    }
+  });
+});

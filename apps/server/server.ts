@@ -10,6 +10,7 @@
  * llama.cpp `tools/server/README.md` (`/health`, `/metrics`, `timings`, `--api-key`).
  */
 import { timingSafeEqual } from "node:crypto";
+import { TpError } from "@tp/tensor";
 import { jsonBody } from "./body.ts";
 import { constraintFor } from "./constrain.ts";
 import { ApiError, apiError, errorResponse } from "./errors.ts";
@@ -521,40 +522,52 @@ export function startServer(options: ServerOptions): RunningServer {
     throw new ApiError(404, "not_found_error", `no route ${method} ${path}`);
   };
 
-  const server = Bun.serve({
-    hostname: options.host ?? "127.0.0.1",
-    port: options.port ?? 8080,
-    // Bun's own cutoff answers a bare 413 before `fetch` runs; jsonBody enforces `limit` itself
-    // (Content-Length first, then while reading) so that every 413 has the OpenAI error shape.
-    maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-    idleTimeout: 0,
-    async fetch(req) {
-      const url = new URL(req.url);
-      let routeName = url.pathname;
-      let res: Response;
-      try {
-        [routeName, res] = await route(req, url);
-      } catch (e) {
-        const err = apiError(e);
-        if (err.status === 499) res = new Response(null, { status: 499 });
-        else res = errorResponse(err, CORS);
-        if (err.status >= 500 && err.status !== 503)
-          console.error(`error ${req.method} ${url.pathname}: ${err.message}`);
-      }
-      count(
-        routeName.startsWith("/v1/jobs/")
-          ? "/v1/jobs/{id}"
-          : routeName.startsWith("/v1/images/files/")
-            ? "/v1/images/files"
-            : routeName,
-        res.status,
-      );
-      return res;
-    },
-    error(e) {
-      return errorResponse(apiError(e), CORS);
-    },
-  });
+  let server: ReturnType<typeof Bun.serve>;
+  try {
+    server = listen();
+  } catch (e) {
+    // Bun's own error ("EINVAL: invalid argument, listen", "EADDRINUSE") names neither flag
+    throw new TpError(
+      "E_IO",
+      `cannot listen on ${options.host ?? "127.0.0.1"} port ${options.port ?? 8080} (--host / --port): ${e instanceof Error ? e.message : String(e)}`,
+    );
+  }
+  function listen() {
+    return Bun.serve({
+      hostname: options.host ?? "127.0.0.1",
+      port: options.port ?? 8080,
+      // Bun's own cutoff answers a bare 413 before `fetch` runs; jsonBody enforces `limit` itself
+      // (Content-Length first, then while reading) so that every 413 has the OpenAI error shape.
+      maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+      idleTimeout: 0,
+      async fetch(req) {
+        const url = new URL(req.url);
+        let routeName = url.pathname;
+        let res: Response;
+        try {
+          [routeName, res] = await route(req, url);
+        } catch (e) {
+          const err = apiError(e);
+          if (err.status === 499) res = new Response(null, { status: 499 });
+          else res = errorResponse(err, CORS);
+          if (err.status >= 500 && err.status !== 503)
+            console.error(`error ${req.method} ${url.pathname}: ${err.message}`);
+        }
+        count(
+          routeName.startsWith("/v1/jobs/")
+            ? "/v1/jobs/{id}"
+            : routeName.startsWith("/v1/images/files/")
+              ? "/v1/images/files"
+              : routeName,
+          res.status,
+        );
+        return res;
+      },
+      error(e) {
+        return errorResponse(apiError(e), CORS);
+      },
+    });
+  }
   const port = server.port as number;
   const host = options.host ?? "127.0.0.1";
   return {
