@@ -1,7 +1,8 @@
 /**
  * `bun run bench llm`: prompt processing (512 tokens) and generation (128 tokens) of a random-weight
  * model with Qwen3-0.6B's shapes in Q8_0 and Q4_0 (./model.ts), one with Gemma 3 1B's shapes in
- * Q4_0 (./gemma3-model.ts) and one with Qwen3-30B-A3B's shapes truncated to 4 of its 48 layers in Q4_0
+ * Q4_0 (./gemma3-model.ts), one with Qwen3.5-0.8B's shapes in Q4_0 (./qwen35-model.ts: 18 Gated DeltaNet
+ * + 6 gated-attention layers) and one with Qwen3-30B-A3B's shapes truncated to 4 of its 48 layers in Q4_0
  * (./moe-model.ts: 128 experts, 8 per token), on 2 CPU threads, against llama.cpp
  * (node-llama-cpp 3.21.1, prebuilt CPU binaries) on the same files in the same run, plus peak RSS; and
  * the same shapes as a scaled-fp8 safetensors folder (./fp8-model.ts), ours only.
@@ -26,6 +27,7 @@ import { fp8BenchModel } from "./fp8-model.ts";
 import { gemma3BenchKvBytes, gemma3BenchModel } from "./gemma3-model.ts";
 import { type BenchQuant, benchKvBytes, benchModel, TOKENIZER_SOURCE } from "./model.ts";
 import { benchMoeKvBytes, benchMoeModel, MOE_BENCH_LAYERS } from "./moe-model.ts";
+import { qwen35BenchModel, qwen35BenchStateBytes } from "./qwen35-model.ts";
 
 const THREADS = Number(process.env.TP_BENCH_THREADS ?? 2);
 /** Context window of both engines: the 512-token prompt plus room; our f32 KV is CTX rows. */
@@ -97,7 +99,7 @@ function worker(context: Context, engine: Engine, file: string, mode: "pp" | "tg
 
 export default {
   description:
-    `random Qwen3-0.6B-, Gemma-3-1B- and Qwen3-30B-A3B-shaped (${MOE_BENCH_LAYERS} layers) models, pp${PP} / tg${TG} tok/s at ${THREADS} threads and peak RSS, ` +
+    `random Qwen3-0.6B-, Gemma-3-1B-, Qwen3.5-0.8B- and Qwen3-30B-A3B-shaped (${MOE_BENCH_LAYERS} layers) models, pp${PP} / tg${TG} tok/s at ${THREADS} threads and peak RSS, ` +
     "vs llama.cpp (node-llama-cpp 3.21.1, CPU) on the same GGUF; ratio > 1 = we are better",
   usage: [
     "  --baseline DIR    supported: DIR's packages/llm/bench/ours-worker.ts runs beside ours on every",
@@ -130,6 +132,9 @@ export default {
     const gemma = gemma3BenchModel(); // its local layers hold a ring of window + 512 rows
     if (gemma !== null)
       models.push({ name: "gemma3-1b-shapes Q4_0", path: gemma, kvBytes: gemma3BenchKvBytes(CTX) });
+    const qwen35 = qwen35BenchModel(); // "kv" = the 6 attention layers' KV + the 18 GDN layers' state
+    if (qwen35 !== null)
+      models.push({ name: "qwen35-0.8b-shapes Q4_0", path: qwen35, kvBytes: qwen35BenchStateBytes(CTX) });
     const moe = benchMoeModel(); // 4 of Qwen3-30B-A3B's 48 layers: 1.76 GB
     if (moe !== null)
       models.push({
