@@ -18,8 +18,11 @@
  * Draft length per round: min(k, max_draft = 16, budget − 1, room in the context window − 1), with k
  * adapted (llm.md §7.4's caps; the adaptive rule is ours): after a fully accepted round k grows by 1
  * (up to `draftMax`), after a rejection it becomes accepted + 1; two rounds in a row with nothing
- * accepted pause drafting for a number of tokens that doubles on each further miss (up to 64) and
- * resets on a success, so a drafter that does not help costs little more than vanilla decoding.
+ * accepted pause drafting for a number of rounds that doubles on each further pause (up to 64) and
+ * resets on a success. A cost rule does the same when drafted rounds take more wall time per token
+ * produced than rounds without drafts (EMAs of both, the first two rounds drafting nothing to time
+ * vanilla decoding; three drafted rounds before a verdict): a draft model as slow as the target — or a
+ * machine where the verify forward of m + 1 rows costs m + 1 decode steps — falls back to vanilla.
  *
  * Rollback: the target's state must be append-only KV rows that `truncate` cuts. Architectures whose
  * state cannot be cut (recurrent/conv state, ring buffers) without a rollback interface are refused
@@ -365,7 +368,12 @@ export async function speculativeDecode(
   };
   let k = draftMax;
   let misses = 0;
-  let cooldown = 0;
+  // the first rounds run without drafts, to time vanilla decoding for the cost rule
+  let cooldown = adaptive ? 2 : 0;
+  /** EMA of wall ms per token of rounds without drafts, and of drafted rounds (undefined: not seen yet). */
+  let vanillaMs: number | undefined;
+  let draftedMs: number | undefined;
+  let draftedRounds = 0;
   let pause = 0;
   let pending = h.first;
   /** Tokens emitted and committed but not in the cache (a snapshot restore went back past them). */
@@ -377,6 +385,7 @@ export async function speculativeDecode(
       h.feed(replay);
       replay = [];
     }
+    const roundStart = performance.now();
     const room = model.maxContext - model.cached - 1; // drafts that fit after the pending token
     const m = Math.min(k, h.remaining() - 1, room);
     let drafts: number[] = [];
@@ -432,18 +441,33 @@ export async function speculativeDecode(
       // positions are context indices: the cache holds a prefix of the context
       if (kept < keep) replay = h.context.slice(kept, keep);
     }
+    if (adaptive) {
+      const perToken = (performance.now() - roundStart) / (accepted + 1);
+      if (drafts.length === 0) vanillaMs = ema(vanillaMs, perToken);
+      else {
+        draftedMs = ema(draftedMs, perToken);
+        draftedRounds++;
+      }
+    }
     if (adaptive && drafts.length > 0) {
+      // the cost rule: drafted rounds slower per token than plain ones ⇒ pause drafting
+      if (vanillaMs !== undefined && draftedMs !== undefined && draftedRounds >= 3 && draftedMs > vanillaMs) {
+        pause = pause === 0 ? 4 : Math.min(MAX_COOLDOWN, pause * 2);
+        cooldown = pause;
+        draftedMs = undefined;
+        draftedRounds = 0;
+      }
       if (accepted === drafts.length) k = Math.min(draftMax, k + 1);
       else k = Math.max(1, accepted + 1);
       if (accepted === 0) {
         misses++;
-        if (misses >= 2) {
+        if (misses >= 2 && cooldown === 0) {
           pause = pause === 0 ? 4 : Math.min(MAX_COOLDOWN, pause * 2);
           cooldown = pause;
         }
       } else {
         misses = 0;
-        pause = 0;
+        if (cooldown === 0) pause = 0;
       }
     }
     if (ended) break;
@@ -452,6 +476,11 @@ export async function speculativeDecode(
   stats.acceptanceRate = stats.drafted > 0 ? stats.accepted / stats.drafted : 0;
   stats.tokensPerStep = stats.verifySteps > 0 ? (stats.accepted + stats.verifySteps) / stats.verifySteps : 0;
   return stats;
+}
+
+/** Exponential moving average with weight 0.3 on the new value. */
+function ema(prev: number | undefined, x: number): number {
+  return prev === undefined ? x : 0.7 * prev + 0.3 * x;
 }
 
 /**
