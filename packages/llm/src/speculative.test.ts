@@ -58,6 +58,13 @@ const ARCHS: { name: string; target: string; draft: string; kvRingBatch?: number
     draft: "synthetic/gemma3-tiny-Q4_0.gguf",
     kvRingBatch: 9,
   },
+  // recurrent + conv state: rolled back to a snapshot, the accepted tokens replayed
+  { name: "qwen35", target: "synthetic/qwen35-tiny-F32.gguf", draft: "synthetic/qwen35-tiny-Q8_0.gguf" },
+  {
+    name: "qwen35moe",
+    target: "synthetic/qwen35moe-tiny-F32.gguf",
+    draft: "synthetic/qwen35moe-tiny-Q8_0.gguf",
+  },
 ];
 const N = 128;
 const ring = (a: { kvRingBatch?: number }) =>

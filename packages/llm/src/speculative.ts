@@ -112,17 +112,24 @@ const ROLLBACK_BY_TRUNCATE: ReadonlySet<string> = new Set([
   "gemma3",
 ]);
 
+/** Architectures with recurrent state that roll back to a `snapshot()` (see {@link speculativeDecode}). */
+const ROLLBACK_BY_SNAPSHOT: ReadonlySet<string> = new Set(["qwen35", "qwen35moe"]);
+
 /**
  * Refuse speculation on a model whose state `truncate` cannot roll back.
  * @throws TpError E_UNSUPPORTED naming the architecture and why
  */
-export function checkSpeculativeModel(model: Pick<CausalLM, "config" | "file">, role = "target"): void {
+export function checkSpeculativeModel(
+  model: Pick<CausalLM, "config" | "file" | "snapshot">,
+  role = "target",
+): void {
   const arch = model.config.architecture;
   if (ROLLBACK_BY_TRUNCATE.has(arch)) return;
-  const why =
-    arch === "qwen35" || arch === "qwen35moe"
-      ? "its recurrent and conv state has no snapshot/restore interface yet"
-      : "its state is not known to roll back by truncating the KV cache";
+  // recurrent + conv state (Qwen 3.5 / 3.6): a snapshot before each verify step, replay after a rejection
+  if (ROLLBACK_BY_SNAPSHOT.has(arch) && typeof model.snapshot === "function") return;
+  const why = ROLLBACK_BY_SNAPSHOT.has(arch)
+    ? "its recurrent and conv state needs snapshot() to roll back, which this model lacks"
+    : "its state is not known to roll back by truncating the KV cache";
   throw new TpError(
     "E_UNSUPPORTED",
     `speculative decoding needs a ${role} model whose rejected drafts can be rolled back; architecture '${arch}' is refused: ${why}`,
@@ -263,10 +270,11 @@ export class DraftModelDrafter implements Drafter {
     while (keep < n && this.#ids[keep] === context[keep]) keep++;
     if (keep > 0 && keep < (draft.truncateFloor ?? 0)) keep = 0; // a sliding-window ring moved past it
     if (draft.cached > keep) draft.truncate(keep);
-    this.#ids.length = keep;
-    let feed = context.slice(keep) as number[];
+    // a draft with recurrent state may go back further, to a snapshot: what it keeps is draft.cached
+    this.#ids.length = draft.cached;
+    let feed = context.slice(draft.cached) as number[];
     const out: number[] = [];
-    for (;;) {
+    for (let first = true; ; first = false) {
       let row: Float32Array | undefined;
       for (let at = 0; at < feed.length; at += 512) {
         const part = feed.slice(at, at + 512);
@@ -274,6 +282,8 @@ export class DraftModelDrafter implements Drafter {
         this.#ids.push(...part);
         if (at + 512 >= feed.length) row = await readRow(draft, t);
       }
+      // the next round's common prefix reaches at least the context: a recurrent draft keeps it
+      if (first) draft.snapshot?.();
       const best = argmax(row as Float32Array);
       if (this.pMin > 0 && topProbability(row as Float32Array, best) < this.pMin) break;
       out.push(best);
@@ -397,7 +407,7 @@ export async function speculativeDecode(
     } else if (cooldown > 0) cooldown--;
     const base = model.cached;
     // a model with recurrent state keeps a snapshot here, the point a rejection returns to
-    if (drafts.length > 0) (model as { snapshot?: () => void }).snapshot?.();
+    if (drafts.length > 0) model.snapshot?.();
     const out = await h.forward([pending, ...drafts]);
     stats.verifySteps++;
     stats.drafted += drafts.length;
