@@ -10,6 +10,7 @@ export * from "./native-library.ts";
 export * from "./numeric.ts";
 export * from "./op-args.ts";
 export * from "./registry.ts";
+export * from "./residency.ts";
 export * from "./shape.ts";
 export * from "./tensor.ts";
 export * from "./weight.ts";
