@@ -25,6 +25,7 @@ import {
   writeRandomQwen3VlText,
   writeRandomWanVae,
 } from "@tp/diffusion/testing";
+import { loadBackend } from "@tp/tensor";
 
 /** Bytes of the 8-bit image allowed off by one vs ComfyUI (measured 1 of 36,864; see the pipeline test). */
 const MAX_BYTES_OFF_BY_ONE = 8;
@@ -311,6 +312,43 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
     );
     rmSync(png);
   }, 60_000);
+
+  test("--vram-budget: min on vulkan prints the plan and stays in it; cpu E_UNSUPPORTED; a bad size E_ARG", async () => {
+    const png = join(out, "budget.png");
+    const base = ["--dit", rdit, "--vae", rvae, "--cond-in", rcond, "--size", "32x32", "--steps", "2"];
+    const bad = run("generate", ...base, "--out", png, "--vram-budget", "lots");
+    expect(bad.err).toBe(
+      "error E_ARG: --vram-budget takes min or a size such as 2GiB, 512M or 1048576 bytes, got 'lots'\n",
+    );
+    const cpu = run("generate", ...base, "--out", png, "--vram-budget", "min", "--threads", "1");
+    expect(cpu.code).toBe(1);
+    expect(cpu.err).toContain(
+      "error E_UNSUPPORTED: --vram-budget: backend cpu reads weights from their mapping",
+    );
+    expect(existsSync(png)).toBe(false);
+    let vulkan = true;
+    try {
+      (await loadBackend("vulkan")).dispose();
+    } catch {
+      vulkan = false; // no Vulkan device here: the rest needs one
+    }
+    if (!vulkan) return;
+    const r = run("generate", ...base, "--out", png, "--vram-budget", "min", "--backend", "vulkan");
+    expect(r.err).not.toContain("error");
+    expect(r.code).toBe(0);
+    const m =
+      /note: residency: budget min = ([\d.]+) MiB; 0 weights resident \(0\.00 MiB\), (\d+) streamed/.exec(
+        r.err,
+      );
+    expect(m).not.toBeNull();
+    // the backend's peak from the first step on stays within min; the CLI's peak line covers the
+    // whole run (the conditioning upload before it is smaller than a step)
+    const peak = /memory: peak ([\d.]+) (KiB|MiB) on vulkan/.exec(r.err);
+    expect(peak).not.toBeNull();
+    const peakMiB = Number(peak?.[1]) / (peak?.[2] === "KiB" ? 1024 : 1);
+    expect(peakMiB).toBeLessThanOrEqual(Number(m?.[1]) + 0.01); // both printed to 0.01
+    rmSync(png);
+  }, 120_000);
 
   test("errors: one line, exit 1 (2 for usage), and nothing written", () => {
     const png = join(out, "never.png");

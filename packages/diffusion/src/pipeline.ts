@@ -10,7 +10,7 @@
  */
 import type { LayoutKind } from "@tp/formats";
 import type { WeightQuantizer } from "@tp/quant";
-import type { Backend } from "@tp/tensor";
+import type { Backend, VramBudget } from "@tp/tensor";
 import type { HostConditioning } from "./conditioning.ts";
 import type { TorchCpuCapability } from "./noise.ts";
 
@@ -89,6 +89,11 @@ export interface ImageRequest {
   readonly keepConditioning?: boolean;
   /** Read each step's x0 estimate back to the host and pass it in the "step" event (a live preview). */
   readonly preview?: boolean;
+  /**
+   * Device memory budget from the first sampling step on (bytes, or "min": every DiT weight streamed);
+   * the residency plan is reported as a notice. Krea 2 on a device backend; elsewhere E_UNSUPPORTED.
+   */
+  readonly vramBudget?: VramBudget;
 }
 
 /** Options of {@link DiffusionPipeline.generate}: files, backend and modes, and the image's settings. */

@@ -148,14 +148,6 @@ export interface Backend {
   supports(op: OpName, formats?: readonly (WeightFormat | DTypeName)[]): boolean;
 
   // ------------------------------------------------------------------ memory
-  /**
-   * Device backends only: upload `w` once and keep it (accounted in `memory`) until {@link evict};
-   * without it, ops copy the weight from its mapping for each call (streaming). Absent where ops read
-   * the mapping directly (cpu). @throws E_OOM over budget
-   */
-  makeResident?(w: Weight): void;
-  /** Free a copy made by {@link makeResident} (no-op when `w` is not resident). */
-  evict?(w: Weight): void;
   /** Uninitialised contiguous tensor. @throws E_OOM over budget, E_SHAPE for a bad shape. */
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
   /** Free a tensor's storage (all views of it die). @throws E_STATE on a double free or foreign tensor. */

@@ -26,3 +26,19 @@ test("current, peak and budget", () => {
   expect(formatBytes(1536)).toBe("1.50 KiB");
   expect(formatBytes(3 * 2 ** 30)).toBe("3.00 GiB");
 });
+
+test("peakWindow measures the peak inside the window and leaves the overall peak alone", () => {
+  const m = new MemoryAccount("vulkan");
+  m.reserve(500);
+  m.release(500); // overall peak 500
+  m.reserve(100);
+  const end = m.peakWindow(); // opens at 100
+  m.reserve(200); // 300
+  m.release(200); // 100
+  m.reserve(50); // 150
+  expect(end()).toBe(300);
+  m.reserve(1000); // after the window: not counted in it
+  expect(m.peak).toBe(1150);
+  const empty = m.peakWindow();
+  expect(empty()).toBe(1150); // nothing reserved: the use when it opened
+});

@@ -48,6 +48,7 @@ export class MemoryAccount {
   #current = 0;
   #peak = 0;
   #allocations = 0;
+  #windows = new Set<{ peak: number }>();
 
   /**
    * @param owner  name used in messages (a backend name)
@@ -118,6 +119,21 @@ export class MemoryAccount {
     this.#current += bytes;
     this.#allocations++;
     if (this.#current > this.#peak) this.#peak = this.#current;
+    for (const w of this.#windows) if (this.#current > w.peak) w.peak = this.#current;
+  }
+
+  /**
+   * Start measuring a peak without disturbing {@link stats}' overall peak (a dry run's working peak).
+   * @returns a function that ends the window and returns the most bytes held at once while it was open
+   *   (at least the use when it opened)
+   */
+  peakWindow(): () => number {
+    const w = { peak: this.#current };
+    this.#windows.add(w);
+    return () => {
+      this.#windows.delete(w);
+      return w.peak;
+    };
   }
 
   /**

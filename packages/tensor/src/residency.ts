@@ -15,6 +15,7 @@
  * Source: ../shared/ARCHITECTURE.md "Weights and memory"; issue 26.
  */
 
+import type { Backend } from "./backend.ts";
 import { TpError } from "./errors.ts";
 import { formatBytes } from "./memory.ts";
 import type { Weight } from "./weight.ts";
@@ -173,4 +174,23 @@ export function parseVramBudget(text: string, flag = "--vram-budget"): VramBudge
   const bytes = Math.floor(Number(m[1]) * unit);
   if (!Number.isSafeInteger(bytes)) throw new TpError("E_ARG", `${flag}: '${text}' is too large`);
   return bytes;
+}
+
+/**
+ * What a device backend offers for placement: upload a weight once and keep it (accounted in its
+ * `memory`) until `evict`; without it, ops copy the weight from its mapping per call (streaming).
+ */
+export interface WeightResidency {
+  /** @throws TpError E_OOM over the budget */
+  makeResident(w: Weight): void;
+  /** Free the copy (no-op when not resident). */
+  evict(w: Weight): void;
+}
+
+/** `b`'s {@link WeightResidency}, or null where ops read weights from the mapping directly (cpu). */
+export function weightResidency(b: Backend): WeightResidency | null {
+  const r = b as Partial<WeightResidency>;
+  return typeof r.makeResident === "function" && typeof r.evict === "function"
+    ? (b as unknown as WeightResidency)
+    : null;
 }

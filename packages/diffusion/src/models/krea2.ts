@@ -709,6 +709,16 @@ export class Krea2Dit implements Disposable {
     return w;
   }
 
+  /**
+   * The matmul weights of one {@link forward} with precomputed `txt` (a sampling step), in order of use:
+   * `first`, `tmlp.*`, `tproj.1`, the blocks, `last.linear` (the text side runs once per prompt).
+   */
+  samplingWeights(): { readonly name: string; readonly weight: Weight }[] {
+    return [...this.linears()]
+      .filter(([name]) => !name.startsWith("txtfusion.") && !name.startsWith("txtmlp."))
+      .map(([name, weight]) => ({ name, weight }));
+  }
+
   private linears(): Map<string, Weight> {
     const p = this.params;
     const m = new Map<string, Weight>();

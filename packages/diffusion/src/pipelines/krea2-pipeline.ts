@@ -9,7 +9,7 @@
  */
 import { basename, extname } from "node:path";
 import { explainNonFiniteWeights } from "@tp/formats";
-import { type Backend, checkFinite, TpError } from "@tp/tensor";
+import { type Backend, checkFinite, describeResidencyPlan, TpError } from "@tp/tensor";
 import { Conditioning, type HostConditioning } from "../conditioning.ts";
 import {
   KREA2_MODES,
@@ -356,6 +356,13 @@ async function runKrea2(o: ImageRequest, report: ProgressCallback, run: Krea2Par
     noiseKernel: noise,
     ...(tePath !== undefined ? { textEncoderFile: tePath } : {}),
     ...(o.vaeTiled ? { vaeDecode: { tiled: true } } : {}),
+    ...(o.vramBudget === undefined
+      ? {}
+      : {
+          vramBudget: o.vramBudget,
+          onResidencyPlan: (plan) =>
+            report({ kind: "notice", text: describeResidencyPlan(plan, Math.fround(cfg) === 1 ? 1 : 2) }),
+        }),
     onStep: async (s) => {
       await report({
         kind: "step",

@@ -11,12 +11,21 @@
  * `ConditioningZeroOut`, `VAEDecode`, `SaveImage`.
  */
 import { explainNonFiniteWeights } from "@tp/formats";
-import { type Backend, checkFinite, checkFiniteHost, type Tensor, TpError } from "@tp/tensor";
+import {
+  type Backend,
+  checkFinite,
+  checkFiniteHost,
+  type ResidencyPlan,
+  type Tensor,
+  TpError,
+  type VramBudget,
+} from "@tp/tensor";
 import { Conditioning, type HostConditioning, type PromptEncoder } from "../conditioning.ts";
 import type { Krea2Config, Krea2Dit } from "../models/krea2.ts";
 import { KREA2_MAX_TEXT_TOKENS } from "../models/krea2-text.ts";
 import { toRgb8, type WanVaeDecodeOptions, type WanVaeDecoder, wan21ProcessOut } from "../models/wan-vae.ts";
 import { randnTensor, type TorchCpuCapability } from "../noise.ts";
+import { placeWeights } from "../residency.ts";
 import { type CondKind, flowDenoiser, noiseScaling, type StepInfo, sampleEuler } from "../sampler.ts";
 import { AURAFLOW_MAX_SHIFT, FLUX_MAX_SHIFT, KREA2_SHIFT, krea2Sigmas } from "../schedule.ts";
 
@@ -217,6 +226,16 @@ export interface Krea2GenerateOptions {
    * explains a non-finite conditioning (the DiT's and VAE's files come from the models).
    */
   readonly textEncoderFile?: string;
+  /**
+   * Device memory budget for everything the backend allocates from the first sampling step on (bytes,
+   * or `"min"`: every DiT weight streamed): a dry run of one step counts the working peak, the
+   * residency planner keeps what fits resident, the rest is copied from the mapping per use. Default:
+   * no planning (the backend's own budget, weights streamed as the backend does by default).
+   * @see placeWeights in ../residency.ts
+   */
+  readonly vramBudget?: VramBudget;
+  /** Called with the residency plan (vramBudget only), before the first step. */
+  readonly onResidencyPlan?: (plan: ResidencyPlan) => void;
 }
 
 /** The explanation of a failed stage check: the first of `files` holding a NaN / ∞ weight. */
@@ -375,50 +394,70 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
     dit.forward(x, sigma, null, { txt: txt[kind] as Tensor }),
   );
   const stepMs: number[] = [];
-  let lastStep = tSample;
-  using latentModel = await sampleEuler(b, x0, denoiser, {
-    sigmas,
-    cfg: settings.cfg,
-    onStep: async (info) => {
-      await checkFinite(b, info.x, {
-        stage: "sampling",
-        step: info.step + 1,
-        steps: info.steps,
-        explain: weightsOf({ what: "DiT", path: dit.file }),
-      });
-      const now = performance.now();
-      stepMs.push(now - lastStep);
-      if (options.onStep) {
-        await options.onStep({ ...info, stepMs: now - lastStep, elapsedMs: now - tSample });
-      }
-      lastStep = performance.now();
-    },
-  });
-  const samplingMs = performance.now() - tSample;
+  const checkStep = (info: StepInfo) =>
+    checkFinite(b, info.x, {
+      stage: "sampling",
+      step: info.step + 1,
+      steps: info.steps,
+      explain: weightsOf({ what: "DiT", path: dit.file }),
+    });
+  // Under a budget: one dry step exactly as the loop runs it (same shapes, CFG, check) counts the peak.
+  const placement =
+    options.vramBudget === undefined
+      ? null
+      : await placeWeights(b, dit.samplingWeights(), options.vramBudget, async () => {
+          const dry = await sampleEuler(b, x0, denoiser, {
+            sigmas: [sigmas[0] as number, sigmas[1] as number],
+            cfg: settings.cfg,
+            onStep: checkStep,
+          });
+          b.free(dry);
+        });
+  try {
+    if (placement !== null) options.onResidencyPlan?.(placement.plan);
+    let lastStep = performance.now();
+    using latentModel = await sampleEuler(b, x0, denoiser, {
+      sigmas,
+      cfg: settings.cfg,
+      onStep: async (info) => {
+        await checkStep(info);
+        const now = performance.now();
+        stepMs.push(now - lastStep);
+        if (options.onStep) {
+          await options.onStep({ ...info, stepMs: now - lastStep, elapsedMs: now - tSample });
+        }
+        lastStep = performance.now();
+      },
+    });
+    const samplingMs = performance.now() - tSample;
+    placement?.evict(); // the VAE decodes under the same budget, without the DiT's resident weights
 
-  // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
-  const tDecode = performance.now();
-  using z = wan21ProcessOut(b, latentModel);
-  using img = vae.decode(z, options.vaeDecode);
-  await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
-  const modelLatent = (await b.read(latentModel)) as Float32Array;
-  const latent = (await b.read(z)) as Float32Array;
-  const raw = (await b.read(img)) as Float32Array;
-  const rgb = toRgb8(raw, size.height, size.width);
-  const decodeMs = performance.now() - tDecode;
+    // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
+    const tDecode = performance.now();
+    using z = wan21ProcessOut(b, latentModel);
+    using img = vae.decode(z, options.vaeDecode);
+    await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
+    const modelLatent = (await b.read(latentModel)) as Float32Array;
+    const latent = (await b.read(z)) as Float32Array;
+    const raw = (await b.read(img)) as Float32Array;
+    const rgb = toRgb8(raw, size.height, size.width);
+    const decodeMs = performance.now() - tDecode;
 
-  return {
-    width: size.width,
-    height: size.height,
-    ...(size.notice === undefined ? {} : { notice: size.notice }),
-    rgb,
-    latentShape,
-    latent,
-    modelLatent,
-    sigmas,
-    settings,
-    timings: { textMs, samplingMs, stepMs, decodeMs, totalMs: performance.now() - t0 },
-  };
+    return {
+      width: size.width,
+      height: size.height,
+      ...(size.notice === undefined ? {} : { notice: size.notice }),
+      rgb,
+      latentShape,
+      latent,
+      modelLatent,
+      sigmas,
+      settings,
+      timings: { textMs, samplingMs, stepMs, decodeMs, totalMs: performance.now() - t0 },
+    };
+  } finally {
+    placement?.restore();
+  }
 }
 
 /**

@@ -491,6 +491,11 @@ const quote = (v: string): string => (/[,:\n"]/.test(v) ? JSON.stringify(v) : v)
 /** One run: checks, conditioning, models, sampling, PNG text. */
 async function runQwenImage(o: ImageRequest, report: ProgressCallback, run: Parts): Promise<GeneratedImage> {
   const { backend, files } = run;
+  if (o.vramBudget !== undefined)
+    throw new TpError(
+      "E_UNSUPPORTED",
+      "--vram-budget is not implemented for Qwen-Image-2.1 yet (Krea 2 only)",
+    );
   const d = QWEN_IMAGE_DEFAULTS;
   const cfg = o.cfg ?? d.cfg;
   const seed = o.seed ?? BigInt(d.seed);

@@ -1,0 +1,162 @@
+// Weight placement under --vram-budget (issue 26) on the Vulkan backend (Mesa's llvmpipe here: its
+// device memory is real and the backend's account budgets it). The Krea 2 tiny turbo_cfg1 run of
+// ../shared/testdata/krea2-tiny with the budget at full residency, half, and min gives the same latents
+// bit for bit as the run with no planning (everything streamed) — placement changes where a weight's
+// bytes live, never the arithmetic — and matches ComfyUI's run (the same tolerances as vulkan.test.ts);
+// the account's peak over the run never passes the budget; a budget one byte below min fails before
+// the first step naming the bytes it needs. An int8 ConvRot file with CFG 2 covers row scales and the
+// negative pass. Skipped with the reason when ../shared is absent or no Vulkan device starts.
+import { afterAll, describe, expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { createBackend as createCpu } from "@tp/backend-cpu";
+import { createBackend as createVulkan } from "@tp/backend-vulkan";
+import { type Backend, type ResidencyPlan, TpError, type VramBudget } from "@tp/tensor";
+import { type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
+import { loadWanVae } from "./models/wan-vae.ts";
+import { generateKrea2 } from "./pipelines/krea2.ts";
+import { placeWeights } from "./residency.ts";
+import { expectComfyRun, KREA2_TINY, readF32, TURBO_CFG1 } from "./testing/fixtures.ts";
+
+/** As vulkan.test.ts: sampling latents vs ComfyUI, 8-bit image off-by-one count. */
+const LATENT_TOL = 1e-5;
+const MAX_BYTES_OFF_BY_ONE = 8;
+
+const DIR = KREA2_TINY;
+const RUN = join(DIR, "sampling/turbo_cfg1");
+const ckpt = (v: string) => join(DIR, "checkpoints", `krea2_tiny_${v}.safetensors`);
+const VAE = join(DIR, "checkpoints/wan21_vae_tiny_f32.safetensors");
+const needed = [ckpt("bf16"), ckpt("int8_convrot"), VAE, join(RUN, "context_pos.bin")];
+const missing = needed.filter((p) => !existsSync(p));
+
+function startVulkan(): { backend?: Backend; reason?: string } {
+  try {
+    return { backend: createVulkan() };
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    return { reason: why.split("\n")[0] ?? why };
+  }
+}
+const vk = missing.length === 0 ? startVulkan() : {};
+const SKIP =
+  missing.length > 0
+    ? `skipped: shared fixture missing: ${missing.join(", ")}`
+    : vk.backend === undefined
+      ? `skipped: no Vulkan device starts (${vk.reason})`
+      : "";
+const backend = vk.backend as Backend;
+afterAll(() => backend?.dispose());
+
+interface Run {
+  latent: Float32Array;
+  modelLatent: Float32Array;
+  states: Float32Array[];
+  plan: ResidencyPlan | null;
+  peak: number;
+  r: Awaited<ReturnType<typeof generateKrea2>>;
+}
+
+async function run(variant: string, mode: Krea2Mode, cfg: number, budget?: VramBudget): Promise<Run> {
+  const before = backend.memory.current;
+  const dit = loadKrea2(ckpt(variant), { backend, mode });
+  const vae = loadWanVae(backend, VAE);
+  const states: Float32Array[] = [];
+  let plan: ResidencyPlan | null = null;
+  const end = backend.memory.peakWindow();
+  try {
+    const r = await generateKrea2({
+      dit,
+      vae,
+      conditioning: {
+        positive: { data: readF32(join(RUN, "context_pos.bin")), shape: [1, 7, 960] },
+        ...(cfg === 1 ? {} : { negative: "zero" as const }),
+      },
+      ...TURBO_CFG1,
+      cfg,
+      ...(budget === undefined ? {} : { vramBudget: budget }),
+      onResidencyPlan: (p) => {
+        plan = p;
+        expect(states.length).toBe(0); // planned before the first step
+      },
+      onStep: async (s) => {
+        states.push((await backend.read(s.x)) as Float32Array);
+      },
+    });
+    return { latent: r.latent, modelLatent: r.modelLatent, states, plan, peak: end(), r };
+  } finally {
+    end();
+    dit.dispose();
+    vae.dispose();
+    expect(backend.memory.current).toBe(before);
+    expect(backend.memory.budget).toBeNull(); // restored
+  }
+}
+
+function expectSame(a: Run, b: Run): void {
+  expect(Buffer.from(b.latent.buffer).equals(Buffer.from(a.latent.buffer))).toBe(true);
+  expect(Buffer.from(b.modelLatent.buffer).equals(Buffer.from(a.modelLatent.buffer))).toBe(true);
+  expect(b.states.length).toBe(a.states.length);
+  b.states.forEach((s, i) => {
+    expect(Buffer.from(s.buffer).equals(Buffer.from((a.states[i] as Float32Array).buffer))).toBe(true);
+  });
+}
+
+describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny", () => {
+  for (const [variant, mode, cfg] of [
+    ["bf16", "upcast", 1],
+    ["int8_convrot", "native", 2],
+  ] as const) {
+    test(`${variant} ${mode} cfg ${cfg}: full / half / min give the streamed run's latents bit for bit, peak ≤ budget`, async () => {
+      const streamed = await run(variant, mode, cfg);
+      expect(streamed.plan).toBeNull();
+      if (cfg === 1) {
+        expectComfyRun(RUN, streamed.r, streamed.states, {
+          latent: LATENT_TOL,
+          bytesOffByOne: MAX_BYTES_OFF_BY_ONE,
+        });
+      }
+      const full = await run(variant, mode, cfg, Number.MAX_SAFE_INTEGER);
+      const fp = full.plan as unknown as ResidencyPlan;
+      expect(fp.streamed).toEqual([]);
+      expect(fp.residentBytes).toBeGreaterThan(0);
+      expectSame(streamed, full);
+      // half of the weights' bytes above what min needs; then min itself
+      const halfBudget = fp.minBytes + Math.floor(fp.residentBytes / 2);
+      const half = await run(variant, mode, cfg, halfBudget);
+      const hp = half.plan as unknown as ResidencyPlan;
+      expect(hp.budget).toBe(halfBudget);
+      expect(hp.resident.length).toBeGreaterThan(0);
+      expect(hp.streamed.length).toBeGreaterThan(0);
+      expect(hp.residentBytes).toBeLessThanOrEqual(halfBudget - hp.minBytes);
+      expect(hp.minBytes).toBe(fp.minBytes); // the dry run counts the same bytes
+      expect(half.peak).toBeLessThanOrEqual(halfBudget);
+      expectSame(streamed, half);
+      const min = await run(variant, mode, cfg, "min");
+      const mp = min.plan as unknown as ResidencyPlan;
+      expect([mp.min, mp.budget, mp.residentBytes]).toEqual([true, fp.minBytes, 0]);
+      expect(min.peak).toBeLessThanOrEqual(mp.budget);
+      expectSame(streamed, min);
+      // one byte below min: E_OOM before the first step, naming what it needs
+      let err: unknown;
+      try {
+        await run(variant, mode, cfg, fp.minBytes - 1);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(TpError);
+      expect((err as TpError).code).toBe("E_OOM");
+      expect((err as TpError).message).toContain(`at least ${fp.minBytes} bytes`);
+    }, 240_000);
+  }
+});
+
+test("--vram-budget on the cpu backend (weights read from the mapping) is E_UNSUPPORTED", async () => {
+  const cpu = createCpu({ threads: 1 });
+  try {
+    await expect(placeWeights(cpu, [], "min", async () => {})).rejects.toThrow(/applies to device backends/);
+  } finally {
+    cpu.dispose();
+  }
+});
+
+if (SKIP !== "") test.skip(SKIP, () => {});
