@@ -72,6 +72,8 @@ async function run(variant: string, mode: Krea2Mode, cfg: number, budget?: VramB
         ...(cfg === 1 ? {} : { negative: "zero" as const }),
       },
       ...TURBO_CFG1,
+      // the CFG case has no golden: smaller and shorter (it compares placements with each other)
+      ...(cfg === 1 ? {} : { width: 64, height: 48, steps: 2 }),
       cfg,
       ...(budget === undefined ? {} : { vramBudget: budget }),
       onResidencyPlan: (p) => {
@@ -146,7 +148,7 @@ describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny",
       expect(err).toBeInstanceOf(TpError);
       expect((err as TpError).code).toBe("E_OOM");
       expect((err as TpError).message).toContain(`at least ${fp.minBytes} bytes`);
-    }, 240_000);
+    }, 600_000);
   }
 });
 
