@@ -14,6 +14,7 @@ test("the package exports the backend, the native library's loader and names, an
       "createBackend",
       "createNativeQuantizer",
       "loadCpuLibrary",
+      "nativeInterruptHandler",
       "quantizeRows",
       "resolveThreads",
     ].sort(),

@@ -133,6 +133,25 @@ function encode(v: Float32Array, dtype: Dtype): Uint8Array {
   return new Uint8Array(h.buffer);
 }
 
+/** Whether encoded `bytes` of `dtype` hold a NaN or ±∞ (an all-ones exponent). */
+function holdsNonFinite(bytes: Uint8Array, dtype: Dtype): boolean {
+  if (dtype === "f32") {
+    const u = new Uint32Array(bytes.slice().buffer);
+    return u.some((b) => (b & 0x7f800000) === 0x7f800000);
+  }
+  const mask = dtype === "bf16" ? 0x7f80 : 0x7c00;
+  return new Uint16Array(bytes.slice().buffer).some((h) => (h & mask) === mask);
+}
+
+/**
+ * Whether rows of `kind` stay finite in `dtype` (NaN and ±∞ never do; f16 rounds the huge values of
+ * 'log-uniform' and 'one huge value' to ±∞). Weight quantizers refuse non-finite input (E_NUMERIC,
+ * ARCHITECTURE.md §Errors), so only finite rows are compared bit for bit.
+ */
+function kindFiniteIn(kind: (typeof ROW_KINDS)[number], dtype: Dtype): boolean {
+  return !holdsNonFinite(encode(rowValues(kind, 1024, uniform(3)), dtype), dtype);
+}
+
 /** An [n, k] matrix whose row r is of kind `kinds[r % kinds.length]`, in `dtype`. */
 function matrix(
   n: number,
@@ -246,7 +265,6 @@ function expectSame(got: ReturnType<typeof native>, want: ReturnType<typeof refe
 
 // Reference results are computed once per input and compared at every level and thread count.
 describe("native weight quantizers, bit for bit against @tp/quant", () => {
-  const N = 2 * ROW_KINDS.length; // every kind twice
   const cases: { format: NativeQuantizeFormat; k: number; group: number }[] = [
     { format: "int8_convrot", k: 512, group: 256 },
     { format: "int8_convrot", k: 192, group: 64 },
@@ -260,8 +278,10 @@ describe("native weight quantizers, bit for bit against @tp/quant", () => {
   ];
   for (const { format, k, group } of cases) {
     for (const dtype of DTYPES) {
-      test(`${format}${group ? ` group ${group}` : ""} from ${dtype}, [${N}, ${k}], every row kind`, () => {
-        const input = { bytes: matrix(N, k, dtype, 1000 + k + group), dtype };
+      const kinds = ROW_KINDS.filter((kind) => kindFiniteIn(kind, dtype));
+      const N = 2 * kinds.length; // every finite kind twice
+      test(`${format}${group ? ` group ${group}` : ""} from ${dtype}, [${N}, ${k}], every finite row kind`, () => {
+        const input = { bytes: matrix(N, k, dtype, 1000 + k + group, kinds), dtype };
         const want = reference(format, input, N, k, group);
         expect("error" in want ? want.error : "ok").toBe("ok");
         for (const isa of ISAS) {
@@ -276,6 +296,20 @@ describe("native weight quantizers, bit for bit against @tp/quant", () => {
       });
     }
   }
+
+  test("non-finite rows (NaN, ±∞) are E_NUMERIC in every reference weight quantizer, each source dtype", () => {
+    for (const { format, k, group } of cases) {
+      for (const dtype of DTYPES) {
+        for (const kind of ["NaN", "±inf"] as const) {
+          const input = { bytes: matrix(4, k, dtype, 5, ["gaussian", kind]), dtype };
+          const want = reference(format, input, 4, k, group);
+          expect(`${format} ${dtype} ${kind}: ${"error" in want ? want.error : "ok"}`).toBe(
+            `${format} ${dtype} ${kind}: E_NUMERIC`,
+          );
+        }
+      }
+    }
+  });
 
   for (const [format, qmax] of [
     ["int8_convrot", 127],
@@ -299,6 +333,13 @@ describe("native weight quantizers, bit for bit against @tp/quant", () => {
       test(`fp8_scaled from ${dtype}, [8, 1000], rows of kind '${kind}' (+ gaussian rows)`, () => {
         const input = { bytes: matrix(8, 1000, dtype, 77, [kind, "gaussian"]), dtype };
         const want = reference("fp8_scaled", input, 8, 1000, 0);
+        if (!kindFiniteIn(kind, dtype)) {
+          // Refused as damaged input by the reference; the native quantizer refuses it too.
+          expect("error" in want ? want.error : "ok").toBe("E_NUMERIC");
+          const got = native(context(BEST, 3), "fp8_scaled", input, 8, 1000, 0);
+          expect("error" in got ? "an error" : "ok").toBe("an error");
+          return;
+        }
         for (const isa of ISAS) {
           for (const threads of THREADS) {
             expectSame(

@@ -17,7 +17,6 @@ import {
   TpError,
   type VramBudget,
   type Weight,
-  type WeightResidency,
   weightResidency,
 } from "@tp/tensor";
 

@@ -316,12 +316,7 @@ export class HubClient {
       }
       if (have === meta.size) break;
       const headers = this.#headers(meta.location, { Range: `bytes=${have}-` });
-      let r: Response;
-      try {
-        r = await this.#request(meta.location, { headers }, repo, path);
-      } catch (e) {
-        throw e;
-      }
+      const r = await this.#request(meta.location, { headers }, repo, path);
       if (r.status === 416 && have === meta.size) break;
       if (r.status === 403 && !expiredOnce && new URL(meta.location).host !== new URL(this.endpoint).host) {
         expiredOnce = true; // a signed URL expired: a fresh Location

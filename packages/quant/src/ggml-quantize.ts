@@ -785,8 +785,13 @@ export function quantizeGgml(
       ctx(name),
     );
   }
-  const x = finiteF32(input, count, name);
-  const out = new Uint8Array((count / info.blockElems) * info.blockBytes);
+  return encodeGgml(format, finiteF32(input, count, name));
+}
+
+/** The blocks of `x` in `format` (checked by the callers: a quantizable format, whole blocks). */
+function encodeGgml(format: WeightFormat, x: Float32Array): Uint8Array {
+  const info = weightFormatInfo(format);
+  const out = new Uint8Array((x.length / info.blockElems) * info.blockBytes);
   if (format === "q8_0") quantizeQ8_0(x, out, false);
   else if (format === "q8_1") quantizeQ8_0(x, out, true);
   else if (format === "q4_0") quantizeQ4_0(x, out);
@@ -826,7 +831,17 @@ export function quantizeActivationsGgml(
       ctx(name),
     );
   }
-  return { format, data: quantizeGgml(format, x, x.length, name) };
+  const block = weightFormatInfo(format).blockElems;
+  if (x.length % block !== 0) {
+    throw new TpError(
+      "E_SHAPE",
+      `${x.length} activations are not whole ${format} blocks of ${block}`,
+      ctx(name),
+    );
+  }
+  // Activations are not refused when non-finite: NaN / ±∞ propagate into the dot products as in
+  // ggml, and the stage checks (count_nonfinite) report them; weights are refused in quantizeGgml.
+  return { format, data: encodeGgml(format, x) };
 }
 
 /** ggml CPU `vec_dot_type` of each weight block type (llm.md §2.6). */
