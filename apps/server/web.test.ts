@@ -49,7 +49,17 @@ describe.skipIf(why !== null)("the web page in Chromium", () => {
     writeRandomWanVae(vae, undefined, { seed: 2 });
     writeRandomQwen3VlText(te, TINY_KREA2_TEXT_CONFIG, { seed: 3 });
     images = loadImageService(dit, backend, { vae, textEncoder: te, outputDir: join(tmp, "out") });
-    engine = new LlmEngine(loadModel(QWEN, { backend }), {
+    // Each forward waits 20 ms first, so the answer's pieces reach the page in separate network reads
+    // (on a quiet machine the tiny model is fast enough for the whole stream to arrive in one read,
+    // and the page would render it in one mutation).
+    const loaded = loadModel(QWEN, { backend });
+    const step = loaded.model.step.bind(loaded.model);
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    loaded.model.step = (ids, options) => {
+      Atomics.wait(pause, 0, 0, 20);
+      return step(ids, options);
+    };
+    engine = new LlmEngine(loaded, {
       name: "qwen3-tiny",
       parallel: 1,
       queueLimit: 8,
