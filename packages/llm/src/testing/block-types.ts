@@ -16,13 +16,13 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { type GgufTensorInput, openGguf, writeGguf } from "@tp/formats";
 import { dequantizeGgml, quantizeGgml } from "@tp/quant";
 import { type Backend, encodeFromF32, type WeightFormat, weightFormatInfo } from "@tp/tensor";
 import { loadModel } from "../load.ts";
+import { argmax, llamaCppBinary, runLlamaCppOracle, softmax, topDiff } from "./llama-cpp.ts";
 
 /** The block types of issue 22, GGUF spelling. */
 export const BLOCK_TYPES = [
@@ -164,55 +164,8 @@ interface Oracle {
   promptRows: [number, number][][];
 }
 
-function llamaBinary(): string | null {
-  if (process.platform !== "linux" || process.arch !== "x64") return null;
-  try {
-    const dir = resolve(
-      createRequire(import.meta.url).resolve("@node-llama-cpp/linux-x64/package.json"),
-      "..",
-    );
-    return existsSync(join(dir, "bins")) ? dir : null;
-  } catch {
-    return null;
-  }
-}
-
-const ORACLE = resolve(import.meta.dir, "../../scripts/llama-cpp-oracle.ts");
-
-async function runOracle(path: string, ids: readonly number[], n: number): Promise<Oracle> {
-  const spec = JSON.stringify({ ids, n, top: 8, threads: 2 });
-  const p = Bun.spawn([process.execPath, ORACLE, path, spec], { stdout: "pipe", stderr: "pipe" });
-  const timer = setTimeout(() => p.kill(), 300_000);
-  const out = await new Response(p.stdout).text();
-  await p.exited;
-  clearTimeout(timer);
-  return JSON.parse(out.trim().split("\n").pop() || '{"ok":false,"error":"no output"}');
-}
-
-function softmax(l: Float32Array, offset: number, V: number): Float64Array {
-  let m = Number.NEGATIVE_INFINITY;
-  for (let i = 0; i < V; i++) m = Math.max(m, l[offset + i] as number);
-  const p = new Float64Array(V);
-  let s = 0;
-  for (let i = 0; i < V; i++) {
-    p[i] = Math.exp((l[offset + i] as number) - m);
-    s += p[i] as number;
-  }
-  for (let i = 0; i < V; i++) p[i] = (p[i] as number) / s;
-  return p;
-}
-
-function argmax(p: Float64Array): number {
-  let best = 0;
-  for (let i = 1; i < p.length; i++) if ((p[i] as number) > (p[best] as number)) best = i;
-  return best;
-}
-
-/** Largest |p_ours − p_llama| over llama.cpp's top entries. */
-function topDiff(ours: Float64Array, theirs: [number, number][]): number {
-  let m = 0;
-  for (const [t, q] of theirs) m = Math.max(m, Math.abs((ours[t] as number) - q));
-  return m;
+function runOracle(path: string, ids: readonly number[], n: number): Promise<Oracle> {
+  return runLlamaCppOracle<Oracle>(path, { ids, n, top: 8, threads: 2 });
 }
 
 /**
@@ -275,7 +228,7 @@ export async function checkAgainstLlamaCpp(
 
 /** Whether llama.cpp can run here, and why not. */
 export function blockTypeParitySkip(): string {
-  return llamaBinary() === null ? "no prebuilt linux-x64 llama.cpp binary of node-llama-cpp 3.21.1" : "";
+  return llamaCppBinary() === null ? "no prebuilt linux-x64 llama.cpp binary of node-llama-cpp 3.21.1" : "";
 }
 
 /**
