@@ -581,6 +581,29 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
         2,
         "error E_ARG: encode needs --out cond.safetensors",
       ],
+      // an over-long text is named as the flag it came from (5000 × "cat " = 5006 templated tokens)
+      [
+        [
+          ...["encode", "--pipeline", "krea2", "--text-encoder", rte, "--prompt", "p"],
+          "--negative",
+          "cat ".repeat(5000),
+          "--out",
+          join(out, "c.safetensors"),
+        ],
+        2,
+        "error E_ARG: the negative prompt is 5006 tokens in Krea 2's template; Krea 2 runs take at most 4096",
+      ],
+      [
+        [
+          ...["encode", "--pipeline", "krea2", "--text-encoder", rte, "--negative", "p"],
+          "--prompt",
+          "cat ".repeat(5000),
+          "--out",
+          join(out, "c.safetensors"),
+        ],
+        2,
+        "error E_ARG: the prompt is 5006 tokens in Krea 2's template; Krea 2 runs take at most 4096",
+      ],
     ];
     for (const [args, code, start] of cases) {
       const r = run(...args);

@@ -168,6 +168,32 @@ describe("tokenizer and embedding sizes, checked at load", () => {
   });
 });
 
+describe("a misshaped norm vector: E_FORMAT naming the tensor and the size the config implies", () => {
+  // q_norm is one scale per head dimension: head_dim = 16 here (config.json), whatever shape the file gives it
+  const cases: [string, number[]][] = [
+    ["q_norm reshaped to [2, 8] (same count, two axes)", [2, 8]],
+    ["q_norm of 32 (2 × head_dim)", [32]],
+    ["q_norm of 8", [8]],
+  ];
+  for (const [name, shape] of cases) {
+    test(name, () => {
+      const w: typeof W = new Map(W);
+      const n = shape.reduce((a, b) => a * b, 1);
+      w.set("model.layers.0.self_attn.q_norm.weight", { shape, values: new Float32Array(n).fill(1) });
+      const d = join(tmp, `st-q-norm-${shape.join("x")}`);
+      writeTinySafetensors(d, QWEN3, w);
+      expectError(
+        thrown(() => loadCausalLM(d, { backend })),
+        "E_FORMAT",
+        "model.layers.0.self_attn.q_norm.weight",
+        "expected a float vector of 16",
+        `[${shape.join(", ")}]`,
+      );
+      expect(backend.memory.current).toBe(0);
+    });
+  }
+});
+
 describe("hyper-parameters out of range: E_FORMAT naming the file and the key", () => {
   const cases: [string, TinyGgufOptions, string][] = [
     ["eps < 0", { kv: [ggufKv("qwen3.attention.layer_norm_rms_epsilon", "f32", -1)] }, "-1"],
