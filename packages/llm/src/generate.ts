@@ -17,6 +17,7 @@ import type { CausalLM } from "./model.ts";
 import { argmax, Sampler, type SamplerOptions, splitmix64 } from "./sampling.ts";
 import {
   checkSpeculativeModel,
+  type Drafter,
   type SpeculativeOptions,
   type SpeculativeStats,
   speculativeDecode,
@@ -223,6 +224,8 @@ export class GenerationSession {
   #busy = false;
   /** The current call's `decodeStep`. */
   #decodeStep: ((id: number) => Promise<Tensor>) | undefined;
+  /** The current call's drafter when it taps the target's hidden states (EAGLE-3), else undefined. */
+  #tapper: Drafter | undefined;
 
   /**
    * @param model a causal LM; its cache must be empty (truncated to 0 here otherwise)
@@ -275,6 +278,7 @@ export class GenerationSession {
     } finally {
       this.#busy = false;
       this.#decodeStep = undefined;
+      this.#tapper = undefined;
     }
   }
 
@@ -302,6 +306,15 @@ export class GenerationSession {
           "speculative decoding with a logitsProcessor (constrained decoding) is not supported",
         );
       checkSpeculativeModel(model);
+      if (spec.drafter.taps !== undefined) {
+        if (typeof model.stepCollect !== "function" || spec.drafter.observe === undefined)
+          throw new TpError(
+            "E_UNSUPPORTED",
+            `drafter ${spec.drafter.kind} reads the target's hidden states, which this model cannot return from a cached forward`,
+            model.file === undefined ? {} : { file: model.file },
+          );
+        this.#tapper = spec.drafter;
+      }
     }
 
     // Reuse the common prefix; at least the last prompt token is run, for its logits.
@@ -502,7 +515,10 @@ export class GenerationSession {
     const model = this.model;
     const decode = this.#decodeStep;
     // the logits, freed when this returns
-    using t = ids.length === 1 && decode !== undefined ? await decode(ids[0] as number) : model.step(ids);
+    using t =
+      ids.length === 1 && decode !== undefined && this.#tapper === undefined
+        ? await decode(ids[0] as number)
+        : this.#forward(ids, false);
     this.#ids.push(...ids);
     if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
     const position = model.cached - 1; // of the row read
@@ -533,6 +549,28 @@ export class GenerationSession {
   }
 
   /**
+   * `model.step(ids)`; with a drafter that taps the target (EAGLE-3) the same forward through
+   * `stepCollect`, its hidden states handed to the drafter's `observe` and freed.
+   */
+  #forward(ids: number[], allLogits: boolean): Tensor {
+    const model = this.model;
+    const tapper = this.#tapper;
+    const options = allLogits ? { allLogits } : {};
+    if (tapper === undefined || model.stepCollect === undefined) return model.step(ids, options);
+    const start = model.cached;
+    const { logits, hidden } = model.stepCollect(ids, tapper.taps as readonly number[], options);
+    try {
+      tapper.observe?.(start, ids, hidden);
+    } catch (e) {
+      model.backend.free(logits);
+      throw e;
+    } finally {
+      for (const h of hidden) model.backend.free(h);
+    }
+    return logits;
+  }
+
+  /**
    * One verify forward of speculative decoding: run `ids` (the pending token and the drafts), and read
    * every row — only the per-row argmaxes with `argmaxOnly` (plain greedy on a backend with argmax),
    * else the f32 rows. Every row is checked finite on the backend.
@@ -542,7 +580,7 @@ export class GenerationSession {
     const model = this.model;
     const backend = model.backend;
     const vocab = model.config.vocab_size;
-    using t = model.step(ids, { allLogits: true });
+    using t = this.#forward(ids, true);
     this.#ids.push(...ids);
     if (++this.#steps % GC_EVERY_STEPS === 0) collectYoungGarbage();
     const first = model.cached - ids.length;

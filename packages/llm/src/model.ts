@@ -78,6 +78,18 @@ export interface CausalLM {
    */
   step(ids: Int32Array | readonly number[], options?: StepOptions): Tensor;
   /**
+   * `step`, also returning hidden states of every new row from the same forward (which writes the KV
+   * cache as `step` does): hidden_states[k] for each k of `collect` (the residual stream entering block
+   * k; num_hidden_layers: the last block's output before the final norm), f32 [n, hidden_size] each, in
+   * the order of `collect`. The caller frees everything returned. Absent on a model that cannot tap.
+   * @throws TpError as `step`; E_ARG for a `collect` entry outside [0, num_hidden_layers] or repeated
+   */
+  stepCollect?(
+    ids: Int32Array | readonly number[],
+    collect: readonly number[],
+    options?: StepOptions,
+  ): { logits: Tensor; hidden: Tensor[] };
+  /**
    * Forget cached tokens from position `len` on (0 ≤ len ≤ cached); used to reuse a common prefix. A
    * model with recurrent state (Qwen 3.5's linear attention) can only return to a snapshot, the newest
    * at or before `len`: `cached` may end below `len`, so read it afterwards.

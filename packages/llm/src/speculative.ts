@@ -28,9 +28,11 @@
  * state cannot be cut (recurrent/conv state, ring buffers) without a rollback interface are refused
  * (E_UNSUPPORTED, see {@link checkSpeculativeModel}).
  */
-import { TpError } from "@tp/tensor";
+import { type Tensor, TpError } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
+import { KvCache } from "./kv-cache.ts";
 import type { CausalLM } from "./model.ts";
+import { type Eagle3Head, eagle3Taps } from "./models/eagle3.ts";
 import { argmax, type Sampler, splitmix64, Xoshiro128 } from "./sampling.ts";
 
 /** Hard cap on drafts per verify step (llm.md §7.4 `max_draft`). */
@@ -43,13 +45,24 @@ const MAX_COOLDOWN = 64;
  * treats the proposal as having probability 1).
  */
 export interface Drafter {
-  /** "ngram", "draft" … for summaries. */
+  /** "ngram", "draft", "eagle3" … for summaries. */
   readonly kind: string;
   /**
    * Up to `k` ids that may follow `context` (the prompt, every generated token and the pending one).
    * Fewer or none is fine. Ids outside the target's vocabulary are dropped by the caller.
    */
   propose(context: readonly number[], k: number): number[] | Promise<number[]>;
+  /**
+   * hidden_states indices of the target the drafter reads (EAGLE-3: the residual stream at three
+   * depths), distinct. With them the host runs every target forward (prefill and verify) through
+   * {@link CausalLM.stepCollect} and hands the rows to {@link Drafter.observe}.
+   */
+  readonly taps?: readonly number[];
+  /**
+   * The tapped hidden states of one target forward: f32 [n, hidden_size] per entry of `taps`, rows for
+   * the tokens `ids` at positions [start, start + n). The host frees the tensors after the call.
+   */
+  observe?(start: number, ids: readonly number[], hidden: readonly Tensor[]): void;
   /** Free what the drafter holds (a draft model's cache). */
   dispose?(): void;
 }
@@ -299,8 +312,207 @@ export class DraftModelDrafter implements Drafter {
   }
 }
 
+/** Options of an {@link Eagle3Drafter}. */
+export interface Eagle3DrafterOptions {
+  /**
+   * The target's hidden_states indices feeding fc, three (they may repeat); default
+   * {@link eagle3Taps} of the target's depth (llm.md §7.4).
+   */
+  taps?: readonly number[];
+  /** Ids at which the rollout stops (the stop token itself is proposed). */
+  stopIds?: Iterable<number>;
+}
+
+/**
+ * The EAGLE-3 drafter (llm.md §7.4; models/eagle3.ts): the target's own hidden states at three depths,
+ * fused by the head's fc, are kept per position (every target forward runs through `stepCollect`
+ * and hands its rows to {@link Eagle3Drafter.observe}); each proposal first grounds the head's KV cache
+ * on the real pairs (feature of position p, token p + 1) it has not seen — after a verify step, the
+ * accepted rows and the pending token — then rolls out k − 1 more steps feeding the head's own output
+ * as the next feature and its draft id (mapped through d2t) as the next token. The rolled-out KV rows
+ * are dropped at the next proposal. The k draft ids are read in one transfer at the end. Any TpError
+ * makes the round propose nothing (vanilla decoding goes on).
+ */
+export class Eagle3Drafter implements Drafter {
+  readonly kind = "eagle3";
+  readonly head: Eagle3Head;
+  /** Distinct hidden_states indices the host collects. */
+  readonly taps: readonly number[];
+  /** Per fc input (three), its index in {@link Eagle3Drafter.taps}. */
+  readonly #order: number[];
+  readonly #cache: KvCache;
+  readonly #stop: Set<number>;
+  readonly #maxContext: number;
+  /** f32 [capacity, H]: the fused feature of each observed position. */
+  #feat: Tensor | null = null;
+  /** The token at each position whose fused feature is in #feat (−1: none). */
+  #featIds: number[] = [];
+  /** Per head KV row p: the token p + 1 it was grounded with, −1 for a rolled-out row. */
+  #headIds: number[] = [];
+  /** The last error swallowed (for diagnostics). */
+  lastError: unknown = undefined;
+
+  /**
+   * @throws TpError E_ARG when the head's vocabulary or width does not fit the target's, or a tap is
+   *   outside [0, num_hidden_layers]; E_UNSUPPORTED when the target cannot tap its hidden states
+   *   (no stepCollect) or cannot roll back ({@link checkSpeculativeModel})
+   */
+  constructor(head: Eagle3Head, target: CausalLM, options: Eagle3DrafterOptions = {}) {
+    checkSpeculativeModel(target);
+    const tc = target.config;
+    const where = { file: head.file };
+    if (typeof target.stepCollect !== "function")
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `--spec-type eagle3: the target (architecture '${tc.architecture}') cannot return its hidden states from a cached forward`,
+        where,
+      );
+    if (head.config.vocab_size !== tc.vocab_size || head.config.target_hidden_size !== tc.hidden_size)
+      throw new TpError(
+        "E_ARG",
+        `the EAGLE-3 head was built for a vocabulary of ${head.config.vocab_size} and width ${head.config.target_hidden_size}; the target has ${tc.vocab_size} and ${tc.hidden_size}`,
+        where,
+      );
+    const L = tc.num_hidden_layers;
+    const taps = options.taps ?? eagle3Taps(L);
+    if (taps.length !== 3 || taps.some((t) => !Number.isInteger(t) || t < 0 || t > L))
+      throw new TpError(
+        "E_ARG",
+        `EAGLE-3 taps must be three hidden_states indices in [0, ${L}], got [${taps.join(", ")}]`,
+        where,
+      );
+    this.taps = [...new Set(taps)];
+    this.#order = taps.map((t) => this.taps.indexOf(t));
+    this.head = head;
+    this.#maxContext = target.maxContext;
+    this.#cache = new KvCache(head.backend, {
+      layers: 1,
+      numKvHeads: head.config.num_key_value_heads,
+      headDim: head.config.head_dim,
+      maxContext: target.maxContext,
+      minRows: Math.min(target.maxContext, 1024),
+    });
+    this.#stop = new Set(options.stopIds ?? []);
+  }
+
+  /** See {@link Drafter.observe}: fuse the taps (fc) and keep the rows by position. */
+  observe(start: number, ids: readonly number[], hidden: readonly Tensor[]): void {
+    const b = this.head.backend;
+    const n = ids.length;
+    const feat = this.#reserve(start + n);
+    b.scope(() =>
+      b.set(feat.slice(0, start, start + n), this.head.fuse(this.#order.map((i) => hidden[i] as Tensor))),
+    );
+    if (this.#featIds.length > start) this.#featIds.length = start;
+    while (this.#featIds.length < start) this.#featIds.push(-1);
+    this.#featIds.push(...ids);
+  }
+
+  /** #feat with at least `rows` rows (grown ×2, the rows kept). */
+  #reserve(rows: number): Tensor {
+    const b = this.head.backend;
+    const old = this.#feat;
+    const cap = old === null ? 0 : (old.shape[0] as number);
+    if (rows <= cap && old !== null) return old;
+    const next = Math.min(this.#maxContext, Math.max(rows, 2 * cap, 256));
+    const t = b.persist(b.alloc([next, this.head.config.hidden_size], "f32", "eagle3_features"));
+    if (old !== null) {
+      b.set(t.slice(0, 0, cap), old);
+      b.free(old);
+    }
+    this.#feat = t;
+    return t;
+  }
+
+  async propose(context: readonly number[], k: number): Promise<number[]> {
+    try {
+      return await this.#propose(context, k);
+    } catch (e) {
+      if (!(e instanceof TpError)) throw e;
+      this.lastError = e;
+      this.#cache.truncate(0);
+      this.#headIds = [];
+      return [];
+    }
+  }
+
+  async #propose(context: readonly number[], k: number): Promise<number[]> {
+    const L = context.length;
+    const feat = this.#feat;
+    if (L < 2 || k < 1 || feat === null) return [];
+    // the target's features must cover positions 0 … L − 2, for these very tokens
+    let valid = 0;
+    const lim = Math.min(this.#featIds.length, L - 1);
+    while (valid < lim && this.#featIds[valid] === context[valid]) valid++;
+    if (valid < L - 1) return [];
+    // head rows still grounded: pair p = (feature p, token p + 1) with the same tokens; the last one is
+    // always recomputed (its output starts the rollout)
+    let keep = 0;
+    const hl = Math.min(this.#headIds.length, L - 2);
+    while (keep < hl && this.#headIds[keep] === context[keep + 1]) keep++;
+    if (this.#cache.length > keep) this.#cache.truncate(keep);
+    this.#headIds.length = keep;
+    const n = L - 1 - keep;
+    const steps = Math.min(k, this.#maxContext - (L - 1) + 1);
+    if (steps < 1) return [];
+    const b = this.head.backend;
+    const head = this.head;
+    const cache = this.#cache;
+    const picked = b.scope(() => {
+      const ids = b.upload(Int32Array.from(context.slice(keep + 1, L)), [n], "i32", "eagle3_ids");
+      const pos = b.upload(
+        Int32Array.from({ length: n }, (_, i) => keep + 1 + i),
+        [n],
+        "i32",
+        "eagle3_positions",
+      );
+      cache.reserve(keep + n);
+      let { out, logits } = head.forward(head.embed(ids), feat.slice(0, keep, L - 1), pos, cache);
+      cache.commit(n);
+      let g = out.slice(0, n - 1, n); // [1, H]: the feature of the first rollout step
+      let id = b.argmax(logits.slice(0, n - 1, n)); // i32 [1], a draft id
+      const picks = [id];
+      for (let s = 1; s < steps; s++) {
+        cache.reserve(cache.length + 1);
+        const p = b.upload(Int32Array.of(L - 1 + s), [1], "i32", "eagle3_positions");
+        ({ out, logits } = head.forward(head.embedDraft(id), g, p, cache));
+        cache.commit(1);
+        g = out;
+        id = b.argmax(logits);
+        picks.push(id);
+      }
+      return picks.length === 1 ? (picks[0] as Tensor) : b.concat(picks, 0);
+    });
+    this.#headIds.push(...context.slice(keep + 1, L));
+    for (let s = 1; s < steps; s++) this.#headIds.push(-1);
+    let draft: ArrayLike<number>;
+    try {
+      draft = (await b.read(picked)) as Int32Array;
+    } finally {
+      b.free(picked);
+    }
+    const out: number[] = [];
+    for (let i = 0; i < draft.length; i++) {
+      const t = head.draftToTarget[draft[i] as number];
+      if (t === undefined) break;
+      out.push(t);
+      if (this.#stop.has(t)) break;
+    }
+    return out;
+  }
+
+  /** Free the head's KV cache and the kept features (the head's weights stay: {@link Eagle3Head.dispose}). */
+  dispose(): void {
+    this.#cache.dispose();
+    if (this.#feat !== null) this.head.backend.free(this.#feat);
+    this.#feat = null;
+    this.#featIds = [];
+    this.#headIds = [];
+  }
+}
+
 /** The f32 row of a [1, vocab] logits tensor, checked finite. */
-async function readRow(model: CausalLM, t: import("@tp/tensor").Tensor): Promise<Float32Array> {
+async function readRow(model: CausalLM, t: Tensor): Promise<Float32Array> {
   const data = await model.backend.read(t);
   if (!(data instanceof Float32Array))
     throw new TpError("E_INTERNAL", `the draft model returned ${t.dtype} logits`);

@@ -238,6 +238,34 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
    *   E_UNSUPPORTED for a weight format)
    */
   step(ids: Int32Array | readonly number[], options: StepOptions = {}): Tensor {
+    return this.#steps(ids, options, null).logits;
+  }
+
+  /**
+   * {@link LanguageModel.step} that also returns hidden states of every new row from the same forward
+   * (the KV cache written as by `step`): what a drafter reading the target's own features needs (EAGLE-3,
+   * speculative.ts). `collect` as {@link ForwardOptions.collect}: hidden_states[k], k in
+   * [0, num_hidden_layers], distinct.
+   * @returns logits as `step` and one f32 tensor [n, hidden_size] per entry of `collect`, in that
+   *   order; the caller frees them all
+   * @throws TpError as {@link LanguageModel.step}; E_ARG for a `collect` entry out of range or repeated
+   */
+  stepCollect(
+    ids: Int32Array | readonly number[],
+    collect: readonly number[],
+    options: StepOptions = {},
+  ): { logits: Tensor; hidden: Tensor[] } {
+    const wanted = collectSet(collect, this.config.num_hidden_layers, "stepCollect");
+    const { logits, hidden } = this.#steps(ids, options, wanted);
+    return { logits, hidden: collect.map((l) => hidden.get(l) as Tensor) };
+  }
+
+  /** `step`, split into forwards the KV cache takes at once, collecting `wanted` (or nothing). */
+  #steps(
+    ids: Int32Array | readonly number[],
+    options: StepOptions,
+    wanted: ReadonlySet<number> | null,
+  ): { logits: Tensor; hidden: Map<number, Tensor> } {
     this.#assertLive();
     const list = tokenIds(ids, this.config.vocab_size, "step");
     const n = list.length;
@@ -250,34 +278,50 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     }
     const all = options?.allLogits === true;
     const step = this.kv.maxStep;
-    if (n <= step) return this.#step(list, all ? "all" : "last");
+    if (n <= step) return this.#step(list, all ? "all" : "last", wanted);
     // a sliding-window ring takes at most `step` rows per forward: split (as llama.cpp's micro-batches)
     const b = this.backend;
     const parts: Tensor[] = [];
+    const hidden = new Map<number, Tensor[]>();
+    const freeAll = () => {
+      for (const p of parts) b.free(p);
+      for (const hs of hidden.values()) for (const h of hs) b.free(h);
+    };
     try {
       for (let at = 0; at < n; at += step) {
         const end = Math.min(n, at + step);
-        const out = this.#step(list.subarray(at, end), all ? "all" : end === n ? "last" : null);
-        if (all || end === n) parts.push(out);
-        else b.free(out);
+        const out = this.#step(list.subarray(at, end), all ? "all" : end === n ? "last" : null, wanted);
+        for (const [l, h] of out.hidden) hidden.set(l, [...(hidden.get(l) ?? []), h]);
+        if (all || end === n) parts.push(out.logits);
+        // head null returns hidden_states[L] itself, which may be collected
+        else if (![...out.hidden.values()].includes(out.logits)) b.free(out.logits);
       }
-      const joined = parts.length === 1 ? (parts[0] as Tensor) : b.concat(parts, 0);
+      const join = (ts: Tensor[]) => (ts.length === 1 ? (ts[0] as Tensor) : b.concat(ts, 0));
+      const logits = join(parts);
+      const joined = new Map<number, Tensor>();
+      for (const [l, hs] of hidden) joined.set(l, join(hs));
       if (parts.length > 1) for (const p of parts) b.free(p);
+      for (const hs of hidden.values()) if (hs.length > 1) for (const h of hs) b.free(h);
       parts.length = 0; // nothing left for the finally to free
-      return joined;
+      hidden.clear();
+      return { logits, hidden: joined };
     } finally {
-      for (const p of parts) b.free(p);
+      freeAll();
     }
   }
 
   /** One forward of ids at [cached, cached + n) that the KV cache takes at once, then commit. */
-  #step(list: Int32Array, head: "last" | "all" | null): Tensor {
+  #step(
+    list: Int32Array,
+    head: "last" | "all" | null,
+    wanted: ReadonlySet<number> | null,
+  ): { logits: Tensor; hidden: Map<number, Tensor> } {
     const n = list.length;
     const cached = this.kv.length;
     this.kv.reserve(cached + n);
     const b = this.backend;
     this.state?.begin();
-    let out: Tensor;
+    let out: { logits: Tensor; hidden: Map<number, Tensor> };
     try {
       out = b.scope(() => {
         const pass = new ForwardPass(b, {
@@ -288,9 +332,10 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
           state: this.state,
           blocks: this.config.num_hidden_layers,
           head,
-          collect: null,
+          collect: wanted,
         });
-        return this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
+        const logits = this.model.forward(b.upload(list, [n], "i32", "input_ids"), pass);
+        return { logits, hidden: pass.collected ?? new Map<number, Tensor>() };
       });
     } catch (e) {
       // a half-run forward changed the recurrent state: back to a snapshot (cached may drop)
@@ -376,17 +421,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     const L = this.config.num_hidden_layers;
     const list = tokenIds(ids, this.config.vocab_size, where);
     const n = list.length;
-    const wanted = new Set<number>();
-    for (const l of layers) {
-      if (!Number.isSafeInteger(l) || l < 0 || l > L || wanted.has(l)) {
-        throw new TpError(
-          "E_ARG",
-          `${where}: layer ${l} must be a distinct integer in [0, ${L}] (the input of layer k; ${L} = after the last block)`,
-        );
-      }
-      wanted.add(l);
-    }
-    if (wanted.size === 0) throw new TpError("E_ARG", `${where}: no layers asked for`);
+    const wanted = collectSet(layers, L, where);
     const last = Math.max(...wanted);
     const b = this.backend;
     const shape = this.model.recurrent;
@@ -474,6 +509,25 @@ export function slidingWindows(c: LlmConfig): number[] {
   }
   // linear-attention layers (Qwen 3.5) keep no KV rows: one entry per layer that does
   return types.filter((t) => t !== "linear_attention").map((t) => (t === "sliding_attention" ? w : 0));
+}
+
+/**
+ * hidden_states indices checked: distinct integers in [0, layers], at least one.
+ * @throws TpError E_ARG naming the entry point and the bad entry
+ */
+function collectSet(collect: readonly number[], layers: number, where: string): Set<number> {
+  const wanted = new Set<number>();
+  for (const l of collect) {
+    if (!Number.isSafeInteger(l) || l < 0 || l > layers || wanted.has(l)) {
+      throw new TpError(
+        "E_ARG",
+        `${where}: layer ${l} must be a distinct integer in [0, ${layers}] (the input of layer k; ${layers} = after the last block)`,
+      );
+    }
+    wanted.add(l);
+  }
+  if (wanted.size === 0) throw new TpError("E_ARG", `${where}: no layers asked for`);
+  return wanted;
 }
 
 /** i32 positions from, from + 1, …, from + n − 1. */

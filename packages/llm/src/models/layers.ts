@@ -47,7 +47,10 @@ export class ForwardPass {
   /** hidden_states[k] kept by {@link ForwardPass.next}; null when none is asked for. */
   readonly collected: Map<number, Tensor> | null;
 
-  /** @param o.collect hidden_states[k] to keep (k < blocks): the input of block k; null keeps none */
+  /**
+   * @param o.collect hidden_states[k] to keep (k ≤ blocks): the input of block k, or with k = blocks
+   *   the last block's output; null keeps none
+   */
   constructor(backend: Backend, o: ForwardPassOptions) {
     this.backend = backend;
     this.n = o.n;
@@ -69,6 +72,9 @@ export class ForwardPass {
   next(k: number, h: Tensor, out: Tensor): Tensor {
     if (this.#collect?.has(k)) this.collected?.set(k, h);
     else this.backend.free(h);
+    // hidden_states[blocks] (the last block's output, before the final norm) is the head's input:
+    // kept as it is, never freed by the forward (it lives in the caller's scope)
+    if (k === this.blocks - 1 && this.#collect?.has(this.blocks)) this.collected?.set(this.blocks, out);
     return out;
   }
 

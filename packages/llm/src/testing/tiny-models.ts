@@ -330,7 +330,8 @@ export function writeTinyGguf(
 
 // ------------------------------------------------------------------------------ reference forward
 
-function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
+/** RMSNorm of one row in float64: x / √(mean(x²) + eps) · w. */
+export function rmsNorm(x: Float64Array, w: Float32Array, eps: number): Float64Array {
   let ss = 0;
   for (const v of x) ss += v * v;
   const inv = 1 / Math.sqrt(ss / x.length + eps);
@@ -349,7 +350,7 @@ export function matvec(w: { shape: number[]; values: Float32Array }, x: Float64A
 }
 
 /** NeoX rotate-half RoPE of one head vector at position p, positions × s (llm.md §3.0). */
-function ropeNeox(x: Float64Array, p: number, theta: number, s = 1): Float64Array {
+export function ropeNeox(x: Float64Array, p: number, theta: number, s = 1): Float64Array {
   const d = x.length;
   const y = Float64Array.from(x);
   for (let i = 0; i < d / 2; i++) {
