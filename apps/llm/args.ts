@@ -57,7 +57,9 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
                           while drafts are rejected)
   --draft-min N           drop proposals shorter than N (default 0)
   --draft-p-min P         draft model: stop drafting below this probability (default 0.75)
-  --eagle FILE            EAGLE-3 head (--spec-type eagle3): not implemented yet
+  --eagle FILE            EAGLE-3 head (--spec-type eagle3): AngelSlim tensor names
+                          (fc, midlayer.*, norm, lm_head, d2t) in a .safetensors (or
+                          .gguf); reads the target's hidden states at three depths
   --json                  with --prompt: print one JSON object (prompt_ids, ids, text,
                           prompt_tokens_per_second, tokens_per_second, peak_rss_bytes, …)
   -h, --help              this text

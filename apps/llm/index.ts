@@ -14,13 +14,16 @@ import {
   checkPromptFits,
   checkSpeculativeModel,
   DraftModelDrafter,
+  Eagle3Drafter,
   type GenerateResult,
   GenerationSession,
   type LoadedModel,
+  loadEagle3Head,
   loadModel,
   NgramDrafter,
   PLAIN_TEMPLATE,
   type SpeculativeOptions,
+  targetEmbedding,
   tokensPerSecond,
 } from "@tp/llm";
 import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
@@ -67,31 +70,48 @@ function specSummary(r: GenerateResult): string {
 }
 
 /**
- * The speculative options the flags ask for (undefined for none), and the draft model to free.
- * @throws TpError E_UNSUPPORTED for --spec-type eagle3 (not implemented) or a target / draft whose
- *   architecture cannot roll back; E_ARG for a draft model of another vocabulary
+ * The speculative options the flags ask for (undefined for none), and what to free afterwards (the
+ * draft model, the EAGLE-3 head and its drafter).
+ * @throws TpError E_UNSUPPORTED for a target / draft whose architecture cannot roll back, or a target
+ *   that cannot tap its hidden states (eagle3); E_ARG for a draft model or head of another vocabulary;
+ *   the head's load errors (E_FORMAT naming the file and tensor)
  */
 function speculativeSetup(
   args: LlmArgs,
   target: LoadedModel,
   backend: LoadedModel["model"]["backend"],
-): { options: SpeculativeOptions | undefined; draft: LoadedModel | undefined } {
+): { options: SpeculativeOptions | undefined; draft: LoadedModel | undefined; dispose?: () => void } {
   const sp = args.speculative;
   if (sp.type === "none") return { options: undefined, draft: undefined };
-  if (sp.type === "eagle3")
-    throw new TpError(
-      "E_UNSUPPORTED",
-      "--spec-type eagle3 (--eagle FILE): the EAGLE-3 head is not implemented yet",
-      {
-        ...(sp.eagle === undefined ? {} : { file: sp.eagle }),
-      },
-    );
   checkSpeculativeModel(target.model);
   const limits = {
     ...(sp.draftMax === undefined ? {} : { draftMax: sp.draftMax }),
     ...(sp.draftMin === undefined ? {} : { draftMin: sp.draftMin }),
   };
   if (sp.type === "ngram") return { options: { drafter: new NgramDrafter(), ...limits }, draft: undefined };
+  if (sp.type === "eagle3") {
+    const embedding = targetEmbedding(target.model);
+    const head = loadEagle3Head(
+      sp.eagle as string,
+      backend,
+      target.model.config,
+      embedding === undefined ? {} : { targetEmbedding: embedding },
+    );
+    try {
+      const drafter = new Eagle3Drafter(head, target.model, { stopIds: target.tokenizer.eog });
+      return {
+        options: { drafter, ...limits },
+        draft: undefined,
+        dispose: () => {
+          drafter.dispose();
+          head.dispose();
+        },
+      };
+    } catch (e) {
+      head.dispose();
+      throw e;
+    }
+  }
   const draft = loadDraft(sp.modelDraft as string, backend, target.model.maxContext);
   try {
     const drafter = new DraftModelDrafter(draft.model, target, {
@@ -220,7 +240,7 @@ async function main(args: LlmArgs): Promise<number> {
     `[${backend.name} backend: ${backend.device}, ${model.config.architecture}, ${promptTokens === undefined ? "" : `${promptTokens} prompt tokens, `}` +
     `ctx window ${model.maxContext}, max ${args.nPredict} new/turn, temp ${args.sampling.temperature}, ` +
     `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}` +
-    `${spec.options === undefined ? "" : `, speculative ${spec.options.drafter.kind}${args.speculative.modelDraft === undefined ? "" : ` (${args.speculative.modelDraft})`}`}; setup ${fmtS(setupSeconds)} s]`;
+    `${spec.options === undefined ? "" : `, speculative ${spec.options.drafter.kind}${(args.speculative.modelDraft ?? args.speculative.eagle) === undefined ? "" : ` (${args.speculative.modelDraft ?? args.speculative.eagle})`}`}; setup ${fmtS(setupSeconds)} s]`;
 
   // Ctrl-C: stop the current answer; while waiting for input, the terminal has dropped the typed line.
   let current: AbortController | null = null;
@@ -286,6 +306,7 @@ async function main(args: LlmArgs): Promise<number> {
     });
   } finally {
     spec.draft?.model.dispose();
+    spec.dispose?.();
     model.dispose();
     backend.dispose();
   }

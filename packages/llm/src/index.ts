@@ -11,6 +11,7 @@ export * from "./load.ts";
 export * from "./model.ts";
 export * from "./models/args.ts";
 export * from "./models/checkpoint.ts";
+export * from "./models/eagle3.ts";
 export * from "./models/gemma3.ts";
 export * from "./models/language-model.ts";
 export * from "./models/layers.ts";
