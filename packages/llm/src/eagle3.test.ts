@@ -1,18 +1,21 @@
-// EAGLE-3 speculative decoding (issue 27; models/eagle3.ts, speculative.ts Eagle3Drafter) on the CPU
-// backend, with random-weight heads written by testing/eagle3.ts for the shared tiny targets:
+// EAGLE-3 speculative decoding (issue 27; models/eagle3.ts, speculative.ts Eagle3Drafter) with
+// random-weight heads written by testing/eagle3.ts for the shared tiny targets:
 // (a) the head's forward (a grounded prompt, then a rollout of 3 on its own outputs) against a float64
-//     reference written here from llm.md §7.4, and stepCollect's taps against the cache-free forward;
+//     reference written here from llm.md §7.4, and stepCollect's taps against the cache-free forward
+//     (cpu and Vulkan);
 // (b) greedy output with --spec-type eagle3 byte-identical to vanilla greedy over 128 tokens on every
-//     architecture of the shared files, with a random head and with a head that copies the target's
-//     choice (so that drafts get accepted, several per step);
+//     architecture of the shared files (cpu; qwen3 and llama on Vulkan), with a random head and with a
+//     head that copies the target's last choice (so that drafts get accepted, several per step where
+//     the target repeats itself), and through a target that rolls back only to snapshots;
 // (c) bad head files: TpError naming the file and the tensor.
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
+import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import { openGguf } from "@tp/formats";
-import { type Tensor, TpError } from "@tp/tensor";
+import { type Backend, type Tensor, TpError } from "@tp/tensor";
 import { GenerationSession } from "./generate.ts";
 import { KvCache } from "./kv-cache.ts";
 import { loadModel } from "./load.ts";
@@ -20,17 +23,35 @@ import type { CausalLM } from "./model.ts";
 import { eagle3Taps, loadEagle3Head, targetEmbedding } from "./models/eagle3.ts";
 import { Eagle3Drafter } from "./speculative.ts";
 import { type HeadTensors, type TinyEagle3, tinyEagle3, writeTinyEagle3 } from "./testing/eagle3.ts";
+import { SnapshotRollback } from "./testing/snapshot-rollback.ts";
 import { matvec, maxAbsDiff, rmsNorm, ropeNeox } from "./testing/tiny-models.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
 const SKIP = HAVE_MODELS ? "" : `skipped: ${MODELS} is absent`;
 const backend = createBackend({ threads: 2 });
+/** The Vulkan backend, or why it cannot start here (its message's first line). */
+function startVulkan(): { backend?: Backend; reason?: string } {
+  try {
+    return { backend: createVulkan() };
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    return { reason: why.split("\n")[0] ?? why };
+  }
+}
+const vk = HAVE_MODELS ? startVulkan() : {};
+const VK_SKIP = vk.backend === undefined ? `skipped: no Vulkan device starts (${vk.reason})` : "";
 const tmp = mkdtempSync(join(tmpdir(), "tp-eagle3-"));
 afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
   backend.dispose();
+  vk.backend?.dispose();
 });
+/** The backends: the cpu on every target, Vulkan (Mesa llvmpipe here: slow) on two architectures. */
+const BACKENDS: [string, Backend | undefined, string, (name: string) => boolean][] = [
+  ["cpu", backend, SKIP, () => true],
+  ["vulkan", vk.backend, SKIP || VK_SKIP, (n) => ["qwen3", "llama"].includes(n)],
+];
 
 /**
  * f32 head vs the f64 reference, relative to max |reference| of the compared rows: one decoder layer
@@ -129,8 +150,8 @@ function argmax64(x: ArrayLike<number>): number {
 }
 
 async function readFree(t: Tensor): Promise<Float32Array> {
-  const v = (await backend.read(t)) as Float32Array;
-  backend.free(t);
+  const v = (await t.backend.read(t)) as Float32Array;
+  t.backend.free(t);
   return v;
 }
 
@@ -148,6 +169,7 @@ const TARGETS: { name: string; file: string; head?: string }[] = [
 /** Write a head for `model` (random, or copying the target's choice) and load it. */
 function headFor(
   model: CausalLM,
+  be: Backend,
   path: string,
   name: string,
   opts: { mimic?: boolean; headTensor?: string; seed?: number; include?: readonly number[] } = {},
@@ -170,194 +192,236 @@ function headFor(
   const file = join(tmp, `${name}${opts.mimic ? "-mimic" : ""}.safetensors`);
   writeTinyEagle3(file, h);
   const emb = targetEmbedding(model);
-  const head = loadEagle3Head(file, backend, c, emb === undefined ? {} : { targetEmbedding: emb });
+  const head = loadEagle3Head(file, be, c, emb === undefined ? {} : { targetEmbedding: emb });
   return { h, head, file };
 }
 
-describe.skipIf(!HAVE_MODELS)(`EAGLE-3 head forward vs a float64 reference ${SKIP}`, () => {
-  for (const a of TARGETS.slice(0, 2)) {
-    test(`${a.name}: grounded prompt rows and a rollout of 3, within ${HEAD_REL_TOL} of max |ref|`, async () => {
-      const path = join(MODELS, a.file);
-      const t = loadModel(path, { backend, maxContext: 256 });
-      const { h, head } = headFor(t.model, path, `ref-${a.name}`);
-      try {
-        const c = t.model.config;
-        const taps = eagle3Taps(c.num_hidden_layers);
-        expect(taps).toEqual([2, 2, 1]); // 2 layers: outputs of layers 1, 1, 0 (clamped)
-        const unique = [...new Set(taps)];
-        const ids = t.tokenizer.encode("Once upon a time, there was", { addSpecial: true });
-        const n = ids.length;
-        // the taps from the cached forward equal those of the cache-free forward
-        const free = await Promise.all(t.model.forward(ids, { collect: unique }).map(readFree));
-        t.model.truncate(0);
-        const stepped = t.model.stepCollect?.(ids, unique) as { logits: Tensor; hidden: Tensor[] };
-        backend.free(stepped.logits);
-        const cached = await Promise.all(stepped.hidden.map(readFree));
-        for (let i = 0; i < unique.length; i++)
-          expect(maxAbsDiff(cached[i] as Float32Array, free[i] as Float32Array)).toBeLessThan(SAME_OPS_TOL);
-        expect(t.model.cached).toBe(n);
-        t.model.truncate(0);
+for (const [label, be0, skip] of BACKENDS)
+  describe.skipIf(be0 === undefined || !HAVE_MODELS)(
+    `EAGLE-3 head forward vs a float64 reference, ${label} ${skip}`,
+    () => {
+      const backend = be0 as Backend;
+      for (const a of TARGETS.slice(0, 2)) {
+        test(`${a.name}: grounded prompt rows and a rollout of 3, within ${HEAD_REL_TOL} of max |ref|`, async () => {
+          const path = join(MODELS, a.file);
+          const t = loadModel(path, { backend, maxContext: 256 });
+          const { h, head } = headFor(t.model, backend, path, `ref-${a.name}-${label}`);
+          try {
+            const c = t.model.config;
+            const taps = eagle3Taps(c.num_hidden_layers);
+            expect(taps).toEqual([2, 2, 1]); // 2 layers: outputs of layers 1, 1, 0 (clamped)
+            const unique = [...new Set(taps)];
+            const ids = t.tokenizer.encode("Once upon a time, there was", { addSpecial: true });
+            const n = ids.length;
+            // the taps from the cached forward equal those of the cache-free forward
+            const free = await Promise.all(t.model.forward(ids, { collect: unique }).map(readFree));
+            t.model.truncate(0);
+            const stepped = t.model.stepCollect?.(ids, unique) as { logits: Tensor; hidden: Tensor[] };
+            backend.free(stepped.logits);
+            const cached = await Promise.all(stepped.hidden.map(readFree));
+            for (let i = 0; i < unique.length; i++)
+              expect(maxAbsDiff(cached[i] as Float32Array, free[i] as Float32Array)).toBeLessThan(
+                SAME_OPS_TOL,
+              );
+            expect(t.model.cached).toBe(n);
+            t.model.truncate(0);
 
-        // reference: fc over the taps (read from the engine), the head in float64
-        const H = c.hidden_size;
-        const row = (x: Float32Array, p: number) => Float64Array.from(x.subarray(p * H, (p + 1) * H));
-        const emb = ggufF32(path, "token_embd.weight");
-        const embed = (id: number) => Float64Array.from(emb.subarray(id * H, (id + 1) * H));
-        const ref = new ReferenceHead(h.tensors, {
-          heads: head.config.num_attention_heads,
-          kvHeads: head.config.num_key_value_heads,
-          headDim: head.config.head_dim,
-          eps: head.config.rms_norm_eps,
-          theta: head.config.rope_theta,
-        });
-        const feats = Array.from({ length: n }, (_, p) =>
-          ref.fuse(taps.map((l) => row(free[unique.indexOf(l)] as Float32Array, p))),
-        );
-        const refOut: Float64Array[] = [];
-        const refLogits: Float64Array[] = [];
-        for (let p = 0; p + 1 < n; p++) {
-          const s = ref.step(feats[p] as Float64Array, embed(ids[p + 1] as number), p + 1);
-          refOut.push(s.out);
-          refLogits.push(s.logits);
-        }
-        const refDrafts = [argmax64(refLogits[n - 2] as Float64Array)];
-        let g = refOut[n - 2] as Float64Array;
-        for (let s = 1; s <= 3; s++) {
-          const tid = h.draftToTarget[refDrafts[s - 1] as number] as number;
-          const r = ref.step(g, embed(tid), n - 1 + s);
-          refLogits.push(r.logits);
-          g = r.out;
-          refDrafts.push(argmax64(r.logits));
-        }
+            // reference: fc over the taps (read from the engine), the head in float64
+            const H = c.hidden_size;
+            const row = (x: Float32Array, p: number) => Float64Array.from(x.subarray(p * H, (p + 1) * H));
+            const emb = ggufF32(path, "token_embd.weight");
+            const embed = (id: number) => Float64Array.from(emb.subarray(id * H, (id + 1) * H));
+            const ref = new ReferenceHead(h.tensors, {
+              heads: head.config.num_attention_heads,
+              kvHeads: head.config.num_key_value_heads,
+              headDim: head.config.head_dim,
+              eps: head.config.rms_norm_eps,
+              theta: head.config.rope_theta,
+            });
+            const feats = Array.from({ length: n }, (_, p) =>
+              ref.fuse(taps.map((l) => row(free[unique.indexOf(l)] as Float32Array, p))),
+            );
+            const refOut: Float64Array[] = [];
+            const refLogits: Float64Array[] = [];
+            for (let p = 0; p + 1 < n; p++) {
+              const s = ref.step(feats[p] as Float64Array, embed(ids[p + 1] as number), p + 1);
+              refOut.push(s.out);
+              refLogits.push(s.logits);
+            }
+            const refDrafts = [argmax64(refLogits[n - 2] as Float64Array)];
+            let g = refOut[n - 2] as Float64Array;
+            for (let s = 1; s <= 3; s++) {
+              const tid = h.draftToTarget[refDrafts[s - 1] as number] as number;
+              const r = ref.step(g, embed(tid), n - 1 + s);
+              refLogits.push(r.logits);
+              g = r.out;
+              refDrafts.push(argmax64(r.logits));
+            }
 
-        // engine: the same pairs through Eagle3Head.forward on its own cache
-        const cache = new KvCache(backend, {
-          layers: 1,
-          numKvHeads: head.config.num_key_value_heads,
-          headDim: head.config.head_dim,
-          maxContext: 64,
-        });
-        try {
-          const got: Float32Array[] = [];
-          const drafts: number[] = [];
-          const tapT = free.map((f, i) => backend.upload(f, [n, H], "f32", `tap${i}`));
-          let feat = backend.scope(() => head.fuse(taps.map((l) => tapT[unique.indexOf(l)] as Tensor)));
-          let fedIds = backend.upload(Int32Array.from(ids.slice(1)), [n - 1], "i32", "ids");
-          let fedEmbed = head.embed(fedIds);
-          let pos = backend.upload(
-            Int32Array.from({ length: n - 1 }, (_, i) => i + 1),
-            [n - 1],
-            "i32",
-            "pos",
-          );
-          let rows = n - 1;
-          let input = feat.slice(0, 0, n - 1);
-          for (let s = 0; s <= 3; s++) {
-            cache.reserve(cache.length + rows);
-            const { out, logits } = head.forward(fedEmbed, input, pos, cache);
-            cache.commit(rows);
-            const l = await backend.read(logits);
-            const Vd = head.config.draft_vocab_size;
-            for (let r = 0; r < rows; r++) got.push((l as Float32Array).slice(r * Vd, (r + 1) * Vd));
-            const last = got[got.length - 1] as Float32Array;
-            drafts.push(argmax64(last));
-            for (const x of [fedEmbed, pos, feat, fedIds]) backend.free(x);
-            backend.free(logits);
-            feat = out;
-            input = out.slice(0, rows - 1, rows);
-            fedIds = backend.upload(Int32Array.of(drafts[s] as number), [1], "i32", "draft");
-            fedEmbed = head.embedDraft(fedIds);
-            pos = backend.upload(Int32Array.of(n + s), [1], "i32", "pos");
-            rows = 1;
+            // engine: the same pairs through Eagle3Head.forward on its own cache
+            const cache = new KvCache(backend, {
+              layers: 1,
+              numKvHeads: head.config.num_key_value_heads,
+              headDim: head.config.head_dim,
+              maxContext: 64,
+            });
+            try {
+              const got: Float32Array[] = [];
+              const drafts: number[] = [];
+              const tapT = free.map((f, i) => backend.upload(f, [n, H], "f32", `tap${i}`));
+              let feat = backend.scope(() => head.fuse(taps.map((l) => tapT[unique.indexOf(l)] as Tensor)));
+              let fedIds = backend.upload(Int32Array.from(ids.slice(1)), [n - 1], "i32", "ids");
+              let fedEmbed = head.embed(fedIds);
+              let pos = backend.upload(
+                Int32Array.from({ length: n - 1 }, (_, i) => i + 1),
+                [n - 1],
+                "i32",
+                "pos",
+              );
+              let rows = n - 1;
+              let input = feat.slice(0, 0, n - 1);
+              for (let s = 0; s <= 3; s++) {
+                cache.reserve(cache.length + rows);
+                const { out, logits } = head.forward(fedEmbed, input, pos, cache);
+                cache.commit(rows);
+                const l = await backend.read(logits);
+                const Vd = head.config.draft_vocab_size;
+                for (let r = 0; r < rows; r++) got.push((l as Float32Array).slice(r * Vd, (r + 1) * Vd));
+                const last = got[got.length - 1] as Float32Array;
+                drafts.push(argmax64(last));
+                for (const x of [fedEmbed, pos, feat, fedIds]) backend.free(x);
+                backend.free(logits);
+                feat = out;
+                input = out.slice(0, rows - 1, rows);
+                fedIds = backend.upload(Int32Array.of(drafts[s] as number), [1], "i32", "draft");
+                fedEmbed = head.embedDraft(fedIds);
+                pos = backend.upload(Int32Array.of(n + s), [1], "i32", "pos");
+                rows = 1;
+              }
+              for (const x of [fedEmbed, pos, feat, fedIds, ...tapT]) backend.free(x);
+              expect(got.length).toBe(refLogits.length);
+              const scale = Math.max(...refLogits.map((r) => Math.max(...Array.from(r, Math.abs))));
+              const worst = Math.max(...got.map((r, i) => maxAbsDiff(r, refLogits[i] as Float64Array)));
+              if (process.env.SPEC_VERBOSE)
+                console.log(a.name, "head", worst / scale, scale, drafts, refDrafts);
+              expect(worst / scale).toBeLessThan(HEAD_REL_TOL);
+              expect(drafts).toEqual(refDrafts);
+              // the mapping is the d2t deltas: target = draft + d2t[draft]
+              for (let i = 0; i < h.d2t.length; i++)
+                expect(head.draftToTarget[i]).toBe(i + Number(h.d2t[i] as bigint));
+            } finally {
+              cache.dispose();
+            }
+          } finally {
+            head.dispose();
+            t.model.dispose();
           }
-          for (const x of [fedEmbed, pos, feat, fedIds, ...tapT]) backend.free(x);
-          expect(got.length).toBe(refLogits.length);
-          const scale = Math.max(...refLogits.map((r) => Math.max(...Array.from(r, Math.abs))));
-          const worst = Math.max(...got.map((r, i) => maxAbsDiff(r, refLogits[i] as Float64Array)));
-          if (process.env.SPEC_VERBOSE) console.log(a.name, "head", worst / scale, scale, drafts, refDrafts);
-          expect(worst / scale).toBeLessThan(HEAD_REL_TOL);
-          expect(drafts).toEqual(refDrafts);
-          // the mapping is the d2t deltas: target = draft + d2t[draft]
-          for (let i = 0; i < h.d2t.length; i++)
-            expect(head.draftToTarget[i]).toBe(i + Number(h.d2t[i] as bigint));
-        } finally {
-          cache.dispose();
-        }
-      } finally {
-        head.dispose();
-        t.model.dispose();
+        });
       }
-    });
-  }
-});
+    },
+  );
 
 const N = 128;
 const PROMPT = "Once upon a time, there was a little girl. Once upon a time";
 
-describe.skipIf(!HAVE_MODELS)(`greedy --spec-type eagle3 = vanilla, cpu ${SKIP}`, () => {
-  for (const a of TARGETS) {
-    test(`${a.name}: random and target-copying heads, ${N} tokens, byte-identical`, async () => {
-      const path = join(MODELS, a.file);
-      const t = loadModel(path, {
-        backend,
-        maxContext: 512,
-        ...(a.name === "gemma3" ? { kvRingBatch: 9 } : {}),
-      });
-      const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
-      const opts = { maxNewTokens: N, stopIds: [] as number[] };
-      const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, opts);
-      expect(vanilla.ids.length).toBe(N);
-      const heads = [
-        headFor(t.model, path, `lossless-${a.name}`),
-        // its draft vocabulary holds the tokens of the answer (else copying them could not be proposed)
-        headFor(t.model, path, `lossless-${a.name}`, {
-          mimic: true,
-          include: vanilla.ids,
-          ...(a.head ? { headTensor: a.head } : {}),
-        }),
-      ];
-      try {
-        const accepted: number[] = [];
-        for (const { head } of heads) {
-          for (const adaptive of [true, false]) {
-            const drafter = new Eagle3Drafter(head, t.model);
-            try {
-              const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
-              const r = await s.generate(prompt, {
-                ...opts,
-                speculative: { drafter, adaptive, draftMax: 4 },
-              });
-              expect(r.ids).toEqual(vanilla.ids);
-              expect(r.text).toBe(vanilla.text);
-              const st = r.speculative;
-              if (st === undefined) throw new Error("no stats");
-              if (process.env.SPEC_VERBOSE) console.log(a.name, head.file, adaptive, st, drafter.lastError);
-              expect(drafter.lastError).toBeUndefined();
-              expect(st.drafter).toBe("eagle3");
-              expect(st.accepted + st.verifySteps).toBeGreaterThanOrEqual(N - 1);
-              expect(st.accepted + st.verifySteps).toBeLessThanOrEqual(N);
-              if (!adaptive) expect(st.drafted).toBeGreaterThan(N / 2); // it did draft on most rounds
-              expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, t.model.cached));
-              accepted.push(st.accepted);
-            } finally {
-              drafter.dispose();
+for (const [label, be0, skip, runs] of BACKENDS)
+  describe.skipIf(be0 === undefined || !HAVE_MODELS)(
+    `greedy --spec-type eagle3 = vanilla, ${label} ${skip}`,
+    () => {
+      const backend = be0 as Backend;
+      for (const a of TARGETS.filter((x) => runs(x.name))) {
+        test(`${a.name}: random and target-copying heads, ${N} tokens, byte-identical`, async () => {
+          const path = join(MODELS, a.file);
+          const t = loadModel(path, {
+            backend,
+            maxContext: 512,
+            ...(a.name === "gemma3" ? { kvRingBatch: 9 } : {}),
+          });
+          const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
+          const opts = { maxNewTokens: N, stopIds: [] as number[] };
+          const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(
+            prompt,
+            opts,
+          );
+          expect(vanilla.ids.length).toBe(N);
+          const heads = [
+            headFor(t.model, backend, path, `lossless-${a.name}-${label}`),
+            // its draft vocabulary holds the tokens of the answer (else copying them could not be proposed)
+            headFor(t.model, backend, path, `lossless-${a.name}-${label}`, {
+              mimic: true,
+              include: vanilla.ids,
+              ...(a.head ? { headTensor: a.head } : {}),
+            }),
+          ];
+          try {
+            const accepted: number[] = [];
+            for (const { head } of heads) {
+              for (const adaptive of [true, false]) {
+                const drafter = new Eagle3Drafter(head, t.model);
+                try {
+                  const s = new GenerationSession(t.model, t.tokenizer, { seed: 1 });
+                  const r = await s.generate(prompt, {
+                    ...opts,
+                    speculative: { drafter, adaptive, draftMax: 4 },
+                  });
+                  expect(r.ids).toEqual(vanilla.ids);
+                  expect(r.text).toBe(vanilla.text);
+                  const st = r.speculative;
+                  if (st === undefined) throw new Error("no stats");
+                  if (process.env.SPEC_VERBOSE)
+                    console.log(a.name, head.file, adaptive, st, drafter.lastError);
+                  expect(drafter.lastError).toBeUndefined();
+                  expect(st.drafter).toBe("eagle3");
+                  expect(st.accepted + st.verifySteps).toBeGreaterThanOrEqual(N - 1);
+                  expect(st.accepted + st.verifySteps).toBeLessThanOrEqual(N);
+                  if (!adaptive) expect(st.drafted).toBeGreaterThan(N / 2); // it did draft on most rounds
+                  expect(s.cachedIds).toEqual([...prompt, ...r.ids].slice(0, t.model.cached));
+                  accepted.push(st.accepted);
+                } finally {
+                  drafter.dispose();
+                }
+              }
             }
+            // the copying head proposes the target's own last choice: accepted wherever the target repeats
+            let repeats = 0;
+            for (let i = 1; i < N; i++) if (vanilla.ids[i] === vanilla.ids[i - 1]) repeats++;
+            if (process.env.SPEC_VERBOSE) console.log(a.name, "repeats", repeats, "accepted", accepted);
+            // (only where fc can pass the target's last hidden state through: a tap is hidden_states[N])
+            const L = t.model.config.num_hidden_layers;
+            if (repeats >= 8 && eagle3Taps(L)[0] === L)
+              expect(accepted[3] as number).toBeGreaterThan(repeats / 4);
+          } finally {
+            for (const { head } of heads) head.dispose();
+            t.model.dispose();
           }
-        }
-        // the copying head proposes the target's own last choice: accepted wherever the target repeats
-        let repeats = 0;
-        for (let i = 1; i < N; i++) if (vanilla.ids[i] === vanilla.ids[i - 1]) repeats++;
-        if (process.env.SPEC_VERBOSE) console.log(a.name, "repeats", repeats, "accepted", accepted);
-        // (only where fc can pass the target's last hidden state through: a tap is hidden_states[N])
-        const L = t.model.config.num_hidden_layers;
-        if (repeats >= 8 && eagle3Taps(L)[0] === L)
-          expect(accepted[3] as number).toBeGreaterThan(repeats / 4);
-      } finally {
-        for (const { head } of heads) head.dispose();
-        t.model.dispose();
+        }, 300_000);
       }
-    }, 300_000);
-  }
+    },
+  );
+
+describe.skipIf(!HAVE_MODELS)(`EAGLE-3 with snapshot rollback ${SKIP}`, () => {
+  test("a target that rolls back only to snapshots (as Qwen 3.5's recurrent state): accepted drafts replayed untapped, output still vanilla's", async () => {
+    const path = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
+    const t = loadModel(path, { backend, maxContext: 512 });
+    const prompt = t.tokenizer.encode(PROMPT, { addSpecial: true });
+    const opts = { maxNewTokens: N, stopIds: [] as number[] };
+    const vanilla = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, opts);
+    const { head } = headFor(t.model, backend, path, "snapshot-qwen3", { mimic: true, include: vanilla.ids });
+    const wrapped = new SnapshotRollback(t.model);
+    const drafter = new Eagle3Drafter(head, wrapped);
+    try {
+      const s = new GenerationSession(wrapped, t.tokenizer, { seed: 1 });
+      const r = await s.generate(prompt, { ...opts, speculative: { drafter, draftMax: 4, adaptive: false } });
+      expect(r.ids).toEqual(vanilla.ids);
+      expect(wrapped.restores).toBeGreaterThan(5); // rejections went back past accepted drafts
+      expect(r.speculative?.accepted ?? 0).toBeGreaterThan(20);
+      expect(drafter.lastError).toBeUndefined();
+    } finally {
+      drafter.dispose();
+      head.dispose();
+      t.model.dispose();
+    }
+  }, 120_000);
 });
 
 describe.skipIf(!HAVE_MODELS)(`bad EAGLE-3 head files ${SKIP}`, () => {

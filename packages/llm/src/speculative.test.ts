@@ -14,6 +14,7 @@ import { loadModel } from "./load.ts";
 import type { CausalLM } from "./model.ts";
 import { Sampler } from "./sampling.ts";
 import { checkSpeculativeModel, type Drafter, DraftModelDrafter, NgramDrafter } from "./speculative.ts";
+import { SnapshotRollback } from "./testing/snapshot-rollback.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
@@ -126,52 +127,6 @@ for (const [label, be, skip] of [
       }, 600_000);
     }
   });
-
-/**
- * A model whose `truncate` can only return to a snapshot (the newest at or before the length asked),
- * as a model with recurrent state does: the engine must replay the accepted tokens past it.
- */
-class SnapshotRollback implements CausalLM {
-  #snaps = [0];
-  restores = 0;
-  constructor(readonly inner: CausalLM) {}
-  get config() {
-    return this.inner.config;
-  }
-  get backend() {
-    return this.inner.backend;
-  }
-  get file() {
-    return this.inner.file;
-  }
-  get cached() {
-    return this.inner.cached;
-  }
-  get maxContext() {
-    return this.inner.maxContext;
-  }
-  get capacity() {
-    return this.inner.capacity;
-  }
-  get kvBytes() {
-    return this.inner.kvBytes;
-  }
-  step(ids: Int32Array | readonly number[], options?: { allLogits?: boolean }) {
-    return this.inner.step(ids, options);
-  }
-  snapshot(): void {
-    this.#snaps.push(this.inner.cached);
-  }
-  truncate(len: number): void {
-    const to = Math.max(...this.#snaps.filter((x) => x <= len));
-    if (to < len) this.restores++;
-    this.#snaps = this.#snaps.filter((x) => x <= to);
-    this.inner.truncate(to);
-  }
-  dispose(): void {
-    this.inner.dispose();
-  }
-}
 
 describe.skipIf(!HAVE_MODELS)(`snapshot rollback ${SKIP}`, () => {
   test("a model that rolls back only to snapshots: accepted tokens replayed, greedy output still vanilla's", async () => {
