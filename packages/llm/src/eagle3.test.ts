@@ -22,7 +22,13 @@ import { loadModel } from "./load.ts";
 import type { CausalLM } from "./model.ts";
 import { eagle3Taps, loadEagle3Head, targetEmbedding } from "./models/eagle3.ts";
 import { Eagle3Drafter } from "./speculative.ts";
-import { type HeadTensors, type TinyEagle3, tinyEagle3, writeTinyEagle3 } from "./testing/eagle3.ts";
+import {
+  type HeadTensors,
+  type TinyEagle3,
+  tinyEagle3,
+  writeTinyEagle3,
+  writeTinyEagle3Gguf,
+} from "./testing/eagle3.ts";
 import { SnapshotRollback } from "./testing/snapshot-rollback.ts";
 import { matvec, maxAbsDiff, rmsNorm, ropeNeox } from "./testing/tiny-models.ts";
 
@@ -422,6 +428,94 @@ describe.skipIf(!HAVE_MODELS)(`EAGLE-3 with snapshot rollback ${SKIP}`, () => {
       t.model.dispose();
     }
   }, 120_000);
+});
+
+describe.skipIf(!HAVE_MODELS)(`EAGLE-3 head containers and config ${SKIP}`, () => {
+  test("a GGUF head with the same names gives the safetensors head's logits exactly; config.json beside it sets head_dim", async () => {
+    const path = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
+    const t = loadModel(path, { backend, maxContext: 64 });
+    const c = t.model.config;
+    const emb = {
+      targetEmbedding: targetEmbedding(t.model) as NonNullable<ReturnType<typeof targetEmbedding>>,
+    };
+    const h = tinyEagle3(c, { seed: 9, headDim: 16, numAttentionHeads: 4, numKeyValueHeads: 2 });
+    const dir = mkdtempSync(join(tmp, "cfg-"));
+    const st = join(dir, "model.safetensors");
+    const gg = join(tmp, "head.gguf");
+    writeTinyEagle3(st, h);
+    writeTinyEagle3Gguf(gg, h);
+    // no config.json beside the GGUF: head_dim is the target's (32), so 64 query rows are 2 heads
+    const a = loadEagle3Head(gg, backend, c, emb);
+    // config.json beside the safetensors: head_dim 16, 4 heads
+    writeFileSync(
+      join(dir, "config.json"),
+      JSON.stringify({
+        architectures: ["LlamaForCausalLMEagle3"],
+        head_dim: 16,
+        draft_vocab_size: h.d2t.length,
+      }),
+    );
+    const b = loadEagle3Head(st, backend, c, emb);
+    try {
+      expect([a.config.num_attention_heads, a.config.num_key_value_heads, a.config.head_dim]).toEqual([
+        2, 1, 32,
+      ]);
+      expect([b.config.num_attention_heads, b.config.num_key_value_heads, b.config.head_dim]).toEqual([
+        4, 2, 16,
+      ]);
+      expect(b.config).toMatchObject({
+        hidden_size: 64,
+        intermediate_size: 128,
+        draft_vocab_size: 2061,
+        vocab_size: 4122,
+      });
+      expect(Array.from(a.draftToTarget)).toEqual(Array.from(h.draftToTarget));
+      // the same weights under both containers: the same logits when both read head_dim 16
+      writeFileSync(
+        join(tmp, "config.json"),
+        JSON.stringify({ draft_vocab_size: h.d2t.length, head_dim: 16 }),
+      );
+      const a16 = loadEagle3Head(gg, backend, c, emb);
+      try {
+        const run = async (head: typeof a) => {
+          const cache = new KvCache(backend, {
+            layers: 1,
+            numKvHeads: head.config.num_key_value_heads,
+            headDim: head.config.head_dim,
+            maxContext: 8,
+          });
+          try {
+            return await backend.scope(() => {
+              const ids = backend.upload(Int32Array.of(5, 9, 200), [3], "i32", "ids");
+              const feat = backend.upload(
+                Float32Array.from({ length: 3 * 64 }, (_, i) => Math.sin(i)),
+                [3, 64],
+                "f32",
+                "feat",
+              );
+              const pos = backend.upload(Int32Array.of(1, 2, 3), [3], "i32", "pos");
+              cache.reserve(3);
+              const { logits } = head.forward(head.embed(ids), feat, pos, cache);
+              cache.commit(3);
+              return backend.persist(logits);
+            });
+          } finally {
+            cache.dispose();
+          }
+        };
+        const x = await readFree(await run(a16));
+        const y = await readFree(await run(b));
+        expect(maxAbsDiff(x, y)).toBe(0);
+      } finally {
+        a16.dispose();
+      }
+    } finally {
+      a.dispose();
+      b.dispose();
+      rmSync(join(tmp, "config.json"), { force: true });
+      t.model.dispose();
+    }
+  });
 });
 
 describe.skipIf(!HAVE_MODELS)(`bad EAGLE-3 head files ${SKIP}`, () => {

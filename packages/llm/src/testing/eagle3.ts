@@ -9,7 +9,7 @@
  * head's draft at position q is ≈ the target's argmax at q (the pending token again). A target that
  * repeats tokens then accepts such drafts: multi-token acceptance paths get exercised.
  */
-import { writeSafetensors } from "@tp/formats";
+import { ggufKv, writeGguf, writeSafetensors } from "@tp/formats";
 import { rng } from "./tiny-models.ts";
 
 /** A tensor by name, f32 values, torch shape. */
@@ -148,4 +148,17 @@ export function writeTinyEagle3(
     tensors.push({ name: "d2t", dtype: "I64", shape: s, data: bytes(v) });
   }
   writeSafetensors(path, tensors);
+}
+
+/** Write a head as GGUF with the same tensor names (F32, d2t I64): the GGUF form models/eagle3.ts reads. */
+export function writeTinyEagle3Gguf(path: string, h: TinyEagle3): void {
+  const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+  const tensors = [...h.tensors].map(([name, { shape, values }]) => ({
+    name,
+    type: "F32",
+    shape,
+    data: bytes(values),
+  }));
+  tensors.push({ name: "d2t", type: "I64", shape: [h.d2t.length], data: bytes(h.d2t) });
+  writeGguf(path, [ggufKv("general.architecture", "str", "eagle3")], tensors);
 }
