@@ -430,6 +430,43 @@ describe.skipIf(!HAVE_MODELS)(`EAGLE-3 with snapshot rollback ${SKIP}`, () => {
   }, 120_000);
 });
 
+describe.skipIf(!HAVE_MODELS)(`stepCollect ${SKIP}`, () => {
+  test("gemma3 with a ring of 8 + 9 rows: a prompt split into forwards, taps joined, equal to the cache-free forward", async () => {
+    const t = loadModel(join(MODELS, "synthetic/gemma3-tiny-F32.gguf"), {
+      backend,
+      maxContext: 128,
+      kvRingBatch: 9,
+    });
+    try {
+      const ids = t.tokenizer.encode(`${PROMPT} and a dog`, { addSpecial: true });
+      expect(ids.length).toBeGreaterThan(18); // three forwards of at most 9 rows
+      const L = t.model.config.num_hidden_layers;
+      const collect = [L, 1, 3];
+      const free = await Promise.all(t.model.forward(ids, { collect }).map(readFree));
+      const r = t.model.stepCollect?.(ids, collect, { allLogits: true }) as {
+        logits: Tensor;
+        hidden: Tensor[];
+      };
+      const logits = await readFree(r.logits);
+      expect(logits.length).toBe(ids.length * t.model.config.vocab_size);
+      const got = await Promise.all(r.hidden.map(readFree));
+      for (let i = 0; i < collect.length; i++) {
+        expect(got[i]?.length).toBe(ids.length * t.model.config.hidden_size);
+        const ref = free[i] as Float32Array;
+        const scale = Math.max(...Array.from(ref, Math.abs));
+        // gemma's √H-scaled residual stream is large: the same f32 ops, compared relative to its size
+        expect(maxAbsDiff(got[i] as Float32Array, ref) / scale).toBeLessThan(SAME_OPS_TOL);
+      }
+      expect(t.model.cached).toBe(ids.length);
+      expect(() => t.model.stepCollect?.([1], [L + 1])).toThrow(/distinct integer in \[0, 6\]/);
+      expect(() => t.model.stepCollect?.([1], [2, 2])).toThrow(TpError);
+      expect(t.model.cached).toBe(ids.length); // nothing written by a refused call
+    } finally {
+      t.model.dispose();
+    }
+  });
+});
+
 describe.skipIf(!HAVE_MODELS)(`EAGLE-3 head containers and config ${SKIP}`, () => {
   test("a GGUF head with the same names gives the safetensors head's logits exactly; config.json beside it sets head_dim", async () => {
     const path = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
