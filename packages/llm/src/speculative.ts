@@ -24,6 +24,10 @@
  * vanilla decoding; three drafted rounds before a verdict): a draft model as slow as the target — or a
  * machine where the verify forward of m + 1 rows costs m + 1 decode steps — falls back to vanilla.
  *
+ * Drafters: prompt lookup ({@link NgramDrafter}), a draft model ({@link DraftModelDrafter}) and an
+ * EAGLE-3 head ({@link Eagle3Drafter}), which reads the target's hidden states: a drafter with `taps`
+ * makes the host run every target forward through `stepCollect` and hand it the rows.
+ *
  * Rollback: the target's state must be append-only KV rows that `truncate` cuts. Architectures whose
  * state cannot be cut (recurrent/conv state, ring buffers) without a rollback interface are refused
  * (E_UNSUPPORTED, see {@link checkSpeculativeModel}).
