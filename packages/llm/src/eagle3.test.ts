@@ -468,7 +468,7 @@ describe.skipIf(!HAVE_MODELS)(`stepCollect ${SKIP}`, () => {
 });
 
 describe.skipIf(!HAVE_MODELS)(`EAGLE-3 head containers and config ${SKIP}`, () => {
-  test("a GGUF head with the same names gives the safetensors head's logits exactly; config.json beside it sets head_dim", async () => {
+  test("a GGUF head with the same names gives the safetensors head's logits exactly; config.json beside it sets heads and taps", async () => {
     const path = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
     const t = loadModel(path, { backend, maxContext: 64 });
     const c = t.model.config;
@@ -507,6 +507,34 @@ describe.skipIf(!HAVE_MODELS)(`EAGLE-3 head containers and config ${SKIP}`, () =
         vocab_size: 4122,
       });
       expect(Array.from(a.draftToTarget)).toEqual(Array.from(h.draftToTarget));
+      expect(b.config.taps).toBeUndefined();
+      // heads from num_attention_heads win over a head_dim the shapes contradict; aux layer ids → taps
+      writeFileSync(
+        join(dir, "config.json"),
+        JSON.stringify({
+          draft_vocab_size: h.d2t.length,
+          num_attention_heads: 4,
+          head_dim: 12,
+          eagle_config: { eagle_aux_hidden_state_layer_ids: [0, 1, 0] },
+        }),
+      );
+      const b2 = loadEagle3Head(st, backend, c, emb);
+      try {
+        expect([b2.config.num_attention_heads, b2.config.head_dim]).toEqual([4, 16]);
+        expect(b2.config.taps).toEqual([1, 2, 1]);
+        const d = new Eagle3Drafter(b2, t.model);
+        expect(d.taps).toEqual([1, 2]);
+        d.dispose();
+      } finally {
+        b2.dispose();
+      }
+      writeFileSync(
+        join(dir, "config.json"),
+        JSON.stringify({ draft_vocab_size: 1, eagle_config: { eagle_aux_hidden_state_layer_ids: [1] } }),
+      );
+      expect(() => loadEagle3Head(st, backend, c, emb)).toThrow(
+        /eagle_aux_hidden_state_layer_ids must be three/,
+      );
       // the same weights under both containers: the same logits when both read head_dim 16
       writeFileSync(
         join(tmp, "config.json"),

@@ -319,8 +319,8 @@ export class DraftModelDrafter implements Drafter {
 /** Options of an {@link Eagle3Drafter}. */
 export interface Eagle3DrafterOptions {
   /**
-   * The target's hidden_states indices feeding fc, three (they may repeat); default
-   * {@link eagle3Taps} of the target's depth (llm.md §7.4).
+   * The target's hidden_states indices feeding fc, three (they may repeat); default the head's
+   * config (`Eagle3Config.taps`), else {@link eagle3Taps} of the target's depth (llm.md §7.4).
    */
   taps?: readonly number[];
   /** Ids at which the rollout stops (the stop token itself is proposed). */
@@ -378,7 +378,7 @@ export class Eagle3Drafter implements Drafter {
         where,
       );
     const L = tc.num_hidden_layers;
-    const taps = options.taps ?? eagle3Taps(L);
+    const taps = options.taps ?? head.config.taps ?? eagle3Taps(L);
     if (taps.length !== 3 || taps.some((t) => !Number.isInteger(t) || t < 0 || t > L))
       throw new TpError(
         "E_ARG",

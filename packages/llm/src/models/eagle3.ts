@@ -25,8 +25,10 @@
  *
  * Hyper-parameters come from the tensor shapes; head_dim, rms_norm_eps and rope_theta from a
  * config.json beside the file when it is an EAGLE config (it has `draft_vocab_size`, or an
- * `architectures` entry naming Eagle), else from the target's config (AngelSlim heads copy the
- * target's: Qwen3-4B head_dim 128, ε 1e-6, θ 1e6). Safetensors or a GGUF file with the same tensor names.
+ * `architectures` entry naming Eagle) — head_dim as q_proj rows / num_attention_heads first, since
+ * the shapes are what the weights are — else from the target's config (AngelSlim heads copy the
+ * target's: Qwen3-4B head_dim 128, ε 1e-6, θ 1e6); the taps from its
+ * `eagle_config.eagle_aux_hidden_state_layer_ids` when present. Safetensors or a GGUF file with the same tensor names.
  */
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -54,6 +56,12 @@ export interface Eagle3Config {
   readonly draft_vocab_size: number;
   /** The target's vocabulary (d2t maps into it). */
   readonly vocab_size: number;
+  /**
+   * The target's hidden_states indices feeding fc when the config names them
+   * (`eagle_config.eagle_aux_hidden_state_layer_ids` + 1: the outputs of those layers); else the
+   * drafter's default, {@link eagle3Taps}.
+   */
+  readonly taps?: readonly number[];
 }
 
 /** The head's weights by AngelSlim names. */
@@ -192,6 +200,8 @@ interface HeadJson {
   num_key_value_heads?: number;
   rms_norm_eps?: number;
   rope_theta?: number;
+  /** `eagle_config.eagle_aux_hidden_state_layer_ids`: layers whose outputs feed fc (SpecForge's key). */
+  aux_layers?: number[];
 }
 
 /** The config.json beside `file` when it describes an EAGLE head, else undefined. @throws TpError E_FORMAT */
@@ -225,7 +235,16 @@ function headJson(file: string): HeadJson | undefined {
       });
     out[k] = v;
   }
-  return out;
+  const ec = j.eagle_config as Record<string, unknown> | undefined;
+  const ids = typeof ec === "object" && ec !== null ? ec.eagle_aux_hidden_state_layer_ids : undefined;
+  if (ids === undefined) return out;
+  if (!Array.isArray(ids) || ids.length !== 3 || !ids.every((x) => Number.isInteger(x) && x >= 0))
+    throw new TpError(
+      "E_FORMAT",
+      `config.json eagle_config.eagle_aux_hidden_state_layer_ids must be three layer indices, got ${JSON.stringify(ids)}`,
+      { file: path },
+    );
+  return { ...out, aux_layers: ids as number[] };
 }
 
 /** A 2-D tensor's shape, or E_FORMAT naming the file and tensor. */
@@ -335,19 +354,24 @@ export function loadEagle3Head(
     const headE = tensorEntry(r, "lm_head.weight");
     const [Vd] = shape2(headE, "lm_head.weight");
     const json = headJson(file) ?? {};
-    const hd =
-      json.head_dim ??
-      (json.num_attention_heads !== undefined ? qRows / json.num_attention_heads : target.head_dim);
-    if (
-      !Number.isInteger(hd) ||
-      hd < 1 ||
-      qRows % hd !== 0 ||
-      kvRows % hd !== 0 ||
-      (qRows / hd) % (kvRows / hd) !== 0
-    )
+    // head_dim: the first that fits the shapes of q_proj rows / num_attention_heads, head_dim (some
+    // released configs state hidden_size / heads, which the shapes contradict), the target's
+    const fits = (d: number) =>
+      Number.isInteger(d) &&
+      d >= 1 &&
+      qRows % d === 0 &&
+      kvRows % d === 0 &&
+      (qRows / d) % (kvRows / d) === 0;
+    const candidates = [
+      ...(json.num_attention_heads === undefined ? [] : [qRows / json.num_attention_heads]),
+      ...(json.head_dim === undefined ? [] : [json.head_dim]),
+      target.head_dim,
+    ];
+    const hd = candidates.find(fits);
+    if (hd === undefined)
       throw bad(
         qE,
-        `q_proj rows ${qRows} and k_proj rows ${kvRows} are not whole heads of head_dim ${hd} (query heads a multiple of KV heads)`,
+        `q_proj rows ${qRows} and k_proj rows ${kvRows} are not whole heads of head_dim ${candidates.join(" or ")} (query heads a multiple of KV heads)`,
       );
     const config: Eagle3Config = {
       hidden_size: H,
@@ -360,6 +384,7 @@ export function loadEagle3Head(
       rope_theta: json.rope_theta ?? target.rope_theta,
       draft_vocab_size: Vd,
       vocab_size: target.vocab_size,
+      ...(json.aux_layers === undefined ? {} : { taps: json.aux_layers.map((l) => l + 1) }),
     };
     const draftToTarget = readD2t(src, r, Vd, target.vocab_size);
     const w = new WeightReader(backend, r);
