@@ -84,6 +84,12 @@ export interface LoadQwen3VlTextOptions {
   readonly rope_theta?: number;
   /** Override {@link QWEN3_VL_TEXT_DEFAULTS}.rms_norm_eps. */
   readonly rms_norm_eps?: number;
+  /**
+   * The tensors to read instead of opening `path` (e.g. @tp/quant's `openQuantCache(...).source`:
+   * the file with its projections replaced by INT8 / INT4 ConvRot ones); closed by the model's
+   * dispose, and on failure.
+   */
+  readonly source?: TensorSource;
 }
 
 /** A loaded Qwen3-VL language model with what was detected. */
@@ -213,8 +219,37 @@ function upcastWeights(w: Qwen3Weights): Qwen3Weights {
 }
 
 /**
+ * The layout of an opened Qwen3-VL text-encoder file (@tp/formats' identification: prefix, variant —
+ * the format of `layers.0.self_attn.q_proj`, e.g. bf16, fp8_scaled, int8_convrot — and sizes), read
+ * from the tensor table only.
+ * @param path the file, for messages
+ * @throws TpError E_FORMAT when `src` is not a Qwen3-VL text encoder, saying what it looks like
+ */
+export function qwen3VlTextLayout(src: TensorSource, path: string = src.path): DetectedLayout {
+  let layout: DetectedLayout;
+  try {
+    layout = identifyCheckpoint(src);
+  } catch (e) {
+    if (!isTpError(e)) throw e;
+    throw new TpError("E_FORMAT", `${path} is not a Qwen3-VL text encoder: ${e.message}`, {
+      file: path,
+      cause: e,
+    });
+  }
+  if (layout.kind !== "qwen3vl-text-encoder") {
+    throw new TpError(
+      "E_FORMAT",
+      `${path} is not a Qwen3-VL text encoder (no model.language_model.embed_tokens.weight): it looks like a ${layout.description} (${layout.kind}); pass it where that component goes`,
+      { file: path },
+    );
+  }
+  return layout;
+}
+
+/**
  * Open a Qwen3-VL text-encoder file (the language model only) as a {@link Qwen3HiddenStates}.
- * Weights stay mapped (`native`) or are decoded to f32 (`f32`); norm scales are uploaded as f32.
+ * Weights stay mapped (`native`: the stored format — bf16, fp8 scaled, INT8 / INT4 ConvRot — as the
+ * backend's matmul takes it) or are decoded to f32 (`f32`); norm scales are uploaded as f32.
  * @example
  * const { model } = loadQwen3VlText("qwen3vl_4b_fp8_scaled.safetensors", { backend });
  * const [h2, h35] = model.forward(ids, { collect: [2, 35] }); // f32 [n, 2560] each
@@ -227,25 +262,9 @@ export function loadQwen3VlText(path: string, options: LoadQwen3VlTextOptions): 
   if (mode !== "native" && mode !== "f32") {
     throw new TpError("E_ARG", `unknown weights '${String(mode)}'; expected one of: native, f32`);
   }
-  const src = openCheckpoint(path);
+  const src = options.source ?? openCheckpoint(path);
   try {
-    let layout: DetectedLayout;
-    try {
-      layout = identifyCheckpoint(src);
-    } catch (e) {
-      if (!isTpError(e)) throw e;
-      throw new TpError("E_FORMAT", `${path} is not a Qwen3-VL text encoder: ${e.message}`, {
-        file: path,
-        cause: e,
-      });
-    }
-    if (layout.kind !== "qwen3vl-text-encoder") {
-      throw new TpError(
-        "E_FORMAT",
-        `${path} is not a Qwen3-VL text encoder (no model.language_model.embed_tokens.weight): it looks like a ${layout.description} (${layout.kind}); pass it where that component goes`,
-        { file: path },
-      );
-    }
+    const layout = qwen3VlTextLayout(src, path);
     const prefix = layout.prefix ?? "model.language_model.";
     const reader: CheckpointReader = {
       source: src,
