@@ -190,6 +190,8 @@ export interface EncodeOptions {
   readonly prompt: string;
   readonly negative?: string;
   readonly textEncoderMode?: string;
+  /** The quantizer for a quantize-on-load cache of the text encoder (Qwen-Image-2.1; default @tp/quant's). */
+  readonly quantizer?: WeightQuantizer;
 }
 
 /** Options of {@link DiffusionPipeline.decode}. */

@@ -9,12 +9,22 @@
  * `text_encoder/`; ComfyUI layout: the same file fetched beside `text_encoders/`), else a
  * `tokenizer.json` beside the file, else the pinned npm copy Krea 2 uses.
  *
- * Sources: qwen-image.md §3 (template, drop rule), §4 (encoder); ComfyUI
+ * The weights, as the transformer's (qwen-image.md §10.3): by default (`q8`) the seven projections of
+ * every layer (`self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj`) of a float file are quantized
+ * once to INT8 ConvRot into a cache beside the file (@tp/quant's `openQuantCache`: keyed by the
+ * file's name, size and mtime, rebuilt on change, `TP_CACHE_DIR` when the folder is read-only) and
+ * memory-mapped later; `q4` INT4 ConvRot; the embedding table, the norms and `lm_head` (unused) stay
+ * float. A file whose projections are already quantized (ComfyUI's fp8 scaled, INT8 ConvRot) is used
+ * as stored in `q8` and `q4`. `native` runs the file's own format, `f32` decodes it to f32.
+ *
+ * Sources: qwen-image.md §3 (template, drop rule), §4 (encoder), §10.3 (quantize on load); ComfyUI
  * comfy/text_encoders/qwen_image21.py (`TextEncodeQwenImage21` replaces an empty prompt by " ").
  */
 import { existsSync, statSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { loadQwen3VlText, type Qwen3HiddenStates } from "@tp/llm";
+import { basename, dirname, join, resolve } from "node:path";
+import { openCheckpoint, quantizableWeights, type TensorSource } from "@tp/formats";
+import { loadQwen3VlText, type Qwen3HiddenStates, qwen3VlTextLayout } from "@tp/llm";
+import { type GroupSizeRule, openQuantCache, type WeightQuantizer } from "@tp/quant";
 import { type Backend, TpError } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
 import { Conditioning, type PromptEncoder } from "../conditioning.ts";
@@ -69,13 +79,39 @@ export function qwenImageTokenizer(checkpoint: string): Tokenizer {
 }
 
 /**
- * How the language model's projections are computed: `native` (the file's format) or `f32` (decoded
- * at load; ComfyUI's fp32 CPU reference).
+ * How the language model's projections are computed (the module comment): `q8` (default) INT8 /
+ * `q4` INT4 ConvRot through a quantize-on-load cache (a file already quantized: as stored), `native`
+ * (the file's format, e.g. bf16) or `f32` (decoded at load; ComfyUI's fp32 CPU reference).
  */
-export type QwenImageTextMode = "native" | "f32";
+export type QwenImageTextMode = "q8" | "q4" | "native" | "f32";
 
-/** The modes of {@link QwenImageTextMode}. */
-export const QWEN_IMAGE_TEXT_MODES: readonly QwenImageTextMode[] = ["native", "f32"];
+/** The modes of {@link QwenImageTextMode}, the default first. */
+export const QWEN_IMAGE_TEXT_MODES: readonly QwenImageTextMode[] = ["q8", "q4", "native", "f32"];
+
+/**
+ * Rotation groups of the text encoder's quantized projections: per layer the largest of these that
+ * divides its K. Qwen3-VL-8B's K (4096, 12288) takes 256 (int8) and 64 (int4, as the transformer's
+ * `--q4`); the narrower tiny files go down to 4, the smallest ConvRot group.
+ */
+export const QWEN_IMAGE_TEXT_GROUPS: Readonly<Record<"q8" | "q4", readonly number[]>> = {
+  q8: [256, 64, 16, 4],
+  q4: [64, 16, 4],
+};
+
+/** Formats of `layers.0.self_attn.q_proj` that are quantized on load (@tp/formats' variant names). */
+const FLOAT_VARIANTS = new Set(["bf16", "f16", "f32"]);
+
+/** One group rule per projection (its full name), from {@link QWEN_IMAGE_TEXT_GROUPS}. */
+function textEncoderGroups(src: TensorSource, mode: "q8" | "q4"): GroupSizeRule[] {
+  const rules: GroupSizeRule[] = [];
+  for (const name of quantizableWeights(src).names) {
+    const k = src.tensor(name).shape[1] as number;
+    const g = QWEN_IMAGE_TEXT_GROUPS[mode].find((size) => k % size === 0);
+    // none: planQuantization's E_SHAPE names the tensor and K
+    if (g !== undefined) rules.push({ pattern: name, groupSize: g });
+  }
+  return rules;
+}
 
 /** Qwen-Image-2.1's prompt encoder: prompt → {@link Conditioning} `[1, kept, hidden]`. */
 export class QwenImageTextEncoder implements PromptEncoder, Disposable {
@@ -85,6 +121,8 @@ export class QwenImageTextEncoder implements PromptEncoder, Disposable {
     readonly tokenizer: Tokenizer,
     /** The file's detected layout, for people. */
     readonly description: string,
+    /** What became of the weights in `q8` / `q4` (cache built / hit / rebuilt and its path, or used as stored), one line. */
+    readonly note?: string,
   ) {}
 
   /** Conditioning width: the language model's hidden size. */
@@ -139,24 +177,60 @@ export class QwenImageTextEncoder implements PromptEncoder, Disposable {
 /** Options of {@link loadQwenImageTextEncoder}. */
 export interface LoadQwenImageTextEncoderOptions {
   readonly backend: Backend;
-  /** Default `native`. */
+  /** Default `q8` (the product default, as the transformer's). */
   readonly mode?: QwenImageTextMode;
   /** A tokenizer instead of {@link qwenImageTokenizer}'s choice. */
   readonly tokenizer?: Tokenizer;
+  /** The quantizer for a cache that must be built (the CLI passes @tp/backend-cpu's native one). */
+  readonly quantizer?: WeightQuantizer;
+  /** Fallback cache folder for a read-only folder (default `$TP_CACHE_DIR`, XDG, `~/.cache`). */
+  readonly cacheDir?: string;
+}
+
+/**
+ * The tensors of a text-encoder file for `q8` / `q4`: a float file through its quantize-on-load
+ * cache, a quantized one as it is; and one line saying which.
+ * @throws TpError E_FORMAT when it is not a Qwen3-VL text encoder; as openQuantCache
+ */
+function quantizedSource(
+  path: string,
+  mode: "q8" | "q4",
+  options: LoadQwenImageTextEncoderOptions,
+): { source: TensorSource; note: string } {
+  const src = openCheckpoint(path);
+  try {
+    const variant = qwen3VlTextLayout(src, path).variant ?? "unknown";
+    if (!FLOAT_VARIANTS.has(variant))
+      return { source: src, note: `text encoder ${basename(path)} used as stored (${variant})` };
+    const cache = openQuantCache(src, {
+      format: mode === "q4" ? "int4_convrot" : "int8_convrot",
+      groupSizes: textEncoderGroups(src, mode),
+      ...(options.quantizer ? { quantizer: options.quantizer } : {}),
+      ...(options.cacheDir ? { cacheDir: options.cacheDir } : {}),
+    });
+    return {
+      source: cache.source,
+      note: `text encoder ${mode === "q4" ? "int4" : "int8"} ConvRot cache ${cache.status}: ${cache.path}`,
+    };
+  } catch (e) {
+    src.close();
+    throw e;
+  }
 }
 
 /**
  * Open Qwen-Image-2.1's text encoder: a Qwen3-VL language-model file (diffusers `text_encoder/`
  * with prefix `model.language_model.`, or ComfyUI's `text_encoders/qwen3vl_8b_*.safetensors`; sizes
- * from tensor shapes) and Qwen's tokenizer.
- * @throws TpError E_IO for a missing file or tokenizer; E_FORMAT when it is not a Qwen3-VL text encoder;
- *   E_ARG for an unknown mode; E_STATE for a tokenizer that is not Qwen's
+ * from tensor shapes), its weights in `mode` (the module comment), and Qwen's tokenizer.
+ * @throws TpError E_IO for a missing file or tokenizer, or a cache that can be written nowhere;
+ *   E_FORMAT when it is not a Qwen3-VL text encoder; E_ARG for an unknown mode; E_STATE for a
+ *   tokenizer that is not Qwen's; E_SHAPE for a projection no ConvRot group divides
  */
 export function loadQwenImageTextEncoder(
   path: string,
   options: LoadQwenImageTextEncoderOptions,
 ): QwenImageTextEncoder {
-  const mode = options.mode ?? "native";
+  const mode = options.mode ?? "q8";
   if (!QWEN_IMAGE_TEXT_MODES.includes(mode)) {
     throw new TpError(
       "E_ARG",
@@ -166,10 +240,15 @@ export function loadQwenImageTextEncoder(
   if (!existsSync(path)) {
     throw new TpError("E_IO", `cannot open the text encoder ${path}: no such file`, { file: path });
   }
-  const { model, layout } = loadQwen3VlText(path, { backend: options.backend, weights: mode });
+  const q = mode === "q8" || mode === "q4" ? quantizedSource(path, mode, options) : undefined;
+  const { model, layout } = loadQwen3VlText(path, {
+    backend: options.backend,
+    weights: mode === "f32" ? "f32" : "native",
+    ...(q ? { source: q.source } : {}),
+  });
   try {
     const tokenizer = options.tokenizer ?? qwenImageTokenizer(path);
-    const enc = new QwenImageTextEncoder(model, tokenizer, layout.description);
+    const enc = new QwenImageTextEncoder(model, tokenizer, layout.description, q?.note);
     enc.ids(""); // the drop-14 check, before any long work
     return enc;
   } catch (e) {

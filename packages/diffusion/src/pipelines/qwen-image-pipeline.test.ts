@@ -1,7 +1,8 @@
 // Qwen-Image-2.1's registry row on ../shared/testdata/qwen-image-tiny: both folder layouts resolve to
 // their files (a partial folder is one line naming what is missing) and give the same image; the DiT
 // picks the row; the quantize-on-load cache is built once beside the weights, mapped later, rebuilt
-// when a file changes; the velocity error of each width against f32 (case 1 of the DiT goldens).
+// when a file changes; the velocity error of each width against f32 (case 1 of the DiT goldens); the
+// whole pipeline from the prompt against ComfyUI's cfg1 image, float modes pinned, the defaults measured.
 import { afterAll, describe, expect, test } from "bun:test";
 import {
   copyFileSync,
@@ -9,6 +10,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readdirSync,
+  readFileSync,
   rmSync,
   symlinkSync,
   utimesSync,
@@ -135,6 +137,74 @@ run(`Qwen-Image-2.1 registry row${note}`, () => {
     }
     expect(Array.from(images[0] as Uint8Array)).toEqual(Array.from(images[1] as Uint8Array));
   }, 60000);
+
+  test("ComfyUI's cfg1 run from the prompt (256², 8 steps, comfy, seed 42): f32 gives its image; the default modes' difference measured", async () => {
+    const b = backend as NonNullable<typeof backend>;
+    const ref = new Uint8Array(readFileSync(join(DIR, "sampling/cfg1/decoded_u8.bin")));
+    const common = {
+      backend: b,
+      prompt: "a red cube on a white table",
+      width: 256,
+      height: 256,
+      steps: 8,
+      cfg: 1,
+      seed: 42n,
+      schedule: "comfy",
+      noise: "default" as const, // the fixture machine's torch randn kernel
+    };
+    const diff = (rgba: Uint8Array) => {
+      let max = 0;
+      let sum = 0;
+      for (let i = 0; i < ref.length; i++) {
+        const d = Math.abs((rgba[i] as number) - (ref[i] as number));
+        max = Math.max(max, d);
+        sum += d;
+      }
+      return { max, mean: sum / ref.length };
+    };
+    const runs: Record<string, { max: number; mean: number }> = {};
+    const notes: string[] = [];
+    for (const [what, folder, ditMode, textEncoderMode] of [
+      ["f32 / f32 (pinned)", comfyFolder("golden-bf16", "bf16"), "f32", "f32"],
+      ["DiT f32, text encoder q8", comfyFolder("golden-te8", "bf16"), "f32", "q8"],
+      ["int8_convrot DiT, text encoder f32", comfyFolder("golden-dit8", "int8_convrot"), undefined, "f32"],
+      [
+        "defaults (int8_convrot DiT as stored, text encoder q8)",
+        comfyFolder("golden-int8", "int8_convrot"),
+        undefined,
+        undefined,
+      ],
+    ] as const) {
+      const r = await QWEN_IMAGE_PIPELINE.generate(
+        {
+          ...common,
+          files: qwenImageModelFiles(folder),
+          ...(ditMode ? { ditMode } : {}),
+          ...(textEncoderMode ? { textEncoderMode } : {}),
+        },
+        (e) => {
+          if (e.kind === "notice") notes.push(e.text);
+        },
+      );
+      expect(r.rgba?.length).toBe(ref.length);
+      runs[what] = diff(r.rgba as Uint8Array);
+    }
+    console.log("RGBA bytes against ComfyUI's cfg1 image (max, mean |Δ|):", runs);
+    expect(notes.filter((n) => n.startsWith("text encoder int8 ConvRot cache built")).length).toBe(2);
+    expect(notes).toContain(
+      "transformer qwen_image_2.1_tiny_int8_convrot.safetensors used as stored (int8_convrot)",
+    );
+    // the float run is the golden (truncation: ±1 at rounding boundaries, as pipelines/qwen-image.test.ts)
+    expect(runs["f32 / f32 (pinned)"]?.max).toBeLessThanOrEqual(1);
+    expect(runs["f32 / f32 (pinned)"]?.mean).toBeLessThanOrEqual(1e-2);
+    // W8A8 text encoder (conditioning 1.4e-2 off, models/qwen-image-text-quant.test.ts): measured max 1,
+    // mean 3.3e-3; the int8 transformer alone: max 3, mean 7.0e-2; both (the defaults): max 5, mean
+    // 7.0e-2. Bounds: twice the measured.
+    expect(runs["DiT f32, text encoder q8"]?.max).toBeLessThanOrEqual(2);
+    expect(runs["DiT f32, text encoder q8"]?.mean).toBeLessThanOrEqual(7e-3);
+    expect(runs["defaults (int8_convrot DiT as stored, text encoder q8)"]?.max).toBeLessThanOrEqual(10);
+    expect(runs["defaults (int8_convrot DiT as stored, text encoder q8)"]?.mean).toBeLessThanOrEqual(0.14);
+  }, 120000);
 
   test("quantize on load: cache built beside the weights, mapped next time, rebuilt when a file changes; velocity error per width", async () => {
     const b = backend as NonNullable<typeof backend>;

@@ -3,7 +3,9 @@
  * image, one network resident at a time (encoder → transformer → VAE). The transformer is quantized on
  * load by default (`q8`: INT8 ConvRot, the ComfyUI `_int8_convrot` file used as it is, a float file
  * quantized once into a cache beside it by @tp/quant's `openQuantCache`; `q4`: INT4 ConvRot; `f32`:
- * float weights and compute). Both checkpoint layouts reach it through {@link qwenImageModelFiles}.
+ * float weights and compute). The text encoder has its own mode (`textEncoderMode`, default `q8`
+ * too: its projections through a cache beside its own file, see models/qwen-image-text.ts). Both
+ * checkpoint layouts reach it through {@link qwenImageModelFiles}.
  *
  * Sources: ../shared/spec/qwen-image.md §1 (pipeline), §2.3 (layouts), §7.3 (CFG), §10.3 (modes,
  * caches).
@@ -334,7 +336,7 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     what: "the Qwen3-VL-8B text encoder",
     signature: "model.language_model.embed_tokens.weight",
   },
-  defaults: { ...QWEN_IMAGE_DEFAULTS, shift: 0, ditMode: "q8", textEncoderMode: "native" },
+  defaults: { ...QWEN_IMAGE_DEFAULTS, shift: 0, ditMode: "q8", textEncoderMode: "q8" },
   limits: {
     minSize: QWEN_IMAGE_MIN_SIZE,
     maxSize: QWEN_IMAGE_MAX_SIZE,
@@ -352,7 +354,7 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     const teMode = oneOf<QwenImageTextMode>(
       "text-encoder mode",
       o.textEncoderMode,
-      "native",
+      "q8",
       QWEN_IMAGE_TEXT_MODES,
     );
     const { backend, files } = o;
@@ -365,7 +367,12 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
       teMode,
       scheduler: extra.scheduler,
       encoder: async (fn) => {
-        using te = loadQwenImageTextEncoder(files.textEncoder as string, { backend, mode: teMode });
+        using te = loadQwenImageTextEncoder(files.textEncoder as string, {
+          backend,
+          mode: teMode,
+          ...(o.quantizer ? { quantizer: o.quantizer } : {}),
+        });
+        if (te.note) await progress?.({ kind: "notice", text: te.note });
         return await fn(te);
       },
       models: (report) => {
@@ -386,7 +393,7 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     const teMode = oneOf<QwenImageTextMode>(
       "text-encoder mode",
       o.textEncoderMode,
-      "native",
+      "q8",
       QWEN_IMAGE_TEXT_MODES,
     );
     const { backend, files } = o;
@@ -395,7 +402,13 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     const te =
       files.textEncoder === undefined
         ? undefined
-        : stack.use(loadQwenImageTextEncoder(files.textEncoder, { backend, mode: teMode }));
+        : stack.use(
+            loadQwenImageTextEncoder(files.textEncoder, {
+              backend,
+              mode: teMode,
+              ...(o.quantizer ? { quantizer: o.quantizer } : {}),
+            }),
+          );
     const dit = stack.use(loadQwenImageDit(files.dit, backend, mode, { quantizer: o.quantizer }).dit);
     const vae = stack.use(loadQwenImageVae(backend, files.vae, extra.vaeConfig));
     const resident = stack.move();
@@ -424,10 +437,14 @@ export const QWEN_IMAGE_PIPELINE: DiffusionPipeline = {
     const teMode = oneOf<QwenImageTextMode>(
       "text-encoder mode",
       o.textEncoderMode,
-      "native",
+      "q8",
       QWEN_IMAGE_TEXT_MODES,
     );
-    using encoder = loadQwenImageTextEncoder(o.textEncoder, { backend: o.backend, mode: teMode });
+    using encoder = loadQwenImageTextEncoder(o.textEncoder, {
+      backend: o.backend,
+      mode: teMode,
+      ...(o.quantizer ? { quantizer: o.quantizer } : {}),
+    });
     using positive = await encoder.encode(o.prompt);
     using negative = o.negative === undefined ? null : await encoder.encode(o.negative);
     return {
