@@ -60,13 +60,15 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     256x256, 20 steps, cfg 1, seed 1, the diffusers schedule; sides
                                     floored to multiples of 32; DIR may be a Hub repository
                                     (Qwen/Qwen-Image-2.1, Comfy-Org/Qwen-Image-2.1), downloaded
-                                    once into the HF cache; the transformer is quantized to int8
-                                    ConvRot on first use (a cache beside it), --q4 int4, --f32 float
+                                    once into the HF cache; the transformer and the text encoder
+                                    are quantized to int8 ConvRot on first use (a cache beside each),
+                                    --q4 int4, --f32 float; --te-mode q8|q4|native|f32 sets the text
+                                    encoder's alone (native: as stored)
   decode --vae F --latent F [--out x.png] [--backend cpu|vulkan] [--threads N]
            [--vae-tiled]
                                     decode a latent saved by --latent-out ([1, 16 or 64, 1, h, w], VAE space;
                                     a Qwen-Image-2.1 latent decodes to an RGBA PNG)
-  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast|f32]
+  encode --text-encoder F --prompt P [--negative N] --out cond.safetensors [--te-mode native|upcast|q8|q4|f32]
          [--pipeline ${PIPELINES.map((p) => p.id).join("|")} | --dit F | --model DIR|org/name]
                                     run only the text encoder and save conditioning for --cond-in;
                                     Krea 2 and Qwen-Image-2.1 share the text-encoder layout, so the
@@ -351,7 +353,11 @@ export async function generate(args: string[]): Promise<number> {
     );
   }
   if (values.q4 && values.f32) throw new TpError("E_ARG", "give --q4 or --f32, not both");
-  if (values.q4) values["dit-mode"] ??= "q4";
+  // --q4 / --f32 set both networks' modes; --dit-mode / --te-mode given beside them win.
+  if (values.q4) {
+    values["dit-mode"] ??= "q4";
+    values["te-mode"] ??= "q4";
+  }
   if (values.f32) {
     values["dit-mode"] ??= "f32";
     values["te-mode"] ??= "f32";
@@ -387,7 +393,10 @@ export async function generate(args: string[]): Promise<number> {
   // 3. The run: conditioning, DiT, sampling, VAE (the pipeline checks the files' shapes first).
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
   // The native multi-threaded quantizer, for a quantize-on-load cache that must be built.
-  const quantizer = pipeline.id === "qwen-image" && ditMode !== "f32" ? createNativeQuantizer() : null;
+  const quantizer =
+    pipeline.id === "qwen-image" && (ditMode !== "f32" || teMode === "q8" || teMode === "q4")
+      ? createNativeQuantizer()
+      : null;
   const progress = stepProgress("sampling");
   try {
     const onEvent = (e: GenerateEvent): void => {
@@ -650,6 +659,8 @@ export async function encode(args: string[]): Promise<number> {
     pipeline.limits.textEncoderModes,
   );
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
+  // Qwen-Image's q8 / q4: the native quantizer, for a text-encoder cache that must be built.
+  const quantizer = teMode === "q8" || teMode === "q4" ? createNativeQuantizer() : null;
   try {
     const t0 = performance.now();
     const c = await pipeline.encode({
@@ -658,6 +669,7 @@ export async function encode(args: string[]): Promise<number> {
       prompt: values.prompt,
       ...(values.negative !== undefined ? { negative: values.negative } : {}),
       textEncoderMode: teMode,
+      ...(quantizer ? { quantizer } : {}),
     });
     // one file, through a temporary name; a failure names --out
     writeAllOrNothing((stage) =>
@@ -675,6 +687,7 @@ export async function encode(args: string[]): Promise<number> {
     console.log(`wrote ${out} (${shapes})`);
     return 0;
   } finally {
+    quantizer?.dispose();
     backend.dispose();
   }
 }

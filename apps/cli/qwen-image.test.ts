@@ -1,7 +1,8 @@
 // `bun apps/cli generate` with Qwen-Image-2.1 as a user runs it: child processes on the tiny
 // checkpoints of ../shared/testdata/qwen-image-tiny, through folders of links (so caches land in the
 // test's temporary folder, never in ../shared): --model in both layouts, an RGBA PNG with its
-// parameters chunk, the int4 cache built then hit, and the errors of the flags this model adds.
+// parameters chunk, the int4 caches (transformer and text encoder) built then hit, and the errors of
+// the flags this model adds.
 import { afterAll, describe, expect, test } from "bun:test";
 import {
   existsSync,
@@ -33,15 +34,18 @@ const note = missing.length === 0 ? "" : ` [skipped: shared fixture missing: ${m
 const tmp = mkdtempSync(join(tmpdir(), "tp-cli-qimage-"));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-/** The diffusers folder as links, with a real transformer/ folder (its cache is written there). */
+/** The diffusers folder as links, with real transformer/ and text_encoder/ folders (their caches are written there). */
 function diffusersFolder(): string {
   const root = join(tmp, "diffusers");
-  mkdirSync(join(root, "transformer"), { recursive: true });
+  const own = ["transformer", "text_encoder"];
+  mkdirSync(root, { recursive: true });
   for (const e of readdirSync(join(DIR, "diffusers"))) {
-    if (e !== "transformer") symlinkSync(join(DIR, "diffusers", e), join(root, e));
+    if (!own.includes(e)) symlinkSync(join(DIR, "diffusers", e), join(root, e));
   }
-  for (const f of readdirSync(join(DIR, "diffusers/transformer"))) {
-    symlinkSync(join(DIR, "diffusers/transformer", f), join(root, "transformer", f));
+  for (const d of own) {
+    mkdirSync(join(root, d), { recursive: true });
+    for (const f of readdirSync(join(DIR, "diffusers", d)))
+      symlinkSync(join(DIR, "diffusers", d, f), join(root, d, f));
   }
   return root;
 }
@@ -177,8 +181,10 @@ describe(`generate with Qwen-Image-2.1${note}`, () => {
       );
       const q1 = run("generate", "--model", diff, ...common, "--q4", "--out", join(tmp, "c.png"));
       expect(q1.code).toBe(0);
-      expect(q1.err).toContain("int4 ConvRot cache built");
-      expect(readdirSync(join(diff, "transformer")).some((f) => f.endsWith(".tp-q4.cache"))).toBe(true);
+      expect(q1.err).toContain("note: transformer int4 ConvRot cache built");
+      expect(q1.err).toContain("note: text encoder int4 ConvRot cache built");
+      for (const d of ["transformer", "text_encoder"])
+        expect(readdirSync(join(diff, d)).some((f) => f.endsWith(".tp-q4.cache"))).toBe(true);
       const q2 = run(
         "generate",
         "--model",
@@ -191,7 +197,16 @@ describe(`generate with Qwen-Image-2.1${note}`, () => {
         join(tmp, "d.png"),
       );
       expect(q2.code).toBe(0);
-      expect(q2.err).toContain("int4 ConvRot cache hit");
+      expect(q2.err).toContain("note: transformer int4 ConvRot cache hit");
+      expect(q2.err).toContain("note: text encoder int4 ConvRot cache hit");
+      // --te-mode beside --q4 wins for the text encoder alone
+      const q3 = run(
+        ...["generate", "--model", diff, ...common, "--q4", "--te-mode", "q8"],
+        ...["--out", join(tmp, "d2.png")],
+      );
+      expect(q3.code).toBe(0);
+      expect(q3.err).toContain("note: transformer int4 ConvRot cache hit");
+      expect(q3.err).toContain("note: text encoder int8 ConvRot cache built");
       expect(q2.err).toMatch(/s\/step, ETA/);
     },
     120000,
