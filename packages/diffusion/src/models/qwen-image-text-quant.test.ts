@@ -18,6 +18,7 @@ import {
   readdirSync,
   rmSync,
   symlinkSync,
+  truncateSync,
   utimesSync,
   writeFileSync,
 } from "node:fs";
@@ -55,6 +56,10 @@ const Q8_TOL = 5e-2;
  */
 const Q4_TOL = 0.8;
 const PROMPT = "a red cube on a white table";
+/** The seven projections of a layer that are quantized (qwen-image.md §10.3; @tp/formats' quantizable table). */
+const PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+  .map((m) => `self_attn.${m}`)
+  .concat(["gate_proj", "up_proj", "down_proj"].map((m) => `mlp.${m}`));
 
 const tmp = mkdtempSync(join(tmpdir(), "tp-qimage-te-"));
 const backend = missing.length === 0 ? createBackend({ threads: 2 }) : null;
@@ -120,12 +125,12 @@ run(`Qwen-Image-2.1 text encoder quantized on load${note}`, () => {
         const cache = openSafetensors(quantCachePaths(path, format).beside);
         const names = cache.tensors.map((t) => t.name).sort();
         cache.close();
-        const want: string[] = [];
-        for (let l = 0; l < layers; l++)
-          for (const p of ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"]
-            .concat(["mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
-            .map((m) => `${path === tiny ? "model." : "model.language_model."}layers.${l}.${m}`))
-            want.push(`${p}.comfy_quant`, `${p}.weight`, `${p}.weight_scale`);
+        const prefix = path === tiny ? "model." : "model.language_model.";
+        const want = Array.from({ length: layers }, (_, l) =>
+          PROJECTIONS.map((m) => `${prefix}layers.${l}.${m}`),
+        )
+          .flat()
+          .flatMap((p) => [`${p}.comfy_quant`, `${p}.weight`, `${p}.weight_scale`]);
         expect(names).toEqual(want.sort());
       }
       table[what] = errs;
@@ -136,7 +141,7 @@ run(`Qwen-Image-2.1 text encoder quantized on load${note}`, () => {
     console.log("text-encoder conditioning error against f32 (max |Δ| / max |ref|):", table);
   }, 60_000);
 
-  test("cache round trip: built, then hit, rebuilt when the file changes; no temporary file left", async () => {
+  test("cache round trip: built, then hit, rebuilt when the file changes or the cache is damaged; no temporary file left", async () => {
     const path = copyInto(COMFY_TE, "qwen3vl_8b_tiny_bf16.safetensors");
     const first = await encodeIn(path, "q8");
     expect(first.note).toBe(`text encoder int8 ConvRot cache built: ${path}.tp-q8.cache`);
@@ -147,6 +152,11 @@ run(`Qwen-Image-2.1 text encoder quantized on load${note}`, () => {
     const changed = await encodeIn(path, "q8");
     expect(changed.note).toBe(`text encoder int8 ConvRot cache rebuilt: ${path}.tp-q8.cache`);
     expect(Array.from(changed.data)).toEqual(Array.from(first.data));
+    // a damaged cache (here: truncated) is never used: rebuilt, same numbers
+    truncateSync(`${path}.tp-q8.cache`, 1000);
+    const damaged = await encodeIn(path, "q8");
+    expect(damaged.note).toBe(`text encoder int8 ConvRot cache rebuilt: ${path}.tp-q8.cache`);
+    expect(Array.from(damaged.data)).toEqual(Array.from(first.data));
     const q4 = await encodeIn(path, "q4");
     expect(q4.note).toBe(`text encoder int4 ConvRot cache built: ${path}.tp-q4.cache`);
     expect(readdirSync(join(path, "..")).sort()).toEqual(
