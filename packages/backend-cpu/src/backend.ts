@@ -178,6 +178,10 @@ export class CpuBackend extends BackendBase {
   }
 
   protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
+    return this.readStorageSync(handle, offset, length);
+  }
+
+  protected override readStorageSync(handle: unknown, offset: number, length: number): Uint8Array {
     return blockBytes(handle as HostBlock, offset, length, "read").slice();
   }
 

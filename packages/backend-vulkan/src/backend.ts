@@ -285,6 +285,11 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   }
 
   protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
+    return this.readStorageSync(handle, offset, length);
+  }
+
+  /** ctx.read waits for the queued work (native/vulkan tp_vk_buffer_read), so it needs no Promise. */
+  protected override readStorageSync(handle: unknown, offset: number, length: number): Uint8Array {
     const b = (handle as DeviceStorage).buffer;
     return b === null ? new Uint8Array(length) : this.ctx.read(b, offset, length);
   }

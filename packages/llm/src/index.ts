@@ -19,5 +19,6 @@ export * from "./models/llama.ts";
 export * from "./models/qwen3.ts";
 export * from "./models/qwen3-vl-text.ts";
 export * from "./models/registry.ts";
+export * from "./placement.ts";
 export * from "./sampling.ts";
 export * from "./speculative.ts";

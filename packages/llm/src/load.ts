@@ -35,11 +35,21 @@ import {
 } from "./models/language-model.ts";
 import { openQwen3VlTextCheckpoint, qwen3vl } from "./models/qwen3-vl-text.ts";
 import { architectureFor } from "./models/registry.ts";
+import { PlacedBackend, type PlacementOptions, placeLayers } from "./placement.ts";
 
 /** Options of {@link loadModel} and {@link loadCausalLM}. */
 export interface LoadModelOptions extends Omit<LanguageModelOptions, "onDispose" | "file"> {
-  /** The backend the model runs on (its matmul must take the file's weight formats). */
+  /**
+   * The backend the model runs on (its matmul must take the file's weight formats); with `placement`,
+   * the device backend.
+   */
   readonly backend: Backend;
+  /**
+   * Layers split between `backend` (the device) and `placement.host` (the cpu backend): `-ngl`,
+   * `--cpu-layers`, `--cpu-moe`, `--n-cpu-moe` (placement.ts). The model's backend is then a
+   * {@link PlacedBackend} over both.
+   */
+  readonly placement?: PlacementOptions & { readonly host: Backend };
 }
 
 /** A model ready to run, without its tokenizer. */
@@ -289,7 +299,12 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
   const o = openModel(path);
   const source = o.reader.source;
   try {
-    const model = createLanguageModel(o.arch, options.backend, o.config, o.reader, {
+    const p = options.placement;
+    const backend =
+      p === undefined
+        ? options.backend
+        : new PlacedBackend(p.host, options.backend, o.config, placeLayers(o.config, p));
+    const model = createLanguageModel(o.arch, backend, o.config, o.reader, {
       ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
       ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
       ...(options.kvRingBatch !== undefined ? { kvRingBatch: options.kvRingBatch } : {}),

@@ -203,6 +203,13 @@ export abstract class BackendBase implements Backend {
   protected abstract writeStorage(handle: unknown, offset: number, data: Uint8Array): void;
   /** Copy `length` bytes from storage at byte `offset` to a new host array (bounds already checked). */
   protected abstract readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array>;
+  /**
+   * {@link readStorage} without a Promise, for {@link readSync}: a backend whose reads block until its
+   * queued work is done (cpu, vulkan) overrides it; the default refuses (E_UNSUPPORTED).
+   */
+  protected readStorageSync(_handle: unknown, _offset: number, _length: number): Uint8Array {
+    throw new TpError("E_UNSUPPORTED", `backend ${this.name} has no synchronous read (transfer)`);
+  }
 
   /**
    * What this backend implements, op by op (./kernels.ts): the op methods check their arguments,
@@ -362,6 +369,24 @@ export abstract class BackendBase implements Backend {
     return hostArrayFor(t.dtype, out);
   }
 
+  /**
+   * As {@link read} for a contiguous tensor, without awaiting: waits for queued work and copies the
+   * elements to the host. For moving a small activation between backends inside a forward
+   * ({@link transfer}), where no `await` can happen.
+   * @throws TpError E_STATE for a freed or foreign tensor; E_UNSUPPORTED for a strided view (copy it
+   *   first) or a backend without synchronous reads
+   */
+  readSync(t: Tensor): HostArray {
+    this.own(t);
+    if (!t.isContiguous)
+      throw new TpError("E_UNSUPPORTED", `readSync: ${t.describe()} is a strided view; copy it first`);
+    const size = dtypeBytes(t.dtype);
+    const n = t.numel;
+    if (n === 0) return hostArrayFor(t.dtype, new Uint8Array(0));
+    hostBuffer(0, t, n * size);
+    return hostArrayFor(t.dtype, this.readStorageSync(t.storage.handle, t.layout.offset * size, n * size));
+  }
+
   async synchronize(): Promise<void> {}
 
   dispose(): void {
@@ -492,4 +517,21 @@ export abstract class BackendBase implements Backend {
   ): Tensor {
     return ssm.gatedDeltaNet(this, q, k, v, g, beta, state, options);
   }
+}
+
+/**
+ * `t` on backend `to`: `t` itself when it is there already, else a new contiguous copy in `to`'s
+ * memory (named as `t`), read synchronously from `t`'s backend and uploaded. The one crossing
+ * between backends of a placed model (a hidden state at a layer boundary, the rows routed to experts
+ * kept on the host); `t` is left to its owner.
+ * @throws TpError E_UNSUPPORTED when `t`'s backend has no synchronous read; E_OOM from `to`
+ */
+export function transfer(t: Tensor, to: Backend): Tensor {
+  const from = t.backend;
+  if (from === to) return t;
+  if (!(from instanceof BackendBase))
+    throw new TpError("E_UNSUPPORTED", `transfer: backend ${from.name} has no synchronous read`);
+  if (t.isContiguous) return to.upload(from.readSync(t), t.shape, t.dtype, t.name);
+  using c = from.copy(t);
+  return to.upload(from.readSync(c), t.shape, t.dtype, t.name);
 }

@@ -10,6 +10,7 @@
  */
 import { loadWeight, type TensorEntry, type TensorSource } from "@tp/formats";
 import { type Backend, type DTypeName, type OpName, type Tensor, TpError, type Weight } from "@tp/tensor";
+import { PlacedBackend } from "../placement.ts";
 
 /**
  * A checkpoint seen through Hugging Face tensor names: `name(hf)` gives the name in the file.
@@ -143,7 +144,9 @@ export class WeightReader {
    * @throws TpError as {@link WeightReader.linear}
    */
   embedding(hf: string, shape: readonly [number, number], tied: boolean): Weight {
-    return this.#weight(hf, shape, tied ? EMBEDDING_AND_HEAD : EMBEDDING);
+    if (!tied) return this.#weight(hf, shape, EMBEDDING);
+    const w = this.#weight(hf, shape, EMBEDDING_AND_HEAD);
+    return this.#supported("lm_head.weight", w, LINEAR); // the head's placement too (placement.ts)
   }
 
   /**
@@ -188,7 +191,8 @@ export class WeightReader {
 
   /** `w` when the backend runs every op of `ops` on its format. @throws TpError E_UNSUPPORTED naming file and tensor */
   #supported(hf: string, w: Weight, ops: readonly OpName[]): Weight {
-    const b = this.backend;
+    const placed = this.backend instanceof PlacedBackend ? this.backend : null;
+    const b = placed?.backendFor(hf) ?? this.backend; // a placed model: the backend its name puts it on
     for (const op of ops) {
       if (!b.supports(op, [w.format])) {
         throw new TpError(
@@ -198,6 +202,7 @@ export class WeightReader {
         );
       }
     }
+    placed?.placeWeight(hf, w); // resident on a device
     return w;
   }
 }

@@ -272,7 +272,7 @@ function readNorm(w: WeightReader, c: Gemma3Config, hf: string, length: number):
   if (!c.norm_plus_one) return w.norm(hf, length);
   const b = w.backend;
   using stored = w.norm(hf, length);
-  using one = b.upload(new Float32Array([1]), [1], "f32", "one");
+  using one = b.upload(new Float32Array([1]), [1], "f32", `${hf} + 1`); // named: placed with its layer
   return b.add(stored, one);
 }
 

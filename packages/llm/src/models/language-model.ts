@@ -16,6 +16,7 @@ import type { GgufMetadata } from "@tp/formats";
 import { type Backend, Tensor, TpError } from "@tp/tensor";
 import { KvCache } from "../kv-cache.ts";
 import type { CausalLM, LlmConfig, StepOptions } from "../model.ts";
+import { PlacedBackend } from "../placement.ts";
 import { DEFAULT_STATE_SNAPSHOTS, RecurrentState, type RecurrentStateShape } from "../recurrent-state.ts";
 import type { CheckpointReader } from "./checkpoint.ts";
 import { ForwardPass } from "./layers.ts";
@@ -163,7 +164,12 @@ export function createLanguageModel(
   options: LanguageModelOptions = {},
 ): LanguageModel {
   contextWindow(config, options.maxContext);
-  return new LanguageModel(arch.create(backend, config, r), options);
+  try {
+    return new LanguageModel(arch.create(backend, config, r), options);
+  } catch (e) {
+    if (backend instanceof PlacedBackend) backend.releaseWeights(); // the device copies made so far
+    throw e;
+  }
 }
 
 /**
@@ -485,6 +491,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
     this.kv.dispose();
     this.state?.dispose();
     freeTensors(this.backend, this.model.weights);
+    if (this.backend instanceof PlacedBackend) this.backend.releaseWeights();
     this.#onDispose?.();
   }
 

@@ -8,9 +8,10 @@
  * Sources: ../shared/spec/llm.md §3.0 (building blocks), §7.1–7.3 (the stepper, the KV cache);
  * Vaswani et al. 2017 eq. 1 (attention); Ainslie et al. 2023 (GQA); Shazeer 2020 (SwiGLU).
  */
-import type { Backend, RopeOptions, Tensor, Weight } from "@tp/tensor";
+import { type Backend, type RopeOptions, type Tensor, transfer, type Weight } from "@tp/tensor";
 import type { KvCache } from "../kv-cache.ts";
 import type { LlmConfig } from "../model.ts";
+import { PlacedBackend } from "../placement.ts";
 import type { RecurrentState } from "../recurrent-state.ts";
 
 /**
@@ -24,8 +25,10 @@ export class ForwardPass {
   readonly n: number;
   /** Rows already in the KV cache: the first new row's position. 0 without a cache. */
   readonly offset: number;
-  /** i32 [n]: positions offset … offset + n − 1. */
-  readonly positions: Tensor;
+  /** i32 [n]: positions offset … offset + n − 1, on the backend of the block running now. */
+  get positions(): Tensor {
+    return this.#positions.get(this.#placed?.layerBackend(this.#block) ?? this.backend) as Tensor;
+  }
   /** The KV cache to append to and attend over, or null: attention over this forward's own keys and values. */
   readonly cache: KvCache | null;
   /**
@@ -44,6 +47,12 @@ export class ForwardPass {
   /** Rows that go through the final norm and the head: the last one, all, or none (return the hidden state). */
   readonly head: "last" | "all" | null;
   readonly #collect: ReadonlySet<number> | null;
+  /** The placed model's backend (placement.ts), or null on one backend. */
+  readonly #placed: PlacedBackend | null;
+  /** The positions on each backend that runs a block. */
+  readonly #positions = new Map<Backend, Tensor>();
+  /** The block running now (set by {@link ForwardPass.next}). */
+  #block = 0;
   /** hidden_states[k] kept by {@link ForwardPass.next}; null when none is asked for. */
   readonly collected: Map<number, Tensor> | null;
 
@@ -55,7 +64,10 @@ export class ForwardPass {
     this.backend = backend;
     this.n = o.n;
     this.offset = o.offset;
-    this.positions = o.positions;
+    this.#placed = backend instanceof PlacedBackend ? backend : null;
+    this.#positions.set(this.#placed === null ? backend : o.positions.backend, o.positions);
+    for (const m of this.#placed?.members ?? [])
+      if (!this.#positions.has(m)) this.#positions.set(m, transfer(o.positions, m));
     this.cache = o.cache;
     this.segments = o.segments ?? null;
     this.state = o.state ?? null;
@@ -67,7 +79,8 @@ export class ForwardPass {
 
   /**
    * After block k: `h` (hidden_states[k], the block's input) is kept when collected, else freed;
-   * returns `out`, the next hidden state.
+   * returns `out`, the next hidden state — on the backend of block k + 1 (or of the head) when the
+   * model is placed over two backends (placement.ts: the one crossing of a boundary).
    */
   next(k: number, h: Tensor, out: Tensor): Tensor {
     if (this.#collect?.has(k)) this.collected?.set(k, h);
@@ -75,7 +88,12 @@ export class ForwardPass {
     // hidden_states[blocks] (the last block's output, before the final norm) is the head's input:
     // kept as it is, never freed by the forward (it lives in the caller's scope)
     if (k === this.blocks - 1 && this.#collect?.has(this.blocks)) this.collected?.set(this.blocks, out);
-    return out;
+    this.#block = k + 1;
+    const to = this.#placed?.layerBackend(k + 1) ?? out.backend;
+    if (to === out.backend) return out;
+    const moved = transfer(out, to);
+    if (this.collected?.get(k + 1) !== out) out.backend.free(out); // a collected one stays where it was made
+    return moved;
   }
 
   /** The rows of h [n, H] that reach the head: [1, H] (the last) or all [n, H]. A view, no copy. */
@@ -91,10 +109,9 @@ export interface DecodeSegment {
 }
 
 /** What a {@link ForwardPass} is built from (built by the {@link LanguageModel} entry points). */
-export type ForwardPassOptions = Pick<
-  ForwardPass,
-  "n" | "offset" | "positions" | "cache" | "blocks" | "head"
-> & {
+export type ForwardPassOptions = Pick<ForwardPass, "n" | "offset" | "cache" | "blocks" | "head"> & {
+  /** i32 [n]: positions offset … offset + n − 1 (on any one backend of a placed model). */
+  readonly positions: Tensor;
   readonly collect: ReadonlySet<number> | null;
   readonly segments?: readonly DecodeSegment[] | null;
   readonly state?: RecurrentState | null;

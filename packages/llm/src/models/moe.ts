@@ -20,6 +20,7 @@
  * differ only by f32 rounding.
  */
 import type { Backend, Tensor, Weight } from "@tp/tensor";
+import { toBackend, weightBackend } from "../placement.ts";
 import type { WeightReader } from "./checkpoint.ts";
 
 /** The weights of one sparse MoE MLP, by HF names (`model.layers.{i}.mlp.*`). */
@@ -87,7 +88,9 @@ export function moeRoute(b: Backend, gate: Weight, x: Tensor, k: number, normTop
 /**
  * The experts' SwiGLU and the weighted sum: x [n, H], route [n, k] → Σ_s w[t, s] · down_{e}(silu(
  * gate_{e}(x)) ⊙ up_{e}(x)) with e = ids[t, s], [n, H]. One matmul_id per projection: the gate and up
- * stacks read each token's row for all k slots, the down stack each slot's own activation.
+ * stacks read each token's row for all k slots, the down stack each slot's own activation. When a
+ * placed model keeps these stacks on the host (placement.ts), x and the route cross there and the sum
+ * comes back.
  */
 export function moeExperts(
   b: Backend,
@@ -96,6 +99,11 @@ export function moeExperts(
   route: MoeRoute,
   numExperts: number,
 ): Tensor {
+  const at = weightBackend(b, w.gate_proj, x); // x's, or the host's under --cpu-moe / --n-cpu-moe
+  if (at !== x.backend) {
+    const there = { ids: toBackend(route.ids, at), weights: toBackend(route.weights, at) };
+    return toBackend(moeExperts(at, w, toBackend(x, at), there, numExperts), x.backend); // two crossings
+  }
   const [n, h] = x.shape as [number, number];
   const k = route.ids.shape[1] as number;
   const opts = { experts: numExperts };
