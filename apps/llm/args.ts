@@ -9,6 +9,13 @@
 import { ARCHITECTURES, DEFAULT_SAMPLING, type SamplingParams, visionUnsupported } from "@tp/llm";
 // The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
 import { parseFlags, TpError } from "@tp/tensor";
+import {
+  MEMORY_OPTIONS,
+  MEMORY_USAGE,
+  type MemoryArgs,
+  memoryArgs,
+  memoryShortFlags,
+} from "./memory-args.ts";
 
 /** The architectures @tp/llm runs (its registry), one per line: name and description. */
 const ARCHITECTURE_LINES = Object.values(ARCHITECTURES)
@@ -47,6 +54,7 @@ export const USAGE = `usage: bun apps/llm --model FILE [--prompt TEXT] [options]
   --ctx N                 context window in tokens (default: the model's, at most 131072)
   --threads N             CPU threads (default: all cores)
   --backend NAME          cpu | vulkan | ptx | cuda (default cpu)
+${MEMORY_USAGE}
   --spec-type T           speculative decoding: none | ngram | draft | eagle3 (llama.cpp's
                           ngram-simple, ngram-cache, ngram-map-k, ngram-map-k4v, ngram-mod
                           are the n-gram drafter); default: draft with -md, ngram with
@@ -88,6 +96,8 @@ export interface LlmArgs {
   help: boolean;
   /** Speculative decoding (none unless a --spec-* / --draft-* / -md flag asks for it). */
   speculative: SpeculativeArgs;
+  /** Layer placement and memory budgets (./memory-args.ts). */
+  memory: MemoryArgs;
 }
 
 /** The speculative-decoding flags, checked. */
@@ -173,7 +183,7 @@ const NUMERIC_FLAGS: ReadonlyMap<string, string> = new Map([
 function joinNegativeValues(argv: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] as string;
+    const a = memoryShortFlags(argv[i] as string);
     if (a === "--") {
       out.push(...argv.slice(i));
       break;
@@ -255,6 +265,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
         "draft-p-min": { type: "string" },
         eagle: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
+        ...MEMORY_OPTIONS,
       },
       strict: true,
       allowPositionals: false,
@@ -312,6 +323,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
     json: values.json === true,
     help,
     speculative,
+    memory: memoryArgs(s, values["cpu-moe"] === true, s("backend") ?? "cpu"),
   };
 }
 

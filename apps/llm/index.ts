@@ -29,6 +29,7 @@ import {
 import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
 import { ctxRange, type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
 import { parseHubModelRef, resolveModelArg } from "./hub-model.ts";
+import { placing } from "./memory-args.ts";
 
 /** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
 export function peakRssBytes(): number {
@@ -44,8 +45,29 @@ const MiB = 1024 * 1024;
 const fmtS = (s: number) => s.toFixed(2);
 const fmtRate = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 
+/** Peak bytes of the device and the cpu backend (null: not in use), peak RSS, and the mapped weight files. */
+interface MemoryFigures {
+  devicePeak: number | null;
+  cpuPeak: number | null;
+  peakRss: number;
+  mapped: number;
+}
+
+/** "peak device 12 MiB, peak cpu 3 MiB, peak RSS 210 MiB, mapped 16 MiB" (the summary's end). */
+export function describeMemory(m: MemoryFigures): string {
+  const mib = (b: number) => `${(b / MiB).toFixed(0)} MiB`;
+  return [
+    m.devicePeak === null ? "" : `peak device ${mib(m.devicePeak)}`,
+    m.cpuPeak === null ? "" : `peak cpu ${mib(m.cpuPeak)}`,
+    `peak RSS ${mib(m.peakRss)}`,
+    `mapped ${mib(m.mapped)}`,
+  ]
+    .filter((x) => x !== "")
+    .join(", ");
+}
+
 /** One line of stats after an answer, for stderr. */
-function summary(r: GenerateResult, cached: number, window: number, kvBytes: number): string {
+function summary(r: GenerateResult, cached: number, window: number, kvBytes: number, memory: string): string {
   const tps = tokensPerSecond(r);
   const stop =
     r.stopReason === "eos"
@@ -54,7 +76,7 @@ function summary(r: GenerateResult, cached: number, window: number, kvBytes: num
   return (
     `[prompt ${r.prefillTokens} tok${r.reusedTokens > 0 ? ` (+${r.reusedTokens} cached)` : ""} in ${fmtS(r.promptSeconds)} s, ${fmtRate(tps.prompt)} tok/s; ` +
     `generated ${r.ids.length} tok in ${fmtS(r.genSeconds)} s, ${fmtRate(tps.generation)} tok/s; ` +
-    `ctx ${cached}/${window}, KV ${(kvBytes / MiB).toFixed(0)} MiB; peak RSS ${(peakRssBytes() / MiB).toFixed(0)} MiB${stop}` +
+    `ctx ${cached}/${window}, KV ${(kvBytes / MiB).toFixed(0)} MiB; ${memory}${stop}` +
     `${specSummary(r)}]`
   );
 }
@@ -176,15 +198,45 @@ async function main(args: LlmArgs): Promise<number> {
     if (!args.json) status(`[model file: ${args.model}]`);
   }
   const t0 = performance.now();
-  const backend = await loadBackend(
-    args.backend,
-    args.threads === undefined ? {} : { threads: args.threads },
-  );
+  const threads = args.threads === undefined ? {} : { threads: args.threads };
+  const backend = await loadBackend(args.backend, threads);
+  const mem = args.memory;
+  // the cpu backend of a placed model's other layers, or the one backend when it is the cpu
+  const host = placing(mem) ? await loadBackend("cpu", threads) : backend.name === "cpu" ? backend : null;
+  if (mem.ramBudget !== undefined) {
+    if (host === null)
+      throw new TpError(
+        "E_ARG",
+        `--ram-budget limits the cpu backend, which --backend ${args.backend} without -ngl / --vram-budget does not use`,
+      );
+    host.memory.setBudget(mem.ramBudget);
+  }
+  const memoryFigures = (): MemoryFigures => ({
+    devicePeak: backend === host ? null : backend.memory.peak,
+    cpuPeak: host?.memory.peak ?? null,
+    peakRss: peakRssBytes(),
+    mapped: loaded.mappedBytes,
+  });
   let loaded: ReturnType<typeof loadModel>;
   try {
     loaded = loadModel(args.model, {
       backend,
       ...(args.ctx === undefined ? {} : { maxContext: args.ctx }),
+      ...(!placing(mem) || host === null
+        ? {}
+        : {
+            placement: {
+              host,
+              ...(mem.gpuLayers === undefined ? {} : { gpuLayers: mem.gpuLayers }),
+              ...(mem.cpuLayers === undefined ? {} : { cpuLayers: mem.cpuLayers }),
+              cpuMoe: mem.cpuMoe,
+              ...(mem.nCpuMoe === undefined ? {} : { nCpuMoe: mem.nCpuMoe }),
+              ...(mem.vramBudget === undefined ? {} : { vramBudget: mem.vramBudget }),
+              onPlan: (line: string) => {
+                if (!args.json) status(`[${line}]`);
+              },
+            },
+          }),
     });
   } catch (e) {
     // The library names its option (maxContext) and the model's ceiling; say it with the flag.
@@ -278,6 +330,9 @@ async function main(args: LlmArgs): Promise<number> {
             seed: String(session.seed), // the base seed: --seed with it reproduces this run
             peak_rss_bytes: peakRssBytes(),
             backend_peak_bytes: backend.memory.peak,
+            device_peak_bytes: memoryFigures().devicePeak,
+            cpu_peak_bytes: memoryFigures().cpuPeak,
+            mapped_bytes: loaded.mappedBytes,
             ctx: model.maxContext,
             ...(r.speculative === undefined
               ? {}
@@ -295,20 +350,27 @@ async function main(args: LlmArgs): Promise<number> {
         );
       } else {
         process.stdout.write("\n");
-        status(summary(r, model.cached, model.maxContext, model.kvBytes));
+        status(summary(r, model.cached, model.maxContext, model.kvBytes, describeMemory(memoryFigures())));
       }
       return 0;
     }
     // Render the template once before the banner, so that a broken one fails now, not at the first line.
     chat.promptIds("Hello");
-    return await repl(chat, genOptions, banner(), (c) => {
-      current = c;
-    });
+    return await repl(
+      chat,
+      genOptions,
+      banner(),
+      (c) => {
+        current = c;
+      },
+      memoryFigures,
+    );
   } finally {
     spec.draft?.model.dispose();
     spec.dispose?.();
     model.dispose();
     backend.dispose();
+    if (host !== null && host !== backend) host.dispose();
   }
 }
 
@@ -318,6 +380,7 @@ async function repl(
   genOptions: { sampling: object; maxNewTokens: number; speculative?: SpeculativeOptions },
   banner: string,
   setCurrent: (c: AbortController | null) => void,
+  memoryFigures: () => MemoryFigures,
 ): Promise<number> {
   const tty = process.stdin.isTTY === true;
   const model = chat.session.model;
@@ -342,7 +405,7 @@ async function repl(
           onText: (t: string) => process.stdout.write(t),
         });
         process.stdout.write("\n");
-        status(summary(r, model.cached, model.maxContext, model.kvBytes));
+        status(summary(r, model.cached, model.maxContext, model.kvBytes, describeMemory(memoryFigures())));
       } catch (e) {
         if (!(e instanceof TpError) || e.code !== "E_ARG") throw e;
         // e.g. context window full: /reset and go on

@@ -25,17 +25,32 @@ import {
 } from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { loadHfTokenizer, type Tokenizer, tokenizerFromGguf } from "@tp/tokenizer";
+import { KV_RING_BATCH } from "./kv-cache.ts";
 import type { LlmConfig } from "./model.ts";
 import { type CheckpointReader, unreadTensors } from "./models/checkpoint.ts";
 import {
   type Architecture,
+  contextWindow,
   createLanguageModel,
+  freeTensors,
   type LanguageModel,
   type LanguageModelOptions,
+  slidingWindows,
 } from "./models/language-model.ts";
 import { openQwen3VlTextCheckpoint, qwen3vl } from "./models/qwen3-vl-text.ts";
 import { architectureFor } from "./models/registry.ts";
-import { PlacedBackend, type PlacementOptions, placeLayers } from "./placement.ts";
+import {
+  activationBytes,
+  describeDeviceCost,
+  describePlacement,
+  type LayerPlacement,
+  PlacedBackend,
+  type PlacementCosts,
+  type PlacementOptions,
+  placeLayers,
+  placeUnderBudget,
+} from "./placement.ts";
+import { DEFAULT_STATE_SNAPSHOTS } from "./recurrent-state.ts";
 
 /** Options of {@link loadModel} and {@link loadCausalLM}. */
 export interface LoadModelOptions extends Omit<LanguageModelOptions, "onDispose" | "file"> {
@@ -49,8 +64,24 @@ export interface LoadModelOptions extends Omit<LanguageModelOptions, "onDispose"
    * `--cpu-layers`, `--cpu-moe`, `--n-cpu-moe` (placement.ts). The model's backend is then a
    * {@link PlacedBackend} over both.
    */
-  readonly placement?: PlacementOptions & { readonly host: Backend };
+  readonly placement?: LoadPlacement;
 }
+
+/** {@link LoadModelOptions.placement}: the flags, the host backend, and an optional device budget. */
+export type LoadPlacement = Omit<PlacementOptions, "gpuLayers"> & {
+  /** The cpu backend for the layers the device does not take. */
+  readonly host: Backend;
+  /** `-ngl`; without it, all slots, or as many as `vramBudget` holds. */
+  readonly gpuLayers?: number | "all";
+  /**
+   * `--vram-budget`: bytes (or `min`: nothing on the device) for everything the device backend
+   * allocates; the device's account is given this budget, and without `gpuLayers` the most slots that
+   * fit are chosen ({@link placeUnderBudget}).
+   */
+  readonly vramBudget?: number | "min";
+  /** Called with one line describing the placement and its device bytes, before any weight is placed. */
+  readonly onPlan?: (line: string) => void;
+};
 
 /** A model ready to run, without its tokenizer. */
 export interface LoadedCausalLM {
@@ -68,6 +99,8 @@ export interface LoadedCausalLM {
   readonly tokenizerFrom: string;
   /** Tensors of the file the model did not read (for a warning), in file order. */
   readonly unexpected: readonly string[];
+  /** Bytes of the weight files, memory-mapped (page cache, not any backend's memory). */
+  readonly mappedBytes: number;
 }
 
 /** A model ready to run, with the tokenizer of the same file. */
@@ -300,10 +333,7 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
   const source = o.reader.source;
   try {
     const p = options.placement;
-    const backend =
-      p === undefined
-        ? options.backend
-        : new PlacedBackend(p.host, options.backend, o.config, placeLayers(o.config, p));
+    const backend = p === undefined ? options.backend : placedBackend(o, options, p);
     const model = createLanguageModel(o.arch, backend, o.config, o.reader, {
       ...(options.maxContext !== undefined ? { maxContext: options.maxContext } : {}),
       ...(options.kvInitialRows !== undefined ? { kvInitialRows: options.kvInitialRows } : {}),
@@ -318,11 +348,64 @@ export function loadCausalLM(path: string, options: LoadModelOptions): LoadedCau
       path: o.path,
       tokenizerFrom: o.tokenizerFrom,
       unexpected: unreadTensors(o.reader),
+      mappedBytes: source.files.reduce((sum, f) => sum + statSync(f).size, 0),
     };
   } catch (e) {
     source.close();
     throw e;
   }
+}
+
+/**
+ * The {@link PlacedBackend} of a load: the flags' placement, or under `vramBudget` the one chosen from
+ * the device bytes of each (weights counted by a load on the host — views on the mapping, no copy —,
+ * KV at the context window, the recurrent state with its snapshots, an activation bound).
+ * @throws TpError E_OOM for a budget below what the asked -ngl needs; E_ARG for a bad flag value
+ */
+function placedBackend(o: Opened, options: LoadModelOptions, p: LoadPlacement): PlacedBackend {
+  const c = o.config;
+  const device = options.backend;
+  let placement: LayerPlacement;
+  if (p.vramBudget === undefined) {
+    placement = placeLayers(c, { ...p, gpuLayers: p.gpuLayers ?? "all" });
+    p.onPlan?.(`placement: ${describePlacement(placement, p.host.name, device.name)}`);
+  } else {
+    const chosen = placeUnderBudget(placementCosts(o, options, p.host), p, p.vramBudget);
+    placement = chosen.placement;
+    device.memory.setBudget(p.vramBudget === "min" ? 0 : p.vramBudget);
+    p.onPlan?.(
+      `placement: -ngl ${chosen.gpuLayers} of ${c.num_hidden_layers + 1}${p.gpuLayers === undefined ? " (chosen by --vram-budget)" : ""}: ` +
+        `${describePlacement(placement, p.host.name, device.name)}; device ${describeDeviceCost(chosen.cost)}`,
+    );
+  }
+  return new PlacedBackend(p.host, device, c, placement);
+}
+
+/** What {@link deviceCost} counts from: a load with every layer on the host (nothing is copied), then freed. */
+function placementCosts(o: Opened, options: LoadModelOptions, host: Backend): PlacementCosts {
+  const c = o.config;
+  const probe = new PlacedBackend(host, options.backend, c, placeLayers(c, { gpuLayers: 0 }));
+  const model = o.arch.create(probe, c, o.reader);
+  freeTensors(probe, model.weights);
+  const window = contextWindow(c, options.maxContext);
+  const ring = options.kvRingBatch ?? KV_RING_BATCH;
+  const kvRow = 2 * c.num_key_value_heads * c.head_dim * 4; // f32 keys and values
+  const windows = slidingWindows(c);
+  const kvSlotBytes = Array.from({ length: model.kvLayers ?? c.num_hidden_layers }, (_, s) => {
+    const w = windows[s] ?? 0;
+    return kvRow * (w > 0 ? Math.min(window, w + ring) : window);
+  });
+  const r = model.recurrent;
+  const snapshots = 1 + (options.stateSnapshots ?? DEFAULT_STATE_SNAPSHOTS);
+  const perState =
+    r === undefined ? 0 : 4 * ((r.convKernel - 1) * r.convChannels + r.valueHeads * r.keyDim * r.valueDim);
+  return {
+    config: c,
+    weights: probe.weightsByName,
+    kvSlotBytes,
+    stateSlotBytes: new Array<number>(r?.layers ?? 0).fill(perState * snapshots),
+    activations: activationBytes(c, Math.min(window, ring), window),
+  };
 }
 
 /**

@@ -174,6 +174,7 @@ export class PlacedBackend implements Backend {
   /** Where each weight was placed (a tied embedding can be in both). */
   readonly #weights = new Map<Weight, Set<Backend>>();
   readonly #resident: Weight[] = [];
+  readonly #names = new Map<string, Weight>();
 
   /** @throws TpError E_ARG when host and device are the same backend */
   constructor(host: Backend, device: Backend, config: LlmConfig, placement: LayerPlacement) {
@@ -224,6 +225,7 @@ export class PlacedBackend implements Backend {
    */
   placeWeight(hf: string, w: Weight): Backend {
     const b = this.backendFor(hf);
+    this.#names.set(hf, w);
     const at = this.#weights.get(w) ?? new Set<Backend>();
     if (!at.has(b)) {
       const r = weightResidency(b);
@@ -242,6 +244,11 @@ export class PlacedBackend implements Backend {
     const at = this.#weights.get(w);
     if (at === undefined || at.has(x.backend)) return x.backend;
     return at.values().next().value as Backend;
+  }
+
+  /** Every weight placed so far, by HF name (for {@link PlacementCosts}). */
+  get weightsByName(): ReadonlyMap<string, Weight> {
+    return this.#names;
   }
 
   /** Bytes of the weights made resident on the device. */
@@ -434,4 +441,115 @@ export function weightBackend(b: Backend, w: Weight, x: Tensor): Backend {
 /** `t` on backend `to` (itself when already there): the crossing of a placed model. */
 export function toBackend(t: Tensor, to: Backend): Tensor {
   return transfer(t, to);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Device memory of a placement, and `--vram-budget` choosing -ngl
+
+/** What one placement costs on the device, in bytes (the account's units). */
+export interface DeviceCost {
+  /** Resident weights: the device layers' (less experts kept on the host), the head, the embedding with layer 0. */
+  readonly weights: number;
+  /** KV rows of the device layers at the full context window (rings: their fixed rows). */
+  readonly kv: number;
+  /** Recurrent state of the device layers, with its snapshots. */
+  readonly state: number;
+  /** A bound on one step's activations and scratch (0 when nothing is on the device). */
+  readonly activations: number;
+  readonly total: number;
+}
+
+/** What {@link deviceCost} counts from: the weights by checkpoint name, and the per-layer state sizes. */
+export interface PlacementCosts {
+  readonly config: LlmConfig;
+  /** Every weight the architecture reads, by HF name (one Weight may appear under two names when tied). */
+  readonly weights: ReadonlyMap<string, Weight>;
+  /** Bytes per KV slot at the context window (KvCache: 2 · rows · kv_heads · head_dim · 4). */
+  readonly kvSlotBytes: readonly number[];
+  /** Bytes per recurrent slot, snapshots included. */
+  readonly stateSlotBytes: readonly number[];
+  /** The activation bound of one step (see {@link activationBytes}). */
+  readonly activations: number;
+}
+
+/**
+ * A bound on the activations of one forward of `rows` rows (f32): the residual, the normed input, q,
+ * k, v and the attention output, the MLP's gate, up and product (or an expert slot's), the head's
+ * logits of one row (a step with `allLogits` needs rows · vocab_size · 4 more), and the attention's partial sums (at most one f32 per query, head and key, and
+ * at most the Vulkan backend's 64 MiB cap). An
+ * estimate from the config, not a count: the device's account (budgeted) is what refuses an excess.
+ */
+export function activationBytes(c: LlmConfig, rows: number, context: number): number {
+  const H = c.hidden_size;
+  const q = c.num_attention_heads * c.head_dim;
+  const kv = c.num_key_value_heads * c.head_dim;
+  const moe = c as LlmConfig & { num_experts_per_tok?: number; moe_intermediate_size?: number };
+  const F = Math.max(c.intermediate_size, (moe.num_experts_per_tok ?? 0) * (moe.moe_intermediate_size ?? 0));
+  const partials = Math.min(64 * 2 ** 20, 4 * rows * c.num_attention_heads * context); // ≤ one score per key
+  return 4 * rows * (4 * H + 3 * q + 2 * kv + 3 * F) + 4 * c.vocab_size + partials;
+}
+
+/** The device bytes of `placement` (the head's, the device layers' weights, their KV and state, activations). */
+export function deviceCost(costs: PlacementCosts, placement: LayerPlacement): DeviceCost {
+  const probe = new PlacedBackend(PROBE_HOST, PROBE_DEVICE, costs.config, placement);
+  const counted = new Set<Weight>();
+  let weights = 0;
+  for (const [hf, w] of costs.weights) {
+    if (probe.backendFor(hf) !== PROBE_DEVICE || counted.has(w)) continue;
+    counted.add(w);
+    weights += residentBytesOf(w);
+  }
+  const sum = (slots: readonly number[], layers: readonly number[]) =>
+    slots.reduce((s, b, i) => s + (placement.layers[layers[i] as number] === true ? b : 0), 0);
+  const kv = sum(costs.kvSlotBytes, kvLayerIndices(costs.config));
+  const state = sum(costs.stateSlotBytes, recurrentLayerIndices(costs.config));
+  const any = placement.head || placement.layers.includes(true);
+  const activations = any ? costs.activations : 0;
+  return { weights, kv, state, activations, total: weights + kv + state + activations };
+}
+
+/** Stand-ins for {@link deviceCost}'s name lookups (no memory is touched through them). */
+const PROBE_HOST = { name: "host" } as Backend;
+const PROBE_DEVICE = { name: "device" } as Backend;
+
+/** "12.3 MiB (weights 10.0 MiB, KV 2.0 MiB, state 0 B, activations 0.3 MiB)" */
+export function describeDeviceCost(d: DeviceCost): string {
+  const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
+  return `${mib(d.total)} (weights ${mib(d.weights)}, KV ${mib(d.kv)}, state ${mib(d.state)}, activations ≤ ${mib(d.activations)})`;
+}
+
+/**
+ * The placement under a device budget: with `o.gpuLayers`, that one, checked to fit; without, the
+ * most slots (llama.cpp's count, see {@link placeLayers}) whose {@link deviceCost} fits — `min` is 0
+ * (everything on the host).
+ * @throws TpError E_OOM naming `--vram-budget`, the bytes the asked placement needs and their parts
+ */
+export function placeUnderBudget(
+  costs: PlacementCosts,
+  o: Omit<PlacementOptions, "gpuLayers"> & { readonly gpuLayers?: number | "all" },
+  budget: number | "min",
+): { placement: LayerPlacement; cost: DeviceCost; gpuLayers: number } {
+  const L = costs.config.num_hidden_layers;
+  const bytes = budget === "min" ? 0 : budget;
+  const at = (n: number) => {
+    const placement = placeLayers(costs.config, { ...o, gpuLayers: n });
+    return { placement, cost: deviceCost(costs, placement), gpuLayers: n };
+  };
+  if (o.gpuLayers !== undefined) {
+    const n = o.gpuLayers === "all" ? L + 1 : Math.min(o.gpuLayers, L + 1);
+    const p = at(n);
+    if (p.cost.total > bytes) {
+      throw new TpError(
+        "E_OOM",
+        `--vram-budget ${bytes} bytes is below the ${p.cost.total} bytes -ngl ${o.gpuLayers} needs on the device: ` +
+          `${describeDeviceCost(p.cost)}; raise the budget or lower -ngl`,
+      );
+    }
+    return p;
+  }
+  for (let n = L + 1; n > 0; n--) {
+    const p = at(n);
+    if (p.cost.total <= bytes) return p;
+  }
+  return at(0);
 }

@@ -14,7 +14,7 @@
  */
 import type { GgufMetadata } from "@tp/formats";
 import { type Backend, Tensor, TpError } from "@tp/tensor";
-import { KvCache } from "../kv-cache.ts";
+import { KV_RING_BATCH, KvCache } from "../kv-cache.ts";
 import type { CausalLM, LlmConfig, StepOptions } from "../model.ts";
 import { PlacedBackend } from "../placement.ts";
 import { DEFAULT_STATE_SNAPSHOTS, RecurrentState, type RecurrentStateShape } from "../recurrent-state.ts";
@@ -190,6 +190,8 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
   readonly state: RecurrentState | null;
   readonly file: string | undefined;
   readonly #onDispose: (() => void) | undefined;
+  /** Rows per forward at most of a placed model (kvRingBatch). */
+  readonly #microBatch: number;
   #disposed = false;
 
   /** @throws TpError E_ARG naming `maxContext` (see {@link contextWindow}) */
@@ -217,6 +219,7 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
           );
     this.#onDispose = options.onDispose;
     this.file = options.file;
+    this.#microBatch = options.kvRingBatch ?? KV_RING_BATCH;
   }
 
   /** Tokens in the KV cache (the next position). */
@@ -283,9 +286,12 @@ export class LanguageModel<M extends DecoderModel = DecoderModel> implements Cau
       );
     }
     const all = options?.allLogits === true;
-    const step = this.kv.maxStep;
+    // a placed model's device budget counts one micro-batch of activations (placement.ts)
+    const step =
+      this.backend instanceof PlacedBackend ? Math.min(this.kv.maxStep, this.#microBatch) : this.kv.maxStep;
     if (n <= step) return this.#step(list, all ? "all" : "last", wanted);
-    // a sliding-window ring takes at most `step` rows per forward: split (as llama.cpp's micro-batches)
+    // a sliding-window ring (or a placed model) takes at most `step` rows per forward: split (as
+    // llama.cpp's micro-batches)
     const b = this.backend;
     const parts: Tensor[] = [];
     const hidden = new Map<number, Tensor[]>();

@@ -66,8 +66,10 @@ export class ForwardPass {
     this.offset = o.offset;
     this.#placed = backend instanceof PlacedBackend ? backend : null;
     this.#positions.set(this.#placed === null ? backend : o.positions.backend, o.positions);
-    for (const m of this.#placed?.members ?? [])
+    for (let k = 0; this.#placed !== null && k < o.blocks; k++) {
+      const m = this.#placed.layerBackend(k); // a backend that runs a block needs them there
       if (!this.#positions.has(m)) this.#positions.set(m, transfer(o.positions, m));
+    }
     this.cache = o.cache;
     this.segments = o.segments ?? null;
     this.state = o.state ?? null;
