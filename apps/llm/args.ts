@@ -10,6 +10,7 @@ import { ARCHITECTURES, DEFAULT_SAMPLING, type SamplingParams, visionUnsupported
 // The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
 import { parseFlags, TpError } from "@tp/tensor";
 import {
+  MEMORY_NUMERIC_FLAGS,
   MEMORY_OPTIONS,
   MEMORY_USAGE,
   type MemoryArgs,
@@ -172,6 +173,7 @@ const NUMERIC_FLAGS: ReadonlyMap<string, string> = new Map([
     "spec-k",
     "draft-min",
     "draft-p-min",
+    ...MEMORY_NUMERIC_FLAGS,
   ].map((f) => [`--${f}`, f] as [string, string]),
 ]);
 

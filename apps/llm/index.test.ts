@@ -160,7 +160,7 @@ describe.skipIf(!HAVE_MODELS)("bun apps/llm --prompt", () => {
         /^\[cpu backend: .*\(\w+, 1 threads?\), llama, 5 prompt tokens, ctx window 512, max 8 new\/turn, temp 0,/,
       );
       expect(lines[1]).toMatch(
-        /tok\/s; generated 8 tok in .* tok\/s; ctx 12\/512, KV \d+ MiB; peak RSS \d+ MiB/,
+        /tok\/s; generated 8 tok in .* tok\/s; ctx 12\/512, KV \d+ MiB; peak cpu \d+ MiB, peak RSS \d+ MiB, mapped \d+ MiB/,
       );
     },
     T,
