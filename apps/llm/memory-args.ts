@@ -105,8 +105,15 @@ export function memoryArgs(
   const ramBudget = ram === undefined ? undefined : parseVramBudget(ram, "--ram-budget");
   if (ramBudget === "min")
     throw new TpError("E_ARG", "--ram-budget takes a size such as 4GiB (min applies to --vram-budget)");
-  const placing = gpuLayers !== undefined || cpuMoe || nCpuMoe !== undefined || vramBudget !== undefined;
-  if (placing && backend === "cpu") {
+  const m: MemoryArgs = {
+    gpuLayers,
+    cpuLayers: policy as CpuLayerPolicy | undefined,
+    cpuMoe,
+    nCpuMoe,
+    vramBudget,
+    ramBudget,
+  };
+  if (placing(m) && backend === "cpu") {
     const flag =
       gpuLayers !== undefined
         ? "-ngl"
@@ -125,14 +132,7 @@ export function memoryArgs(
       "E_ARG",
       "--cpu-layers chooses which layers -ngl or --vram-budget leave on the cpu; give one of them",
     );
-  return {
-    gpuLayers,
-    cpuLayers: policy as CpuLayerPolicy | undefined,
-    cpuMoe,
-    nCpuMoe,
-    vramBudget,
-    ramBudget,
-  };
+  return m;
 }
 
 function countOrAll(v: string): number {
