@@ -224,6 +224,53 @@ describe.skipIf(!HAVE_MODELS)("placed over two cpu backends: bit-identical logit
   }
 });
 
+describe.skipIf(!HAVE_MODELS)("crossings: one per boundary per step", () => {
+  // Uploads of one decode step, over two cpu backends: input_ids and positions (1 each), a copy of the
+  // positions for the other backend when it runs a block, and one hidden state [1, H] per boundary
+  // between consecutive slots (layer 0 … L − 1, head) on different backends — nothing else crosses.
+  const host = createCpu({ threads: 1 });
+  const dev = createCpu({ threads: 1 });
+  afterAll(() => {
+    host.dispose();
+    dev.dispose();
+  });
+  const count = (b: Backend) => {
+    const up = b.upload.bind(b);
+    const box = { n: 0, restore: () => Reflect.deleteProperty(b, "upload") }; // the prototype's again
+    b.upload = (...a: Parameters<Backend["upload"]>) => {
+      box.n++;
+      return up(...a);
+    };
+    return box;
+  };
+  for (const [name, o, boundaries, positionCopies] of [
+    ["-ngl 0", { gpuLayers: 0 }, 0, 0],
+    ["-ngl 1 (head only)", { gpuLayers: 1 }, 1, 1],
+    ["-ngl 2", { gpuLayers: 2 }, 1, 1],
+    ["-ngl 2 --cpu-layers tail", { gpuLayers: 2, cpuLayers: "tail" }, 2, 1],
+    ["-ngl all", { gpuLayers: "all" }, 0, 0],
+  ] as const) {
+    test(`llama-tiny (2 layers), ${name}: ${boundaries} hidden-state crossing(s) per decode step`, () => {
+      const { model } = loadModel(SYN("llama-tiny-F32.gguf"), {
+        backend: dev,
+        maxContext: 16,
+        placement: { host, ...o },
+      });
+      try {
+        model.backend.free(model.step([1, 2, 3]));
+        const h = count(host);
+        const d = count(dev);
+        model.backend.free(model.step([4]));
+        h.restore();
+        d.restore();
+        expect(h.n + d.n).toBe(2 + positionCopies + boundaries);
+      } finally {
+        model.dispose();
+      }
+    });
+  }
+});
+
 /** The Vulkan backend, or why it cannot start here. */
 function startVulkan(): { backend?: Backend; reason?: string } {
   try {
