@@ -46,7 +46,6 @@ import {
   type Shape,
   type Tensor,
   TpError,
-  transfer,
   type Weight,
   type WeightFormat,
   weightResidency,
@@ -436,11 +435,6 @@ export class PlacedBackend implements Backend {
  */
 export function weightBackend(b: Backend, w: Weight, x: Tensor): Backend {
   return b instanceof PlacedBackend ? b.weightBackend(w, x) : x.backend;
-}
-
-/** `t` on backend `to` (itself when already there): the crossing of a placed model. */
-export function toBackend(t: Tensor, to: Backend): Tensor {
-  return transfer(t, to);
 }
 
 // ---------------------------------------------------------------------------------------------------

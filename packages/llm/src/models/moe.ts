@@ -4,7 +4,7 @@
  * the routing-weighted sum of theirs. Everything runs on the device: the router logits, the top-k,
  * the weights, the experts (`backend.matmulId` over the stacked expert weights, read in place: each
  * expert's rows as one GEMM, experts no token chose not read) and the weighted sum — nothing is
- * read back to the host.
+ * read back to the host (unless a placed model keeps the expert stacks there: placement.ts).
  *
  * Forward, per token row f [H] (llm.md §3.2; transformers `Qwen3MoeSparseMoeBlock.forward`;
  * llama.cpp `build_moe_ffn` with softmax gating, `norm_w` for qwen3moe):
@@ -19,8 +19,8 @@
  * of p are the top-k of r (softmax is monotone), so the full softmax need not be formed; the two
  * differ only by f32 rounding.
  */
-import type { Backend, Tensor, Weight } from "@tp/tensor";
-import { toBackend, weightBackend } from "../placement.ts";
+import { type Backend, type Tensor, transfer, type Weight } from "@tp/tensor";
+import { weightBackend } from "../placement.ts";
 import type { WeightReader } from "./checkpoint.ts";
 
 /** The weights of one sparse MoE MLP, by HF names (`model.layers.{i}.mlp.*`). */
@@ -101,8 +101,8 @@ export function moeExperts(
 ): Tensor {
   const at = weightBackend(b, w.gate_proj, x); // x's, or the host's under --cpu-moe / --n-cpu-moe
   if (at !== x.backend) {
-    const there = { ids: toBackend(route.ids, at), weights: toBackend(route.weights, at) };
-    return toBackend(moeExperts(at, w, toBackend(x, at), there, numExperts), x.backend); // two crossings
+    const there = { ids: transfer(route.ids, at), weights: transfer(route.weights, at) };
+    return transfer(moeExperts(at, w, transfer(x, at), there, numExperts), x.backend); // rows there, sum back
   }
   const [n, h] = x.shape as [number, number];
   const k = route.ids.shape[1] as number;
