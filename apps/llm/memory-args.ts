@@ -45,8 +45,8 @@ export const MEMORY_USAGE = `  -ngl, --gpu-layers N    with a device --backend: 
                           and head stay on the device)
   --n-cpu-moe N           MoE: the experts of the first N layers on the cpu
   --vram-budget N|min     bytes the device backend may hold (512MiB, 2G, ...); without -ngl it
-                          picks the most layers that fit (weights + KV at --ctx + state +
-                          activations); min = nothing on the device
+                          picks the most layers that fit (resident weights + KV at --ctx +
+                          state + a dry step's working peak); min = nothing on the device
   --ram-budget N          bytes the cpu backend may hold (activations, KV; the memory-mapped
                           weights are page cache and reported apart)`;
 

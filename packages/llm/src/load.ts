@@ -32,15 +32,13 @@ import {
   type Architecture,
   contextWindow,
   createLanguageModel,
-  freeTensors,
-  type LanguageModel,
+  LanguageModel,
   type LanguageModelOptions,
   slidingWindows,
 } from "./models/language-model.ts";
 import { openQwen3VlTextCheckpoint, qwen3vl } from "./models/qwen3-vl-text.ts";
 import { architectureFor } from "./models/registry.ts";
 import {
-  activationBytes,
   describeDeviceCost,
   describePlacement,
   type LayerPlacement,
@@ -381,13 +379,36 @@ function placedBackend(o: Opened, options: LoadModelOptions, p: LoadPlacement): 
   return new PlacedBackend(p.host, device, c, placement);
 }
 
-/** What {@link deviceCost} counts from: a load with every layer on the host (nothing is copied), then freed. */
+/**
+ * What {@link deviceCost} counts from: a load with every layer on the device but no weight resident
+ * (the weights are views on the mapping; the norm scales are uploaded), one dry step of a micro-batch
+ * (min(context, kvRingBatch) rows) there with the device's account watching
+ * ({@link PlacementCosts.activations}); then everything is freed. The dry step holds the norm scales,
+ * a micro-batch of KV rows in every layer, one streamed weight and the step's tensors on the device
+ * before the budget applies. A decode step at a long context may take more attention scratch than the
+ * micro-batch's own (at most 64 MiB on Vulkan): the budgeted account refuses that with E_OOM.
+ */
 function placementCosts(o: Opened, options: LoadModelOptions, host: Backend): PlacementCosts {
   const c = o.config;
-  const probe = new PlacedBackend(host, options.backend, c, placeLayers(c, { gpuLayers: 0 }));
-  const model = o.arch.create(probe, c, o.reader);
-  freeTensors(probe, model.weights);
+  const device = options.backend;
+  const probe = new PlacedBackend(host, device, c, placeLayers(c, { gpuLayers: "all" }), { resident: false });
   const window = contextWindow(c, options.maxContext);
+  const rows = Math.min(window, options.kvRingBatch ?? KV_RING_BATCH);
+  const dry = new LanguageModel(o.arch.create(probe, c, o.reader), {
+    maxContext: window,
+    kvInitialRows: rows,
+    ...(options.kvRingBatch === undefined ? {} : { kvRingBatch: options.kvRingBatch }),
+  });
+  const model = dry.model;
+  let workingPeak: number;
+  try {
+    const end = device.memory.peakWindow();
+    probe.free(dry.step(new Array<number>(rows).fill(0)));
+    workingPeak = end() - device.memory.current; // the step's tensors, less what it keeps (its KV rows)
+  } finally {
+    dry.dispose();
+    device.memory.resetPeak(); // the run's peak is reported, not the dry step's
+  }
   const ring = options.kvRingBatch ?? KV_RING_BATCH;
   const kvRow = 2 * c.num_key_value_heads * c.head_dim * 4; // f32 keys and values
   const windows = slidingWindows(c);
@@ -404,7 +425,7 @@ function placementCosts(o: Opened, options: LoadModelOptions, host: Backend): Pl
     weights: probe.weightsByName,
     kvSlotBytes,
     stateSlotBytes: new Array<number>(r?.layers ?? 0).fill(perState * snapshots),
-    activations: activationBytes(c, Math.min(window, ring), window),
+    activations: workingPeak,
   };
 }
 

@@ -337,7 +337,7 @@ describe.skipIf(SKIP !== "")(`placed over Vulkan + cpu vs the cpu backend${SKIP 
     // exactly what -ngl all needs: all of it is chosen, and the device's accounted peak stays within
     const lines: string[] = [];
     gpu.memory.resetPeak?.();
-    // the last row's logits only: the bound counts the head of one row (placement.ts activationBytes)
+    // the last row's logits only, as the dry step that counted the working peak (load.ts placementCosts)
     const got = await run(gpu, file, { host, vramBudget: needed, onPlan: (l) => lines.push(l) }, false);
     expect(lines[0]?.startsWith("placement: -ngl 3 of 3 (chosen by --vram-budget)")).toBe(true);
     expect(gpu.memory.peak).toBeLessThanOrEqual(needed);

@@ -175,8 +175,21 @@ export class PlacedBackend implements Backend {
   readonly #resident: Weight[] = [];
   readonly #names = new Map<string, Weight>();
 
-  /** @throws TpError E_ARG when host and device are the same backend */
-  constructor(host: Backend, device: Backend, config: LlmConfig, placement: LayerPlacement) {
+  /** Whether device weights are made resident (false: streamed per op, for a dry run's count). */
+  readonly #pin: boolean;
+
+  /**
+   * @param options.resident make the device's weights resident at load (default true; false streams
+   *   them per op, as a dry run that counts the working peak does)
+   * @throws TpError E_ARG when host and device are the same backend
+   */
+  constructor(
+    host: Backend,
+    device: Backend,
+    config: LlmConfig,
+    placement: LayerPlacement,
+    options: { readonly resident?: boolean } = {},
+  ) {
     if (host === device) throw new TpError("E_ARG", "placement: the host and the device are one backend");
     this.host = host;
     this.deviceBackend = device;
@@ -184,6 +197,7 @@ export class PlacedBackend implements Backend {
     this.name = `${device.name}+${host.name}`;
     this.#kvLayers = kvLayerIndices(config);
     this.#recurrentLayers = recurrentLayerIndices(config);
+    this.#pin = options.resident ?? true;
   }
 
   /** The backend of block i (i = num_hidden_layers: the head's). */
@@ -227,7 +241,7 @@ export class PlacedBackend implements Backend {
     this.#names.set(hf, w);
     const at = this.#weights.get(w) ?? new Set<Backend>();
     if (!at.has(b)) {
-      const r = weightResidency(b);
+      const r = this.#pin ? weightResidency(b) : null;
       if (r !== null) {
         r.makeResident(w);
         this.#resident.push(w);
@@ -448,7 +462,7 @@ export interface DeviceCost {
   readonly kv: number;
   /** Recurrent state of the device layers, with its snapshots. */
   readonly state: number;
-  /** A bound on one step's activations and scratch (0 when nothing is on the device). */
+  /** One step's working peak (0 when nothing is on the device; see {@link PlacementCosts.activations}). */
   readonly activations: number;
   readonly total: number;
 }
@@ -462,25 +476,13 @@ export interface PlacementCosts {
   readonly kvSlotBytes: readonly number[];
   /** Bytes per recurrent slot, snapshots included. */
   readonly stateSlotBytes: readonly number[];
-  /** The activation bound of one step (see {@link activationBytes}). */
+  /**
+   * The working peak of one step of a micro-batch on the device: the most bytes its account held
+   * during a dry step with every weight streamed, beyond what it kept after (its KV rows) — the
+   * activations, the scratch and one weight in flight, counted, as the residency planner's
+   * `workingPeak` (@tp/tensor residency.ts); with weights resident a step needs at most this.
+   */
   readonly activations: number;
-}
-
-/**
- * A bound on the activations of one forward of `rows` rows (f32): the residual, the normed input, q,
- * k, v and the attention output, the MLP's gate, up and product (or an expert slot's), the head's
- * logits of one row (a step with `allLogits` needs rows · vocab_size · 4 more), and the attention's partial sums (at most one f32 per query, head and key, and
- * at most the Vulkan backend's 64 MiB cap). An
- * estimate from the config, not a count: the device's account (budgeted) is what refuses an excess.
- */
-export function activationBytes(c: LlmConfig, rows: number, context: number): number {
-  const H = c.hidden_size;
-  const q = c.num_attention_heads * c.head_dim;
-  const kv = c.num_key_value_heads * c.head_dim;
-  const moe = c as LlmConfig & { num_experts_per_tok?: number; moe_intermediate_size?: number };
-  const F = Math.max(c.intermediate_size, (moe.num_experts_per_tok ?? 0) * (moe.moe_intermediate_size ?? 0));
-  const partials = Math.min(64 * 2 ** 20, 4 * rows * c.num_attention_heads * context); // ≤ one score per key
-  return 4 * rows * (4 * H + 3 * q + 2 * kv + 3 * F) + 4 * c.vocab_size + partials;
 }
 
 /** The device bytes of `placement` (the head's, the device layers' weights, their KV and state, activations). */
@@ -509,7 +511,7 @@ const PROBE_DEVICE = { name: "device" } as Backend;
 /** "12.3 MiB (weights 10.0 MiB, KV 2.0 MiB, state 0 B, activations 0.3 MiB)" */
 export function describeDeviceCost(d: DeviceCost): string {
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(2)} MiB`;
-  return `${mib(d.total)} (weights ${mib(d.weights)}, KV ${mib(d.kv)}, state ${mib(d.state)}, activations ≤ ${mib(d.activations)})`;
+  return `${mib(d.total)} (weights ${mib(d.weights)}, KV ${mib(d.kv)}, state ${mib(d.state)}, working peak ${mib(d.activations)})`;
 }
 
 /**
