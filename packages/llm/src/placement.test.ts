@@ -224,6 +224,40 @@ describe.skipIf(!HAVE_MODELS)("placed over two cpu backends: bit-identical logit
   }
 });
 
+describe.skipIf(!HAVE_MODELS)("hidden states of a placed model (forward with collect)", () => {
+  const ref = createCpu({ threads: 1 });
+  const host = createCpu({ threads: 1 });
+  const dev = createCpu({ threads: 1 });
+  afterAll(() => {
+    for (const b of [ref, host, dev]) b.dispose();
+  });
+  for (const file of ["qwen3-tiny-F32.gguf", "qwen35-tiny-F32.gguf"]) {
+    test(`${file}: every hidden state as on one backend, bit for bit, under -ngl 2 --cpu-layers tail`, async () => {
+      const read = async (backend: Backend, placement?: LoadPlacement) => {
+        const { model, config } = loadModel(SYN(file), {
+          backend,
+          maxContext: 16,
+          ...(placement === undefined ? {} : { placement }),
+        });
+        try {
+          const all = Array.from({ length: config.num_hidden_layers + 1 }, (_, k) => k);
+          const hs = model.forward([1, 2, 3, 4], { collect: all });
+          const out = await Promise.all(hs.map((h) => model.backend.read(h)));
+          for (const h of hs) model.backend.free(h);
+          return out;
+        } finally {
+          model.dispose();
+        }
+      };
+      const want = await read(ref);
+      const got = await read(dev, { host, gpuLayers: 2, cpuLayers: "tail" });
+      expect(got.length).toBe(want.length);
+      expect(got.map((h, k) => Bun.deepEquals(h, want[k]))).toEqual(want.map(() => true));
+      expect([host.memory.current, dev.memory.current]).toEqual([0, 0]);
+    });
+  }
+});
+
 describe.skipIf(!HAVE_MODELS)("crossings: one per boundary per step", () => {
   // Uploads of one decode step, over two cpu backends: input_ids and positions (1 each), a copy of the
   // positions for the other backend when it runs a block, and one hidden state [1, H] per boundary
