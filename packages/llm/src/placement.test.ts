@@ -256,6 +256,29 @@ describe.skipIf(!HAVE_MODELS)("hidden states of a placed model (forward with col
       expect([host.memory.current, dev.memory.current]).toEqual([0, 0]);
     });
   }
+  test("stepCollect (the EAGLE-3 taps of a cached step): logits and hidden states as on one backend", async () => {
+    const tap = async (backend: Backend, placement?: LoadPlacement) => {
+      const { model, config } = loadModel(SYN("qwen3-tiny-F32.gguf"), {
+        backend,
+        maxContext: 16,
+        ...(placement === undefined ? {} : { placement }),
+      });
+      try {
+        const L = config.num_hidden_layers;
+        model.backend.free(model.step([1, 2]));
+        const r = model.stepCollect([3, 4], [0, 1, L]);
+        const out = await Promise.all([r.logits, ...r.hidden].map((t) => model.backend.read(t)));
+        for (const t of [r.logits, ...r.hidden]) model.backend.free(t);
+        return out;
+      } finally {
+        model.dispose();
+      }
+    };
+    const want = await tap(ref);
+    const got = await tap(dev, { host, gpuLayers: 2, cpuLayers: "tail" }); // the last block on the host, the head not
+    expect(got.map((t, i) => Bun.deepEquals(t, want[i]))).toEqual(want.map(() => true));
+    expect([host.memory.current, dev.memory.current]).toEqual([0, 0]);
+  });
 });
 
 describe.skipIf(!HAVE_MODELS)("crossings: one per boundary per step", () => {
