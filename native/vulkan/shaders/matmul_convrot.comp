@@ -1,10 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // matmul of INT8 / INT4 ConvRot weights (ComfyUI W8A8 / W4A4; @tp/quant convrot-linear.ts): exact
-// integer dot products of the activation codes (convrot_quantize.comp) with the weight codes, then
-//   int8: y = f32(f32(acc) · f32(s_x · s_w)),   int4: y = f32(f32(f32(acc) · s_x) · s_w),
-// then + bias. Weight codes: int8 one byte per element; int4 two's-complement nibbles, element 2k in
-// bits 0..3 of byte k (krea2.md §1.8). Tiled as matmul.comp (32 × 32 tiles, 64 invocations, integer
+// integer dot products of the activation codes (convrot_quantize.comp) with the weight codes, the
+// rescale of convrot.glsl, then + bias. Tiled as matmul.comp (32 × 32 tiles, 64 invocations, integer
 // accumulators).
 // Bindings: 0 y, 1 codes (i32 [M, K]), 2 w (words), 3 bias, 4 s_x (f32 [M]), 5 s_w (f32 [N]),
 // 6 partial sums (i32 [M, N]; any buffer when K is one chunk).
@@ -36,12 +34,9 @@ layout(std430, binding = 6) buffer P { int part[]; };  // i32 [M, N] between chu
 
 uint wb(uint b) { return (wq[b >> 2] >> ((b & 3u) << 3)) & 0xffu; }
 
-int w_code(uint n, uint k) {
-  if (pc.bits == 8u) return int(wb(pc.w_off + n * pc.K + k) << 24) >> 24;
-  uint byte_ = wb(pc.w_off + n * (pc.K / 2u) + k / 2u);
-  uint nib = (k & 1u) == 0u ? byte_ & 15u : byte_ >> 4;
-  return int(nib ^ 8u) - 8;
-}
+#include "convrot.glsl"
+
+int w_code(uint n, uint k) { return convrot_w_code(pc.w_off + n * (pc.bits == 8u ? pc.K : pc.K / 2u), k, pc.bits); }
 
 const uint TM = 32u;
 const uint TN = 32u;
@@ -87,8 +82,7 @@ void main() {
         part[m * pc.N + n] = sum;
         continue;
       }
-      float a = float(sum);
-      float v = pc.bits == 8u ? a * (sx[m] * sw[pc.sw_off + n]) : (a * sx[m]) * sw[pc.sw_off + n];
+      float v = convrot_rescale(sum, sx[m], sw[pc.sw_off + n], pc.bits);
       if (pc.has_bias != 0u) v += bias[pc.b_off + n];
       y[m * pc.N + n] = v;
     }

@@ -71,8 +71,8 @@ export const KERNELS = {
   matmul: { bindings: 4, push: 56, variants: ["s16"] },
   /** spec 1: weight format, 2: M. */
   matmul_vec: { bindings: 4, push: 56, variants: ["subgroup", "s16"] },
-  /** spec 1: weight format (an expert stack; the ids bound at 3). */
-  matmul_id: { bindings: 4, push: 56, variants: ["s16"] },
+  /** spec 1: weight format, or 17 / 18 for INT8 / INT4 ConvRot (an expert stack; the ids bound at 3). */
+  matmul_id: { bindings: 7, push: 68, variants: ["s16"] },
   /** spec 1: weight format. */
   embedding: { bindings: 3, push: 36, variants: ["s16"] },
   /** spec 1: shared floats, 2: head_dim, 3: head_dim_v. */

@@ -19,7 +19,7 @@
  */
 import { formatShape, rowBytes, type Tensor, TpError, type Weight, type WeightFormat } from "@tp/tensor";
 import type { Binding } from "../ffi.ts";
-import { dispatch1d, dispatchGroups, grid, Push, type VkOpHost } from "./common.ts";
+import { type BoundTensor, dispatch1d, dispatchGroups, grid, Push, type VkOpHost } from "./common.ts";
 import { contiguous, copyInto } from "./layout.ts";
 
 /**
@@ -131,8 +131,14 @@ export const WEIGHT_FORMAT_CODES: Readonly<Partial<Record<WeightFormat, number>>
   iq4_xs: 16,
 };
 
-/** ConvRot formats (matmul only): codes with one f32 scale per row, Hadamard-rotated columns. */
+/** ConvRot formats (matmul and matmul_id): codes with one f32 scale per row, Hadamard-rotated columns. */
 export const CONVROT_FORMATS: readonly WeightFormat[] = ["int8_convrot", "int4_convrot"];
+
+/** FORMAT codes of the ConvRot formats in shaders/matmul_id.comp (past those of weights.glsl). */
+const CONVROT_ID_CODES: Readonly<Partial<Record<WeightFormat, number>>> = {
+  int8_convrot: 17,
+  int4_convrot: 18,
+};
 
 /** A weight on the device: its bytes as a u8 tensor, ConvRot row scales, and every tensor to free. */
 export interface ResidentWeight {
@@ -314,13 +320,16 @@ const ID_WEIGHT_ROWS = 4;
 
 /**
  * matmul_id: out [T, S, N] = x [T, S or 1, K] · W_{ids[t, s]}ᵀ for a stack of `experts` weights
- * [experts·N, K] in a format of {@link WEIGHT_FORMAT_CODES}, read in place on the device (resident, or
- * streamed for the call as matmul does). The ids are not read back: shaders/matmul_id.comp reads each
- * row's id on the device, one workgroup per 4 weight rows of one row (a GEMV per routed row: a
- * prefill reads an expert's rows once per row routed to it, not once per expert). GGUF formats
- * quantize x first as matmul does (ggml's vec_dot_type). An id outside [0, experts) gives NaN rows.
- * @throws TpError E_UNSUPPORTED for a scale this backend cannot apply or a stack past one binding
- *   (maxStorageBufferRange); E_OOM
+ * [experts·N, K] in a format of {@link WEIGHT_FORMAT_CODES} or {@link CONVROT_FORMATS}, read in place
+ * on the device (resident, or streamed for the call as matmul does). The ids are not read back:
+ * shaders/matmul_id.comp reads each row's id on the device, one workgroup per 4 weight rows of one row
+ * (a GEMV per routed row: a prefill reads an expert's rows once per row routed to it, not once per
+ * expert). GGUF formats quantize x first as matmul does (ggml's vec_dot_type); ConvRot rotates and
+ * quantizes each input row once as matmul does ({@link convRotActivations}), then integer dot
+ * products with the chosen expert's codes and its row scales (the stack's [experts·N] scales). An id
+ * outside [0, experts) gives NaN rows.
+ * @throws TpError E_UNSUPPORTED for a scale this backend cannot apply, a ConvRot rotation group past
+ *   the quantize kernel's, or a stack past one binding (maxStorageBufferRange); E_OOM
  */
 export function matmulId(
   host: VkOpHost,
@@ -344,8 +353,8 @@ export function matmulId(
   host.scope(() => {
     const xc = contiguous(host, op, x);
     const ic = host.bind(contiguous(host, op, ids), op);
-    const data = deviceWeight(host, w, op).data;
-    const windows = weightWindows(host, op, data, w.n, wi.rowBytes);
+    const dw = deviceWeight(host, w, op);
+    const windows = weightWindows(host, op, dw.data, w.n, wi.rowBytes);
     if (windows.length !== 1) {
       throw new TpError(
         "E_UNSUPPORTED",
@@ -353,12 +362,20 @@ export function matmulId(
       );
     }
     const win = windows[0] as (typeof windows)[number];
-    const a = host.bind(ggmlActivations(host, xc, w.format, k), op);
     const y = host.bind(out, op);
-    const pipeline = host.kernels.get("matmul_id", [VEC_WORKGROUP, wi.code]);
+    const convRot = wi.code < 0 ? convRotActivations(host, op, xc, w, xc.numel / k) : null;
+    const a = convRot?.codes ?? host.bind(ggmlActivations(host, xc, w.format, k), op);
+    const code = convRot === null ? wi.code : (CONVROT_ID_CODES[w.format] as number);
+    const pipeline = host.kernels.get("matmul_id", [VEC_WORKGROUP, code]);
     const groups = grid(host.info, Math.ceil(n / ID_WEIGHT_ROWS) * rows, op);
-    kChunks(k, MATMUL_K_CHUNK.vec).forEach(([lo, hi], c) => {
-      const push = new Push(56)
+    const chunks = kChunks(k, MATMUL_K_CHUNK.vec);
+    // ConvRot: the row scales of x and of the stack, exact i32 partial sums between chunks.
+    const sx = convRot?.scales ?? y;
+    const sw = convRot === null ? y : host.bind(dw.scale as Tensor, op);
+    const part =
+      convRot !== null && chunks.length > 1 ? host.bind(host.alloc([rows, n], "i32", "partial sums"), op) : y;
+    chunks.forEach(([lo, hi], c) => {
+      const push = new Push(68)
         .u32(rows)
         .u32(s)
         .u32(x.shape[1] as number)
@@ -372,8 +389,16 @@ export function matmulId(
         .u32(experts)
         .u32(lo)
         .u32(hi)
-        .u32(c > 0 ? 1 : 0);
-      host.ctx.dispatch(pipeline, [y.binding, a.binding, win.binding, ic.binding], push.bytes(), groups);
+        .u32(c > 0 ? 1 : 0)
+        .u32(c === chunks.length - 1 ? 1 : 0)
+        .u32(sx.offset)
+        .u32(sw.offset);
+      host.ctx.dispatch(
+        pipeline,
+        [y.binding, a.binding, win.binding, ic.binding, sx.binding, sw.binding, part.binding],
+        push.bytes(),
+        groups,
+      );
     });
   });
 }
@@ -413,31 +438,30 @@ export function embedding(host: VkOpHost, out: Tensor, table: Weight, ids: Tenso
 /** Columns per Hadamard group the quantize kernel holds in shared memory. */
 const MAX_ROTATION_GROUP = 4096;
 
+/** The activation side of a ConvRot product: codes i32 [M, K], row scales f32 [M], and the bits. */
+interface ConvRotActivations {
+  readonly codes: BoundTensor;
+  readonly scales: BoundTensor;
+  readonly bits: 8 | 4;
+}
+
 /**
- * y = x · Wᵀ (+ bias) for an INT8 / INT4 ConvRot weight, as ComfyUI's W8A8 / W4A4 linear: rotate and
- * quantize x per row (shaders/convrot_quantize.comp, bit for bit as @tp/quant), then integer dot
- * products and the rescale (shaders/matmul_convrot.comp). x: contiguous [M, K] f32; runs inside the
- * caller's scope (its scratch is freed there).
+ * Rotate and quantize x per row for an INT8 / INT4 ConvRot weight w [N, K] (rotation group
+ * w.rotationGroup), as ComfyUI's W8A8 / W4A4 linear and bit for bit as @tp/quant
+ * (shaders/convrot_quantize.comp). x: contiguous [M, K] f32. The codes and scales are scratch of the
+ * caller's scope.
+ * @throws TpError E_UNSUPPORTED for a rotation group past the kernel's shared memory; E_OOM
  */
-function convRotMatmul(
-  host: VkOpHost,
-  x: Tensor,
-  w: Weight,
-  bias: Tensor | null,
-  out: Tensor,
-  m: number,
-): void {
-  const op = "matmul";
-  const [n, k] = w.shape;
+function convRotActivations(host: VkOpHost, op: string, x: Tensor, w: Weight, m: number): ConvRotActivations {
+  const k = w.k;
   const g = w.rotationGroup as number;
   if (g > MAX_ROTATION_GROUP) {
     throw new TpError(
       "E_UNSUPPORTED",
-      `op matmul on backend vulkan: ConvRot rotation group ${g} of ${shownWeight(w)} is past ${MAX_ROTATION_GROUP}`,
+      `op ${op} on backend vulkan: ConvRot rotation group ${g} of ${shownWeight(w)} is past ${MAX_ROTATION_GROUP}`,
     );
   }
   const bits = w.format === "int8_convrot" ? 8 : 4;
-  const dw = deviceWeight(host, w, op);
   const codes = host.alloc([m, k], "i32", "activation codes");
   const rotated = host.alloc([m, k], "f32", "rotated activations");
   const sx = host.alloc([m], "f32", "activation scales");
@@ -461,6 +485,27 @@ function convRotMatmul(
     q,
     m,
   );
+  return { codes: c, scales: sxb, bits };
+}
+
+/**
+ * y = x · Wᵀ (+ bias) for an INT8 / INT4 ConvRot weight, as ComfyUI's W8A8 / W4A4 linear: rotate and
+ * quantize x per row ({@link convRotActivations}), then integer dot products and the rescale
+ * (shaders/matmul_convrot.comp). x: contiguous [M, K] f32; runs inside the caller's scope (its
+ * scratch is freed there).
+ */
+function convRotMatmul(
+  host: VkOpHost,
+  x: Tensor,
+  w: Weight,
+  bias: Tensor | null,
+  out: Tensor,
+  m: number,
+): void {
+  const op = "matmul";
+  const [n, k] = w.shape;
+  const { codes: c, scales: sxb, bits } = convRotActivations(host, op, x, w, m);
+  const dw = deviceWeight(host, w, op);
   const wd = host.bind(dw.data, op);
   const sw = host.bind(dw.scale as Tensor, op);
   const b = bias === null ? null : host.bind(bias, op);

@@ -57,8 +57,8 @@ export function vulkanKernelTable(host: VkOpHost): KernelTable {
     group_norm: { dtypes: F32, run: norm.groupNorm.bind(null, host) },
     rope: { dtypes: F32, run: rope.bind(null, host) },
     matmul: { dtypes: F32, weightFormats: MATMUL_FORMATS, run: matmul.bind(null, host) },
-    // the decoded formats (no ConvRot): shaders/matmul_id.comp
-    matmul_id: { dtypes: F32, weightFormats: EMBEDDING_FORMATS, run: matmulId.bind(null, host) },
+    // the formats of matmul: shaders/matmul_id.comp (ConvRot after convrot_quantize.comp)
+    matmul_id: { dtypes: F32, weightFormats: MATMUL_FORMATS, run: matmulId.bind(null, host) },
     embedding: { dtypes: F32, weightFormats: EMBEDDING_FORMATS, run: embedding.bind(null, host) },
     attention: { dtypes: F32, run: attention.bind(null, host) },
     conv2d: { dtypes: F32, run: conv2d.bind(null, host) },

@@ -191,8 +191,9 @@ function embeddingCases(): ConformanceCase[] {
 /**
  * matmul_id on stacks of experts in every weight format: tokens routed unevenly (one expert takes
  * most rows, one none), one input row per token for every slot ([T, 1, K], as the gate / up
- * projections of a MoE block) or one per slot ([T, S, K], as the down projection), a strided x, and a
- * decoding step (T = 1).
+ * projections of a MoE block) or one per slot ([T, S, K], as the down projection), a strided x, a
+ * decoding step (T = 1), and a K past one dispatch's chunk of K on vulkan (MATMUL_K_CHUNK.vec = 65536:
+ * the f32 sums add across dispatches, ConvRot's exact i32 partial sums carry over).
  */
 function matmulIdCases(): ConformanceCase[] {
   const shapes: {
@@ -209,6 +210,8 @@ function matmulIdCases(): ConformanceCase[] {
     { x: [3, 2, 256], ids: [3, 0, 2, 3, 3, 0], slots: 2, experts: 5, n: 16, view: { kind: "stride2" } },
     // decoding: one token, three of six experts
     { x: [1, 1, 512], ids: [5, 0, 2], slots: 3, experts: 6, n: 17 },
+    // K = 257 · 256: past 65536, in whole blocks of every format (and ConvRot groups of 256)
+    { x: [2, 1, 65792], ids: [1, 0], slots: 1, experts: 2, n: 3 },
   ];
   const out: ConformanceCase[] = [];
   MATMUL_FORMATS.forEach((fc, f) => {
