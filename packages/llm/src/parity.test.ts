@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
-import type { Backend, Tensor } from "@tp/tensor";
+import type { Backend } from "@tp/tensor";
 import { tokenizerFromGguf } from "@tp/tokenizer";
 import { type ChatMessage, chatPromptIds, chatTemplateFor } from "./chat.ts";
 import { ChatSession } from "./chat-session.ts";
@@ -18,7 +18,14 @@ import { GenerationSession } from "./generate.ts";
 import { loadModel } from "./load.ts";
 import type { CausalLM } from "./model.ts";
 import type { Gemma3Model } from "./models/gemma3.ts";
-import { argmax, llamaCppBinary, runLlamaCppOracle, softmax, topDiff } from "./testing/llama-cpp.ts";
+import {
+  argmax,
+  emulateLlamaCppGelu,
+  llamaCppBinary,
+  runLlamaCppOracle,
+  softmax,
+  topDiff,
+} from "./testing/llama-cpp.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
@@ -255,12 +262,7 @@ describe.skipIf(SKIP !== "")(
           ...(c.ring === undefined ? {} : { kvRingBatch: c.ring }),
         });
         try {
-          if (c.f16Gelu) {
-            // ggml's table: gelu_f32(f16(x)) stored as f16
-            const m = model.model as Gemma3Model;
-            const f16 = (t: Tensor) => backend.cast(backend.cast(t, "f16"), "f32");
-            m.gelu = (x) => f16(backend.gelu(f16(x), { approximate: "tanh" }));
-          }
+          if (c.f16Gelu) emulateLlamaCppGelu(model.model as Gemma3Model, backend);
           const V = config.vocab_size;
           const ids = promptIds.get(c) as number[];
           expect(o.addBos).toBe(tokenizer.addBos);

@@ -21,7 +21,7 @@ import { join } from "node:path";
 import { type GgufTensorInput, openGguf, writeGguf } from "@tp/formats";
 import { dequantizeGgml, quantizeGgml } from "@tp/quant";
 import { type Backend, encodeFromF32, type WeightFormat, weightFormatInfo } from "@tp/tensor";
-import { loadModel } from "../load.ts";
+import { type LoadedModel, loadModel } from "../load.ts";
 import { argmax, llamaCppBinary, runLlamaCppOracle, softmax, topDiff } from "./llama-cpp.ts";
 
 /** The block types of issue 22, GGUF spelling. */
@@ -154,9 +154,25 @@ export interface BlockTypeRow {
   readonly ids: readonly number[];
   /** Types to check (default: all of {@link BLOCK_TYPES}). */
   readonly types?: readonly BlockType[];
+  /**
+   * Tolerances that replace {@link BLOCK_TYPE_PROB_TOL} for some types of this row; each is stated with
+   * its reason and measured figure where the row is defined.
+   */
+  readonly tol?: Partial<Record<BlockType, number>>;
+  /** Adjust our loaded model before the comparison (e.g. to emulate a rounding of llama.cpp's). */
+  readonly prepare?: (loaded: LoadedModel, backend: Backend) => void;
 }
 
-interface Oracle {
+/** Options of {@link checkAgainstLlamaCpp}. */
+export interface CheckOptions {
+  /** llama.cpp's answer, when already started. */
+  readonly oracle?: Promise<Oracle>;
+  /** Adjust our loaded model first ({@link BlockTypeRow.prepare}). */
+  readonly prepare?: (loaded: LoadedModel, backend: Backend) => void;
+}
+
+/** llama.cpp's answer on one file (scripts/llama-cpp-oracle.ts). */
+export interface Oracle {
   ok: boolean;
   error?: string;
   greedy: number[];
@@ -164,8 +180,14 @@ interface Oracle {
   promptRows: [number, number][][];
 }
 
+/**
+ * llama.cpp on one thread: its answers do not depend on the thread count here (each dot product is one
+ * thread's; every figure of block-types.test.ts was the same with 1 and with 2 threads), and with
+ * 2 threads its spinning thread pool took ~5× the wall time of 1 on this 2-core machine with the test
+ * runner beside it (qwen35 F16, 16 steps: 5.0 s against 0.8 s).
+ */
 function runOracle(path: string, ids: readonly number[], n: number): Promise<Oracle> {
-  return runLlamaCppOracle<Oracle>(path, { ids, n, top: 8, threads: 2 });
+  return runLlamaCppOracle<Oracle>(path, { ids, n, top: 8, threads: 1 });
 }
 
 /**
@@ -180,14 +202,16 @@ export async function checkAgainstLlamaCpp(
   n: number,
   tol: number,
   nearTies: boolean,
-  oracle?: Promise<Oracle>,
+  options: CheckOptions = {},
 ): Promise<number> {
-  const o = await (oracle ?? runOracle(path, ids, n));
+  const o = await (options.oracle ?? runOracle(path, ids, n));
   expect(o.error).toBeUndefined();
   expect(o.ok).toBe(true);
-  const { model, config } = loadModel(path, { backend, maxContext: 64 });
+  const loaded = loadModel(path, { backend, maxContext: 64 });
+  const { model, config } = loaded;
   let worst = 0;
   try {
+    options.prepare?.(loaded, backend);
     const V = config.vocab_size;
     const all = model.step([...ids], { allLogits: true });
     const rows = (await backend.read(all)) as Float32Array;
@@ -283,7 +307,8 @@ export function describeBlockTypeParity(
     for (const row of rows) {
       for (const t of row.types ?? BLOCK_TYPES) {
         const fallback = wide(t) && row.wide === undefined;
-        const name = `${row.label} ${t}${fallback ? ` (rows not whole 256-blocks: llama.cpp's fallback types)` : ""}: probabilities within ${BLOCK_TYPE_PROB_TOL[t]}, ${steps} greedy tokens`;
+        const tol = row.tol?.[t] ?? BLOCK_TYPE_PROB_TOL[t];
+        const name = `${row.label} ${t}${fallback ? ` (rows not whole 256-blocks: llama.cpp's fallback types)` : ""}: probabilities within ${tol}, ${steps} greedy tokens`;
         test.skipIf(!existsSync(row.file))(
           name,
           async () => {
@@ -291,15 +316,11 @@ export function describeBlockTypeParity(
             if (f === undefined) throw new Error(`no rewritten file for ${key(row, t)}`);
             // the type under test is really in the file (unless the row has no wide file for it)
             if (!fallback) expect((f.counts[t] ?? 0) > 0).toBe(true);
-            const worst = await checkAgainstLlamaCpp(
-              backendFor(),
-              f.path,
-              row.ids,
-              steps,
-              BLOCK_TYPE_PROB_TOL[t],
-              t !== "F32",
-              oracles.get(key(row, t)),
-            );
+            const oracle = oracles.get(key(row, t));
+            const worst = await checkAgainstLlamaCpp(backendFor(), f.path, row.ids, steps, tol, t !== "F32", {
+              ...(oracle === undefined ? {} : { oracle }),
+              ...(row.prepare === undefined ? {} : { prepare: row.prepare }),
+            });
             if (process.env.TP_BLOCK_TYPES_REPORT)
               console.log(`${row.label} ${t}: max |Δp| ${worst.toExponential(2)}`);
           },

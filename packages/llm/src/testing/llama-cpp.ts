@@ -6,6 +6,7 @@
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join, resolve } from "node:path";
+import type { Backend, Tensor } from "@tp/tensor";
 
 const ORACLE = resolve(import.meta.dir, "../../scripts/llama-cpp-oracle.ts");
 
@@ -38,6 +39,17 @@ export async function runLlamaCppOracle<T>(path: string, spec: object): Promise<
   await p.exited;
   clearTimeout(timer);
   return JSON.parse(out.trim().split("\n").pop() || '{"ok":false,"error":"no output"}') as T;
+}
+
+/**
+ * Make a Gemma 3 model's MLP gate use llama.cpp's CPU GELU: an f16 table (ggml-cpu vec.h
+ * `GGML_GELU_FP16`: gelu_f32 of the input rounded to f16, the result stored as f16), emulated by
+ * rounding the gate and the GELU through f16. A test-only override of `Gemma3Model.gelu`, for
+ * comparisons where that rounding would otherwise dominate.
+ */
+export function emulateLlamaCppGelu(model: { gelu: (x: Tensor) => Tensor }, backend: Backend): void {
+  const f16 = (t: Tensor) => backend.cast(backend.cast(t, "f16"), "f32");
+  model.gelu = (x) => f16(backend.gelu(f16(x), { approximate: "tanh" }));
 }
 
 /** softmax of logits `l[offset, offset + v)` in float64. */
