@@ -9,7 +9,7 @@
  * Sources: ../shared/spec/llm.md §1.1.1 (GGUF tensor names), §1.2 (safetensors checkpoints).
  */
 import { loadWeight, type TensorEntry, type TensorSource } from "@tp/formats";
-import { type Backend, type DTypeName, type OpName, type Tensor, TpError, type Weight } from "@tp/tensor";
+import { type Backend, type DTypeName, type OpName, type Tensor, TpError, Weight } from "@tp/tensor";
 import { PlacedBackend } from "../placement.ts";
 
 /**
@@ -151,12 +151,20 @@ export class WeightReader {
 
   /**
    * A stack of expert projections [experts, N, K] (GGUF `blk.N.ffn_*_exps`, stored expert-major) for
-   * `backend.matmulId`: one Weight [experts·N, K] over the stored bytes, not copied.
+   * `backend.matmulId`: one Weight [experts·N, K] over the stored bytes, not copied. A checkpoint
+   * without the stack that has every expert as its own tensor (HF `mlp.experts.{e}.gate_proj.weight`
+   * for the stack `mlp.experts.gate_proj.weight`) gets them copied, once at load, into one host stack
+   * ({@link stackExperts}).
    * @throws TpError E_FORMAT (missing, not that 3-D shape); E_UNSUPPORTED when the backend's matmul_id
    *   does not take its format, naming file and tensor
    */
   experts(hf: string, shape: readonly [number, number, number]): Weight {
     const [e, n, k] = shape;
+    const perExpert = (i: number) => hf.replace(/experts\.(?=[^.]+\.weight$)/, `experts.${i}.`);
+    if (!this.has(hf) && perExpert(0) !== hf && this.has(perExpert(0))) {
+      const parts = Array.from({ length: e }, (_, i) => readWeight(this.checkpoint, perExpert(i), [n, k]));
+      return this.#supported(hf, stackExperts(hf, parts, this.checkpoint.source.path), MATMUL_ID);
+    }
     const entry = tensorEntry(this.checkpoint, hf);
     if (entry.shape.length !== 3 || entry.shape[0] !== e || entry.shape[1] !== n || entry.shape[2] !== k) {
       throw new TpError(
@@ -205,6 +213,61 @@ export class WeightReader {
     placed?.placeWeight(hf, w); // resident on a device
     return w;
   }
+}
+
+/**
+ * One Weight [experts·N, K] from the experts' own Weights [N, K] (the same format), their bytes copied
+ * expert-major into one host buffer — the layout of a GGUF stack, so matmul_id reads it alike. Row
+ * scales (ConvRot) are concatenated; a per-tensor scale (fp8) must be the same for every expert.
+ * @param name the stack's name; @param file for messages
+ * @throws TpError E_FORMAT when the experts differ in format or rotation group; E_UNSUPPORTED for
+ *   per-tensor scales that differ between experts
+ */
+export function stackExperts(name: string, parts: readonly Weight[], file: string): Weight {
+  const first = parts[0];
+  if (first === undefined) throw new TpError("E_ARG", `no experts to stack for ${name}`, { file });
+  const [n, k] = first.shape;
+  for (const p of parts) {
+    if (p.format !== first.format || p.rotationGroup !== first.rotationGroup) {
+      throw new TpError(
+        "E_FORMAT",
+        `the experts of a stack must share one format: ${p.name} is ${p.format}, ${first.name} ${first.format}`,
+        { file, tensor: p.name },
+      );
+    }
+    if (
+      first.scale?.kind === "tensor" &&
+      (p.scale?.kind !== "tensor" || p.scale.value !== first.scale.value)
+    ) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `experts with different per-tensor scales (${p.name}, ${first.name}) cannot share one matmul_id weight`,
+        { file, tensor: p.name },
+      );
+    }
+  }
+  const data = new Uint8Array(parts.reduce((a, p) => a + p.data.byteLength, 0));
+  let at = 0;
+  for (const p of parts) {
+    data.set(p.data, at);
+    at += p.data.byteLength;
+  }
+  let scale = first.scale;
+  if (scale?.kind === "row") {
+    const values = new Float32Array(parts.length * n);
+    parts.forEach((p, i) => {
+      if (p.scale?.kind === "row") values.set(p.scale.values, i * n);
+    });
+    scale = { kind: "row", values };
+  }
+  return new Weight({
+    name,
+    format: first.format,
+    shape: [parts.length * n, k],
+    data,
+    ...(scale === undefined ? {} : { scale }),
+    ...(first.rotationGroup === undefined ? {} : { rotationGroup: first.rotationGroup }),
+  });
 }
 
 const LINEAR: readonly OpName[] = ["matmul"];

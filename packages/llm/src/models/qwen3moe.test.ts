@@ -5,7 +5,7 @@
 // (matmul_id's single rows), and the loader's errors. Parity with llama.cpp on the shared files is in
 // ../parity.test.ts.
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
@@ -20,6 +20,7 @@ import {
   type TinyMoeConfig,
   tinyMoeWeights,
   writeTinyMoeGguf,
+  writeTinyMoeSafetensors,
 } from "../testing/tiny-moe.ts";
 
 const backend = createBackend({ threads: 2 });
@@ -137,6 +138,54 @@ describe("qwen3moe on a tiny random GGUF vs a float64 reference", () => {
   });
 });
 
+describe("qwen3_moe from safetensors (each expert its own tensors) against the GGUF of the same weights", () => {
+  const w = tinyMoeWeights(MOE);
+  const gguf = join(tmp, "same.gguf");
+  writeTinyMoeGguf(gguf, MOE, w);
+  const hf = join(tmp, "hf-same");
+  writeTinyMoeSafetensors(hf, MOE, w);
+  const expected = flat(referenceMoeLogits(MOE, w, PROMPT));
+
+  test("config from config.json: the experts, k, the expert width and norm_topk_prob", () => {
+    const { model, config } = loadCausalLM(hf, { backend });
+    try {
+      expect(config).toMatchObject({
+        architecture: "qwen3moe",
+        head_dim: 16,
+        num_experts: 6,
+        num_experts_per_tok: 2,
+        moe_intermediate_size: 32,
+        norm_topk_prob: true,
+      });
+    } finally {
+      model.dispose();
+    }
+  });
+
+  // The stacks copied from the experts' tensors hold the GGUF stacks' bytes, so the same kernels see the
+  // same inputs: the logits must be bit for bit the GGUF's (tolerance 0), and the reference's within
+  // F32_LOGIT_TOL (prompt rows in one batch, then one token at a time).
+  test("every prompt row and each decode step: the GGUF's logits exactly, the reference's within 2e-5", async () => {
+    const fromGguf = loadCausalLM(gguf, { backend });
+    const fromHf = loadCausalLM(hf, { backend });
+    try {
+      const rows = await logitsRows(fromHf.model, PROMPT);
+      expect(maxAbsDiff(rows, await logitsRows(fromGguf.model, PROMPT))).toBe(0);
+      expect(maxAbsDiff(rows, expected)).toBeLessThan(F32_LOGIT_TOL);
+      const V = MOE.vocab_size;
+      for (const id of [7, 61, 3]) {
+        const a = await logitsRows(fromHf.model, [id]);
+        const b = await logitsRows(fromGguf.model, [id]);
+        expect(a.length).toBe(V);
+        expect(maxAbsDiff(a, b)).toBe(0);
+      }
+    } finally {
+      fromGguf.model.dispose();
+      fromHf.model.dispose();
+    }
+  });
+});
+
 /** Layer 0's MLP input rows (normed) of a prompt, from the reference of one layer. */
 function mlpInputs(c: TinyMoeConfig, w: TinyWeights, ids: readonly number[]): Float64Array[] {
   const rows: Float64Array[] = [];
@@ -199,17 +248,20 @@ describe("qwen3moe loader errors", () => {
     );
   });
 
-  test("a safetensors qwen3_moe checkpoint: E_UNSUPPORTED saying to use a GGUF", () => {
-    const d = join(tmp, "hf-moe");
-    mkdirSync(d, { recursive: true });
-    writeFileSync(
-      join(d, "config.json"),
-      JSON.stringify({ model_type: "qwen3_moe", architectures: ["Qwen3MoeForCausalLM"] }),
-    );
-    writeFileSync(
-      join(d, "model.safetensors"),
-      new Uint8Array([8, 0, 0, 0, 0, 0, 0, 0, ...new TextEncoder().encode("{}      ")]),
-    );
-    expectTp(() => loadCausalLM(d, { backend }), "E_UNSUPPORTED", "qwen3_moe", "GGUF");
+  test("safetensors: a missing expert is E_FORMAT naming its tensor", () => {
+    const d = join(tmp, "hf-missing-expert");
+    writeTinyMoeSafetensors(d, MOE, w, {
+      drop: (n) => n === "model.layers.1.mlp.experts.4.down_proj.weight",
+    });
+    expectTp(() => loadCausalLM(d, { backend }), "E_FORMAT", "model.layers.1.mlp.experts.4.down_proj.weight");
+  });
+
+  test("safetensors: dense layers among the MoE ones are E_UNSUPPORTED; k above the experts E_FORMAT", () => {
+    const dense = join(tmp, "hf-dense-layers");
+    writeTinyMoeSafetensors(dense, MOE, w, { config: { mlp_only_layers: [1] } });
+    expectTp(() => loadCausalLM(dense, { backend }), "E_UNSUPPORTED", "mlp_only_layers");
+    const k = join(tmp, "hf-bad-k");
+    writeTinyMoeSafetensors(k, MOE, w, { config: { num_experts_per_tok: 7 } });
+    expectTp(() => loadCausalLM(k, { backend }), "E_FORMAT", "num_experts_per_tok", "7", "6");
   });
 });

@@ -13,13 +13,15 @@
  *   logits = lm_head(RMSNorm(h, norm))
  *
  * The experts are GGUF's stacked 3-D tensors (`blk.N.ffn_{gate,up,down}_exps`, [n_expert, F, H] /
- * [n_expert, H, F]) read in place by `backend.matmulId`. This file holds only what differs from
+ * [n_expert, H, F]) read in place by `backend.matmulId`; a safetensors checkpoint keeps each expert as its
+ * own tensors (`mlp.experts.{e}.gate_proj.weight`), copied once at load into the same stacks
+ * (checkpoint.ts `WeightReader.experts`). This file holds only what differs from
  * Qwen3 (qwen3.ts): the MoE arguments, the MoE weights, and the MLP of the block.
  */
 import type { GgufMetadata } from "@tp/formats";
 import { type Tensor, TpError } from "@tp/tensor";
 import type { LlmConfig } from "../model.ts";
-import { ggufArgs } from "./args.ts";
+import { ggufArgs, hfArgs } from "./args.ts";
 import { type CheckpointReader, WeightReader } from "./checkpoint.ts";
 import type { Architecture } from "./language-model.ts";
 import { type LlamaWeights, readLlamaFamilyWeights } from "./llama.ts";
@@ -68,21 +70,71 @@ export function qwen3moeArgsFromGguf(meta: GgufMetadata, r: CheckpointReader): Q
   };
 }
 
+/** A positive integer of config.json. @throws TpError E_FORMAT naming the field */
+function positiveField(json: Readonly<Record<string, unknown>>, key: string, file: string): number {
+  const v = json[key];
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 1)
+    throw new TpError(
+      "E_FORMAT",
+      `config.json '${key}' must be a positive integer, got ${JSON.stringify(v)}`,
+      {
+        file,
+      },
+    );
+  return v;
+}
+
 /**
- * HF checkpoints store every expert as its own tensors (`mlp.experts.{e}.gate_proj.weight`), which
- * would have to be copied into stacks: not implemented.
- * @throws TpError E_UNSUPPORTED, always, naming the file
+ * Qwen3MoeConfig of a Hugging Face config.json (transformers `Qwen3MoeConfig`): Qwen3's fields
+ * (models/args.ts hfArgs) and `num_experts`, `num_experts_per_tok` (≤ num_experts),
+ * `moe_intermediate_size`, `norm_topk_prob` (transformers' default: false). The experts are read from
+ * their own tensors (`mlp.experts.{e}.{gate,up,down}_proj.weight`) into stacks at load
+ * (checkpoint.ts WeightReader.experts).
+ * @throws TpError E_FORMAT for a missing or bad field; E_UNSUPPORTED for dense layers among the MoE ones
+ *   (`decoder_sparse_step` ≠ 1 or `mlp_only_layers`) and what hfArgs refuses
  */
 export function qwen3moeArgsFromHf(
-  _json: Readonly<Record<string, unknown>>,
-  _r: CheckpointReader,
+  json: Readonly<Record<string, unknown>>,
+  r: CheckpointReader,
   file: string,
-): never {
-  throw new TpError(
-    "E_UNSUPPORTED",
-    "qwen3_moe from safetensors is not implemented (its experts are separate tensors, not stacks); use a GGUF conversion",
-    { file },
-  );
+): Qwen3MoeConfig {
+  const step = json.decoder_sparse_step ?? 1;
+  const dense = json.mlp_only_layers ?? [];
+  if (step !== 1 || !Array.isArray(dense) || dense.length > 0) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `qwen3_moe with dense MLP layers (decoder_sparse_step ${JSON.stringify(step)}, mlp_only_layers ${JSON.stringify(dense)}) is not implemented; every layer must be a mixture of experts`,
+      { file },
+    );
+  }
+  const base = hfArgs(json, r, { architecture: "qwen3moe", rope_mode: "neox" }, file);
+  const experts = positiveField(json, "num_experts", file);
+  const used = positiveField(json, "num_experts_per_tok", file);
+  if (used > experts) {
+    throw new TpError(
+      "E_FORMAT",
+      `config.json 'num_experts_per_tok' ${used} is more than 'num_experts' ${experts}`,
+      {
+        file,
+      },
+    );
+  }
+  const norm = json.norm_topk_prob ?? false;
+  if (typeof norm !== "boolean")
+    throw new TpError(
+      "E_FORMAT",
+      `config.json 'norm_topk_prob' must be a boolean, got ${JSON.stringify(norm)}`,
+      {
+        file,
+      },
+    );
+  return {
+    ...base,
+    num_experts: experts,
+    num_experts_per_tok: used,
+    moe_intermediate_size: positiveField(json, "moe_intermediate_size", file),
+    norm_topk_prob: norm,
+  };
 }
 
 /** True when `c` carries the MoE arguments (a config of {@link qwen3moeArgsFromGguf}). */
@@ -142,14 +194,14 @@ export class Qwen3MoeModel extends Qwen3Model<MoeWeights> {
 /** The `qwen3moe` architecture: Qwen3 attention, a routed mixture of experts in every layer. */
 export const qwen3moe: Architecture = {
   name: "qwen3moe",
-  description: "Qwen 3 mixture of experts (Qwen3-30B-A3B, Qwen3-235B-A22B; GGUF)",
+  description: "Qwen 3 mixture of experts (Qwen3-30B-A3B, Qwen3-235B-A22B; GGUF and safetensors)",
   configFromGguf: qwen3moeArgsFromGguf,
   configFromHf: qwen3moeArgsFromHf,
   create(backend, config, r) {
     if (!isQwen3MoeConfig(config)) {
       throw new TpError(
         "E_ARG",
-        "qwen3moe: the config lacks num_experts / num_experts_per_tok / moe_intermediate_size / norm_topk_prob (read it with configFromGguf)",
+        "qwen3moe: the config lacks num_experts / num_experts_per_tok / moe_intermediate_size / norm_topk_prob (read it with configFromGguf or configFromHf)",
         { file: r.source.path },
       );
     }

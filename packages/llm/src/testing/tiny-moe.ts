@@ -6,7 +6,16 @@
  * renormalised weights, the weighted sum of the chosen experts' SwiGLU outputs. The attention and the
  * rest of the block are testing/tiny-models.ts's Qwen3 reference.
  */
-import { GGUF_HF_NAMES, type GgufTensorInput, ggufKv, unmapName, writeGguf } from "@tp/formats";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  GGUF_HF_NAMES,
+  type GgufTensorInput,
+  ggufKv,
+  unmapName,
+  writeGguf,
+  writeSafetensors,
+} from "@tp/formats";
 import {
   matvec,
   referenceLogits,
@@ -99,6 +108,49 @@ export function writeTinyMoeGguf(
     return options.tensor === undefined ? t : options.tensor(t);
   });
   writeGguf(path, kv, tensors);
+}
+
+/**
+ * Write the model as a Hugging Face checkpoint (F32 `model.safetensors` and a `qwen3_moe` config.json,
+ * transformers `Qwen3MoeConfig` names, `norm_topk_prob: true` as the Qwen3-MoE releases): every expert
+ * of a stack as its own tensors, `mlp.experts.{e}.{gate,up,down}_proj.weight` [F, H] / [H, F], as
+ * transformers stores them. `drop` leaves tensors out (to make incomplete checkpoints); `config`
+ * adds or replaces config.json fields.
+ */
+export function writeTinyMoeSafetensors(
+  dir: string,
+  c: TinyMoeConfig,
+  w: TinyWeights,
+  options: { drop?: (name: string) => boolean; config?: Record<string, unknown> } = {},
+): void {
+  mkdirSync(dir, { recursive: true });
+  const tensors: { name: string; dtype: string; shape: number[]; data: Uint8Array }[] = [];
+  for (const [name, t] of w) {
+    const stack = /^(.*\.experts)\.([a-z_]+\.weight)$/.exec(name);
+    const parts =
+      stack === null
+        ? [{ name, t }]
+        : Array.from({ length: c.num_experts }, (_, e) => ({
+            name: `${stack[1]}.${e}.${stack[2]}`,
+            t: expert(t, e),
+          }));
+    for (const p of parts) {
+      if (options.drop?.(p.name) === true) continue;
+      tensors.push({ name: p.name, dtype: "F32", shape: [...p.t.shape], data: f32Bytes(p.t.values) });
+    }
+  }
+  writeSafetensors(join(dir, "model.safetensors"), tensors);
+  const { model_type: _, ...fields } = c;
+  writeFileSync(
+    join(dir, "config.json"),
+    JSON.stringify({
+      architectures: ["Qwen3MoeForCausalLM"],
+      model_type: "qwen3_moe",
+      ...fields,
+      norm_topk_prob: true,
+      ...options.config,
+    }),
+  );
 }
 
 /** Expert e's [rows, k] matrix of a stack [E, rows, k]. */
