@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
 import { ggufKv } from "@tp/formats";
-import { TpError } from "@tp/tensor";
+import { quantizeConvRot } from "@tp/quant";
+import { TpError, Weight } from "@tp/tensor";
 import { loadCausalLM } from "../load.ts";
 import type { CausalLM } from "../model.ts";
 import { maxAbsDiff, referenceLogits, type TinyWeights } from "../testing/tiny-models.ts";
@@ -22,6 +23,7 @@ import {
   writeTinyMoeGguf,
   writeTinyMoeSafetensors,
 } from "../testing/tiny-moe.ts";
+import { stackExperts } from "./checkpoint.ts";
 
 const backend = createBackend({ threads: 2 });
 const tmp = mkdtempSync(join(tmpdir(), "tp-llm-qwen3moe-"));
@@ -246,6 +248,53 @@ describe("qwen3moe loader errors", () => {
       "[3, 64, 48]",
       "[6, 32, 48]",
     );
+  });
+
+  test("stackExperts: ConvRot experts keep their codes and row scales; matmul_id on the stack = matmul on each", async () => {
+    // 3 experts [5, 256] of int8 ConvRot (quantizeConvRot, group 256); the stack's rows of expert e must
+    // be expert e's: matmul_id routed to e gives matmul with e exactly (the same integer products and
+    // row scales; tolerance 0).
+    const [n, k] = [5, 256];
+    const parts = [0, 1, 2].map((e) => {
+      const q = quantizeConvRot(
+        Float32Array.from({ length: n * k }, (_, i) => Math.sin(0.37 * i + e)),
+        [n, k],
+      );
+      return new Weight({
+        name: `experts.${e}.up_proj.weight`,
+        format: "int8_convrot",
+        shape: [n, k],
+        data: q.data,
+        scale: { kind: "row", values: q.scale },
+        rotationGroup: q.groupSize,
+      });
+    });
+    const stack = stackExperts("experts.up_proj.weight", parts, "mem");
+    expect(stack.shape).toEqual([3 * n, k]);
+    const x = backend.upload(
+      Float32Array.from({ length: k }, (_, i) => Math.cos(0.11 * i)),
+      [1, 1, k],
+      "f32",
+    );
+    for (const e of [2, 0, 1]) {
+      const ids = backend.upload(Int32Array.of(e), [1, 1], "i32");
+      const got = await backend.read(backend.matmulId(x, stack, ids, { experts: 3 }));
+      const want = await backend.read(backend.matmul(x.reshape(1, k), parts[e] as Weight));
+      expect(Array.from(got as Float32Array)).toEqual(Array.from(want as Float32Array));
+    }
+  });
+
+  test("stackExperts: fp8 experts with different per-tensor scales are E_UNSUPPORTED", () => {
+    const fp8 = (scale: number) =>
+      new Weight({
+        name: `e${scale}`,
+        format: "f8_e4m3fn",
+        shape: [2, 32],
+        data: new Uint8Array(64),
+        scale: { kind: "tensor", value: scale },
+      });
+    expectTp(() => stackExperts("s", [fp8(1), fp8(2)], "mem"), "E_UNSUPPORTED", "per-tensor scales");
+    expect(stackExperts("s", [fp8(0.5), fp8(0.5)], "mem").scale).toEqual({ kind: "tensor", value: 0.5 });
   });
 
   test("safetensors: a missing expert is E_FORMAT naming its tensor", () => {
