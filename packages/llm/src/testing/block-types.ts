@@ -159,6 +159,8 @@ export interface BlockTypeRow {
    * its reason and measured figure where the row is defined.
    */
   readonly tol?: Partial<Record<BlockType, number>>;
+  /** The near-tie gap of the greedy rule for this row (nats; default {@link BLOCK_TYPE_GAP_NATS}). */
+  readonly gapNats?: number;
   /** Adjust our loaded model before the comparison (e.g. to emulate a rounding of llama.cpp's). */
   readonly prepare?: (loaded: LoadedModel, backend: Backend) => void;
 }
@@ -167,6 +169,8 @@ export interface BlockTypeRow {
 export interface CheckOptions {
   /** llama.cpp's answer, when already started. */
   readonly oracle?: Promise<Oracle>;
+  /** The near-tie gap (nats; default {@link BLOCK_TYPE_GAP_NATS}). */
+  readonly gapNats?: number;
   /** Adjust our loaded model first ({@link BlockTypeRow.prepare}). */
   readonly prepare?: (loaded: LoadedModel, backend: Backend) => void;
 }
@@ -232,7 +236,7 @@ export async function checkAgainstLlamaCpp(
           ours: next,
           llama: o.greedy[i],
           gap,
-          nearTie: nearTies && gap <= BLOCK_TYPE_GAP_NATS,
+          nearTie: nearTies && gap <= (options.gapNats ?? BLOCK_TYPE_GAP_NATS),
         }).toMatchObject({ nearTie: true });
         break; // diverged at a near tie: nothing after it is comparable
       }
@@ -319,6 +323,7 @@ export function describeBlockTypeParity(
             const oracle = oracles.get(key(row, t));
             const worst = await checkAgainstLlamaCpp(backendFor(), f.path, row.ids, steps, tol, t !== "F32", {
               ...(oracle === undefined ? {} : { oracle }),
+              ...(row.gapNats === undefined ? {} : { gapNats: row.gapNats }),
               ...(row.prepare === undefined ? {} : { prepare: row.prepare }),
             });
             if (process.env.TP_BLOCK_TYPES_REPORT)
