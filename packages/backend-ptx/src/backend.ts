@@ -1,0 +1,286 @@
+/**
+ * The `ptx` backend: tensors in CUDA device memory (a caching sub-allocator over cuMemAlloc), uploads
+ * through pinned staging buffers, and ops as PTX kernels generated in TypeScript (./ptx), JIT-loaded by
+ * the driver for the device's compute capability and queued on one stream; `read` and `synchronize`
+ * wait. `loadBackend("ptx")` in @tp/tensor imports this package and calls {@link createBackend}.
+ *
+ * Environment: TP_CUDA_DEVICE (device ordinal, default 0), TP_CUDA_LIB_DIR (folder of libcuda.so.1,
+ * before the loader path).
+ *
+ * Source: ./driver (CUDA driver API), @tp/tensor backend.ts (op contracts), kernels.ts (the table).
+ */
+import {
+  BackendBase,
+  type BackendOptions,
+  dtypeBytes,
+  formatBytes,
+  type KernelTable,
+  type Tensor,
+  TpError,
+  type Weight,
+} from "@tp/tensor";
+import { CachingAllocator, type DeviceBlock, PinnedStaging } from "./driver/allocator.ts";
+import {
+  type CudaDeviceInfo,
+  type CudaDriver,
+  type CudaFunction,
+  type KernelArg,
+  loadCudaDriver,
+} from "./driver/cuda.ts";
+import { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
+import { type KernelSource, MIN_SM, ptxModule } from "./ptx/emit.ts";
+
+/** A tensor's storage: a device block, or none for 0 bytes. */
+interface DeviceStorage {
+  readonly block: DeviceBlock | null;
+}
+
+/** Options of the ptx backend. */
+export interface PtxBackendOptions extends BackendOptions {
+  /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */
+  device?: string;
+  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE from (tests); default process.env. */
+  env?: Record<string, string | undefined>;
+}
+
+/** Parse the device ordinal. @throws TpError E_ARG for anything but a small non-negative integer */
+export function parseDeviceOrdinal(selector: string | undefined): number {
+  if (selector === undefined || selector.trim() === "") return 0;
+  const s = selector.trim();
+  if (!/^\d{1,3}$/.test(s))
+    throw new TpError("E_ARG", `TP_CUDA_DEVICE / --device must be a device ordinal (0, 1, …), got '${s}'`);
+  return Number(s);
+}
+
+/** The ptx backend. Create it with {@link createBackend} or `loadBackend("ptx", options)`. */
+export class PtxBackend extends BackendBase implements PtxOpHost {
+  readonly name = "ptx";
+  readonly device: string;
+  readonly driver: CudaDriver;
+  readonly info: CudaDeviceInfo;
+  /** Compute capability as an sm number. */
+  readonly sm: number;
+  readonly stream: number;
+  readonly allocator: CachingAllocator;
+  readonly #staging: PinnedStaging;
+  readonly #functions = new Map<string, CudaFunction>();
+  readonly #sources = new Map<string, KernelSource>();
+  readonly #weights = new Map<Weight, Tensor>();
+  readonly #scales = new Map<Weight, Tensor>();
+  readonly #tables = new Map<string, Tensor>();
+  #closed = false;
+  override readonly kernelTable: KernelTable = ptxKernelTable(this);
+
+  /**
+   * @throws TpError E_UNSUPPORTED when libcuda.so.1 is absent, there is no device, or the device is
+   *   older than sm_80; E_IO for a damaged library file; E_ARG for a bad device selector
+   */
+  constructor(options: PtxBackendOptions = {}) {
+    super("ptx", options);
+    const env = options.env ?? process.env;
+    const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
+    this.driver = loadCudaDriver(env);
+    this.driver.init();
+    this.info = this.driver.deviceInfo(ordinal);
+    const [major, minor] = this.info.computeCapability;
+    this.sm = major * 10 + minor;
+    if (this.sm < MIN_SM) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `CUDA device ${ordinal} (${this.info.name}) is sm_${this.sm}; the PTX kernels need sm_${MIN_SM} or newer`,
+      );
+    }
+    this.driver.retainPrimaryContext(ordinal);
+    this.stream = this.driver.streamCreate();
+    const driver = this.driver;
+    this.allocator = new CachingAllocator({
+      alloc: (b) => driver.memAlloc(b),
+      free: (p) => driver.memFree(p),
+    });
+    this.#staging = new PinnedStaging(driver, this.stream);
+    this.device = `${this.info.name} (sm_${this.sm}, ${formatBytes(this.info.totalMemory)}, ${this.info.multiprocessors} SMs, CUDA driver ${Math.floor(this.info.driverVersion / 1000)}.${(this.info.driverVersion % 1000) / 10})`;
+    if (options.verbose === true) process.stderr.write(`ptx: ${this.device}\n`);
+  }
+
+  // ---- storage --------------------------------------------------------------------------------------
+
+  protected allocStorage(bytes: number): DeviceStorage {
+    return { block: bytes === 0 ? null : this.allocator.alloc(bytes) };
+  }
+
+  protected freeStorage(handle: unknown): void {
+    const b = (handle as DeviceStorage).block;
+    if (b !== null && !this.#closed) this.allocator.free(b);
+  }
+
+  protected writeStorage(handle: unknown, offset: number, data: Uint8Array): void {
+    const b = (handle as DeviceStorage).block;
+    if (b !== null && data.byteLength > 0) this.#staging.upload(b.ptr + BigInt(offset), data);
+  }
+
+  protected async readStorage(handle: unknown, offset: number, length: number): Promise<Uint8Array> {
+    const b = (handle as DeviceStorage).block;
+    if (b === null || length === 0) return new Uint8Array(length);
+    return this.#staging.download(b.ptr + BigInt(offset), length);
+  }
+
+  /** The device address of a tensor view's first element. */
+  address(t: Tensor): bigint {
+    this.own(t);
+    const b = (t.storage.handle as DeviceStorage).block;
+    if (b === null) return 0n;
+    return b.ptr + BigInt(t.layout.offset * dtypeBytes(t.dtype));
+  }
+
+  // ---- kernels --------------------------------------------------------------------------------------
+
+  kernel(name: string, make: () => KernelSource): KernelSource {
+    let k = this.#sources.get(name);
+    if (k === undefined) {
+      k = make();
+      this.#sources.set(name, k);
+    }
+    return k;
+  }
+
+  #function(k: KernelSource): CudaFunction {
+    let f = this.#functions.get(k.name);
+    if (f === undefined) {
+      f = this.driver.loadPtx(ptxModule(this.sm, [k]), k.name);
+      this.#functions.set(k.name, f);
+    }
+    return f;
+  }
+
+  launch(
+    kernel: KernelSource,
+    grid: readonly [number, number, number],
+    args: Record<string, LaunchArg>,
+  ): void {
+    this.assertUsable();
+    const given = new Set(Object.keys(args));
+    const packed: KernelArg[] = kernel.params.map((p) => {
+      const v = args[p.name];
+      if (v === undefined)
+        throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no argument for parameter ${p.name}`);
+      given.delete(p.name);
+      if (p.type === "u64") {
+        if (typeof v === "number" || typeof v === "bigint") return { u64: v };
+        return { u64: this.address(v) };
+      }
+      if (typeof v !== "number")
+        throw new TpError("E_INTERNAL", `kernel ${kernel.name}: parameter ${p.name} takes a number`);
+      return p.type === "f32" ? { f32: v } : p.type === "s32" ? { i32: v } : { u32: v };
+    });
+    if (given.size > 0)
+      throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no parameter ${[...given].join(", ")}`);
+    for (const [i, g] of grid.entries()) {
+      if (!Number.isInteger(g) || g < 1 || g > (i === 0 ? 2 ** 31 - 1 : 65535)) {
+        throw new TpError(
+          "E_UNSUPPORTED",
+          `kernel ${kernel.name}: grid ${grid.join("×")} is past the device's limits`,
+        );
+      }
+    }
+    this.driver.launch(
+      this.#function(kernel),
+      grid,
+      [kernel.block[0], kernel.block[1], 1],
+      0,
+      this.stream,
+      packed,
+    );
+  }
+
+  fill(t: Tensor, value: number): void {
+    if (t.byteLength > 0) this.driver.memsetAsync(this.address(t), value, t.byteLength, this.stream);
+  }
+
+  // ---- resident weights and tables ---------------------------------------------------------------------
+
+  weightBytes(w: Weight): Tensor {
+    let t = this.#weights.get(w);
+    if (t === undefined || t.storage.freed) {
+      t = this.persist(this.upload(w.data, [w.data.byteLength], "u8", w.name));
+      this.#weights.set(w, t);
+    }
+    return t;
+  }
+
+  weightScale(w: Weight): Tensor {
+    let t = this.#scales.get(w);
+    if (t === undefined || t.storage.freed) {
+      if (w.scale?.kind !== "row")
+        throw new TpError("E_FORMAT", `${w.name}: a ConvRot weight needs per-row scales`);
+      t = this.persist(this.upload(w.scale.values, [w.scale.values.length], "f32", `${w.name}.weight_scale`));
+      this.#scales.set(w, t);
+    }
+    return t;
+  }
+
+  table(key: string, make: () => Float64Array): Tensor {
+    let t = this.#tables.get(key);
+    if (t === undefined || t.storage.freed) {
+      const data = make();
+      t = this.persist(this.upload(data, [data.length], "f64", key));
+      this.#tables.set(key, t);
+    }
+    return t;
+  }
+
+  /** Keep a weight on the device (as matmul / embedding do on first use). */
+  makeResident(w: Weight): void {
+    this.weightBytes(w);
+    if (w.scale?.kind === "row") this.weightScale(w);
+  }
+
+  /** Free a weight's device copy. */
+  evict(w: Weight): void {
+    for (const m of [this.#weights, this.#scales]) {
+      const t = m.get(w);
+      m.delete(w);
+      if (t !== undefined && !t.storage.freed) this.free(t);
+    }
+  }
+
+  override async synchronize(): Promise<void> {
+    this.assertUsable();
+    this.driver.streamSynchronize(this.stream);
+  }
+
+  /** Storage bytes held by the allocator's cache besides the live tensors. */
+  allocatorStats() {
+    return this.allocator.stats();
+  }
+
+  override dispose(): void {
+    if (this.#closed) return;
+    this.driver.streamSynchronize(this.stream);
+    super.dispose();
+    this.#closed = true;
+    this.allocator.emptyCache();
+    for (const f of this.#functions.values()) this.driver.unloadModule(f.module);
+    this.#functions.clear();
+    this.#staging.dispose();
+    this.driver.streamDestroy(this.stream);
+    this.driver.releasePrimaryContext(this.info.ordinal);
+  }
+}
+
+/**
+ * Create the `ptx` backend.
+ * @throws TpError `backend ptx cannot start: …` — E_UNSUPPORTED without libcuda.so.1 (naming it, where
+ *   it was looked for and how to get it), without a device, or on a device older than sm_80; E_IO for
+ *   a damaged TP_CUDA_LIB_DIR library; E_ARG for a bad device selector
+ */
+export function createBackend(options: PtxBackendOptions = {}): PtxBackend {
+  try {
+    return new PtxBackend(options);
+  } catch (e) {
+    if (!(e instanceof TpError)) throw e;
+    throw new TpError(e.code, `backend ptx cannot start: ${e.message.replace(/\s*\n\s*/g, " ")}`, {
+      ...(e.file === undefined ? {} : { file: e.file }),
+      cause: e,
+    });
+  }
+}

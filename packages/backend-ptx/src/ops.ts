@@ -1,0 +1,642 @@
+/**
+ * The kernel table of the ptx backend: each entry picks a generated kernel (./ptx), folds in the
+ * call's fixed parameters, and queues it on the backend's stream. Arguments arrive checked by
+ * @tp/tensor's op front-end; what is left here is what only this backend can refuse (E_UNSUPPORTED
+ * naming op and reason). Scratch tensors (contiguous copies, rotated activations) live in
+ * `host.scope`: their blocks return to the caching allocator at once, which is safe because every
+ * kernel runs in stream order.
+ *
+ * Ops without an entry here (matmul_id, top_k, gated_delta_net; fp8 and the k-quant GGUF formats of
+ * matmul / embedding) are E_UNSUPPORTED through the front-end, naming op, backend and format.
+ */
+import {
+  type AttentionParams,
+  type DTypeName,
+  dtypeBytes,
+  type KernelTable,
+  type Shape,
+  type Tensor,
+  TpError,
+  type Weight,
+  type WeightFormat,
+} from "@tp/tensor";
+import { attentionKernel } from "./ptx/attention.ts";
+import { EMBEDDING_FORMATS, MATMUL_FORMATS } from "./ptx/catalogue.ts";
+import {
+  countNonFiniteKernel,
+  ELEMENTWISE_BLOCK,
+  type FloatDtype,
+  type MapOp,
+  mapKernel,
+  moveKernel,
+} from "./ptx/elementwise.ts";
+import type { KernelSource } from "./ptx/emit.ts";
+import {
+  conv2dKernel,
+  type ElementFormat,
+  embeddingKernel,
+  ropeKernel,
+  rotateKernel,
+  ssmConvKernel,
+} from "./ptx/gather.ts";
+import {
+  GEMV_WARPS,
+  gemvKernel,
+  MMA_WARPS,
+  mmaKernel,
+  mmaS8Kernel,
+  TILE,
+  tiledKernel,
+} from "./ptx/matmul.ts";
+import {
+  argmaxKernel,
+  groupNormKernel,
+  layerNormKernel,
+  quantizeRowsInt8Kernel,
+  rmsNormKernel,
+  softmaxKernel,
+} from "./ptx/rows.ts";
+
+/** A kernel argument by parameter name: a tensor (its device address), or a number. */
+export type LaunchArg = Tensor | number | bigint;
+
+/** The parts of PtxBackend the ops use. */
+export interface PtxOpHost {
+  readonly name: string;
+  /** Compute capability as sm number (86, 90). */
+  readonly sm: number;
+  alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
+  upload(
+    data: Float32Array | Float64Array | Int32Array | Uint8Array,
+    shape: Shape,
+    dtype: DTypeName,
+    name?: string,
+  ): Tensor;
+  scope<T>(fn: () => T): T;
+  /** Queue `kernel` with a grid, arguments by parameter name, and dynamic shared bytes. */
+  launch(
+    kernel: KernelSource,
+    grid: readonly [number, number, number],
+    args: Record<string, LaunchArg>,
+  ): void;
+  /** Fill a tensor's bytes with `value` (queued). */
+  fill(t: Tensor, value: number): void;
+  /** The resident device copy of a weight's bytes (uploaded once, persisted). */
+  weightBytes(w: Weight): Tensor;
+  /** A persisted per-row scale of a ConvRot weight. */
+  weightScale(w: Weight): Tensor;
+  /** A persisted small table (rope frequencies), by key. */
+  table(key: string, make: () => Float64Array): Tensor;
+  /** A kernel generated once per name. */
+  kernel(name: string, make: () => KernelSource): KernelSource;
+}
+
+/** A TpError E_UNSUPPORTED for op `op` on backend ptx. */
+export function unsupported(op: string, message: string): TpError {
+  return new TpError("E_UNSUPPORTED", `op ${op} on backend ptx: ${message}`);
+}
+
+const FLOATS: readonly FloatDtype[] = ["f32", "f16", "bf16"];
+const ALL_DTYPES: readonly DTypeName[] = [
+  "f64",
+  "f32",
+  "f16",
+  "bf16",
+  "f8_e4m3fn",
+  "f8_e5m2",
+  "i64",
+  "u64",
+  "i32",
+  "u32",
+  "i16",
+  "u16",
+  "i8",
+  "u8",
+  "bool",
+];
+
+/**
+ * Merge dimensions every operand walks contiguously and drop size-1 dimensions (fewer index
+ * divisions in the strided kernels). Returns at least one dimension.
+ */
+export function mergeDims(
+  shape: readonly number[],
+  strides: readonly (readonly number[])[],
+): { shape: number[]; strides: number[][] } {
+  const outShape: number[] = [];
+  const outStrides: number[][] = strides.map(() => []);
+  for (let k = 0; k < shape.length; k++) {
+    const d = shape[k] as number;
+    if (d === 1) continue;
+    const last = outShape.length - 1;
+    if (last >= 0 && strides.every((s, i) => (outStrides[i] as number[])[last] === (s[k] as number) * d)) {
+      outShape[last] = (outShape[last] as number) * d;
+      strides.forEach((s, i) => {
+        (outStrides[i] as number[])[last] = s[k] as number;
+      });
+    } else {
+      outShape.push(d);
+      strides.forEach((s, i) => {
+        (outStrides[i] as number[]).push(s[k] as number);
+      });
+    }
+  }
+  if (outShape.length === 0) return { shape: [1], strides: strides.map(() => [0]) };
+  return { shape: outShape, strides: outStrides };
+}
+
+function blocks(n: number, per: number): number {
+  return Math.max(1, Math.ceil(n / per));
+}
+
+/** @throws E_UNSUPPORTED past the 32-bit indices of the kernels */
+function check32(op: string, ...ts: Tensor[]): void {
+  for (const t of ts) {
+    if (t.numel >= 2 ** 32 || t.storage.byteLength / dtypeBytes(t.dtype) >= 2 ** 32) {
+      throw unsupported(op, `${t.describe()} has 2^32 elements or more; its kernels index with 32 bits`);
+    }
+    if (t.strides.some((s) => s < 0)) throw unsupported(op, `${t.describe()} has a negative stride`);
+  }
+}
+
+/** Queue a strided kernel over `shape`: out (contiguous unless `outStrided`) and inputs as views. */
+function strided(
+  host: PtxOpHost,
+  op: string,
+  kernel: (rank: number) => KernelSource,
+  out: Tensor,
+  inputs: readonly Tensor[],
+  outStrided: boolean,
+  extra: Record<string, LaunchArg> = {},
+): void {
+  check32(op, out, ...inputs);
+  const n = out.numel;
+  if (n === 0) return;
+  const operands = [out, ...inputs];
+  const { shape, strides } = mergeDims(
+    out.shape,
+    operands.map((t) => t.strides),
+  );
+  const k = kernel(shape.length);
+  const args: Record<string, LaunchArg> = { ...extra, out, n };
+  inputs.forEach((t, i) => {
+    args[`in${i}`] = t;
+  });
+  shape.forEach((s, d) => {
+    args[`size${d}`] = s;
+  });
+  operands.forEach((_, i) => {
+    if (i === 0 && !outStrided) return;
+    (strides[i] as number[]).forEach((s, d) => {
+      args[`stride${i}_${d}`] = s;
+    });
+  });
+  host.launch(k, [blocks(n, ELEMENTWISE_BLOCK), 1, 1], args);
+}
+
+/** A float map kernel over out and its inputs. */
+function map(
+  host: PtxOpHost,
+  op: MapOp,
+  out: Tensor,
+  inputs: readonly Tensor[],
+  extra: Record<string, LaunchArg> = {},
+  saturate = false,
+): void {
+  const dts = inputs.map((t) => t.dtype as FloatDtype);
+  strided(
+    host,
+    op,
+    (rank) =>
+      host.kernel(`map:${op}:${dts}:${out.dtype}:${rank}:${saturate}`, () =>
+        mapKernel({ op, inputs: dts, out: out.dtype as FloatDtype, rank, saturate }),
+      ),
+    out,
+    inputs,
+    false,
+    extra,
+  );
+}
+
+/** Copy the elements of `src` (any view) into `dst` (any non-overlapping view), bits unchanged. */
+export function move(host: PtxOpHost, dst: Tensor, src: Tensor): void {
+  const bytes = dtypeBytes(src.dtype) as 1 | 2 | 4 | 8;
+  const outStrided = !dst.isContiguous;
+  strided(
+    host,
+    "copy",
+    (rank) =>
+      host.kernel(`move:${bytes}:${rank}:${outStrided}`, () => moveKernel({ bytes, rank, outStrided })),
+    dst,
+    [src],
+    outStrided,
+  );
+}
+
+/** `t` itself when contiguous, else a contiguous copy in the current scope. */
+function contiguous(host: PtxOpHost, t: Tensor): Tensor {
+  if (t.isContiguous) return t;
+  const c = host.alloc(t.shape, t.dtype, t.name);
+  move(host, c, t);
+  return c;
+}
+
+/** Inverse frequencies of rope pairs, with freqScale folded in (f64; RoFormer §3.4, krea2.md §3.5). */
+function ropeInvFreq(
+  theta: number,
+  ropeDims: number,
+  freqScale: number,
+  sections: readonly number[],
+): Float64Array {
+  const pairs = ropeDims / 2;
+  const inv = new Float64Array(pairs);
+  if (sections.length === 0)
+    for (let i = 0; i < pairs; i++) inv[i] = freqScale * theta ** ((-2 * i) / ropeDims);
+  else {
+    let at = 0;
+    for (const n of sections) for (let k = 0; k < n; k++) inv[at++] = freqScale * theta ** (-k / n);
+  }
+  return inv;
+}
+
+const scaledFormat = (f: WeightFormat) => f === "int8_convrot" || f === "int4_convrot";
+
+/** matmul: picks W8A8 / mma / gemv / tiled for the format, M and the device. */
+function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor | null): void {
+  const [N, K] = w.shape;
+  const M = x.numel / Math.max(1, K);
+  if (out.numel === 0) return;
+  host.scope(() => {
+    const format = w.format as ElementFormat;
+    let xc = contiguous(host, x);
+    check32("matmul", xc, out);
+    const wb = host.weightBytes(w);
+    const scaled = scaledFormat(w.format);
+    const scale = scaled ? host.weightScale(w) : null;
+    if (scaled) {
+      const group = w.rotationGroup ?? 256;
+      if (K % group !== 0)
+        throw unsupported("matmul", `${w.name}: K = ${K} is not a multiple of the rotation group ${group}`);
+      const rot = host.alloc([M, K], "f32", "x_rot");
+      host.launch(
+        host.kernel(`rotate:${group}`, () => rotateKernel(group)),
+        [K / group, M, 1],
+        { out: rot, x: xc, k: K },
+      );
+      xc = rot;
+      if (w.format === "int8_convrot" && M >= 16 && K % 32 === 0 && host.sm >= 80) {
+        const q = host.alloc([M, K], "i8", "x_q");
+        const sx = host.alloc([M], "f32", "x_scale");
+        host.launch(host.kernel("quant8", quantizeRowsInt8Kernel), [M, 1, 1], {
+          out: q,
+          x: rot,
+          d: K,
+          scales: sx,
+        });
+        const k = host.kernel(`mma_s8:${bias !== null}`, () => mmaS8Kernel(bias !== null));
+        host.launch(k, [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1], {
+          out,
+          x: q,
+          w: wb,
+          ...(bias === null ? {} : { bias }),
+          scale: scale as Tensor,
+          m: M,
+          n: N,
+          k: K,
+          x_scale: sx,
+        });
+        return;
+      }
+    }
+    const spec = { format, bias: bias !== null, scaled };
+    const args: Record<string, LaunchArg> = {
+      out,
+      x: xc,
+      w: wb,
+      ...(bias === null ? {} : { bias }),
+      ...(scale === null ? {} : { scale }),
+      m: M,
+      n: N,
+      k: K,
+    };
+    const key = `${format}:${spec.bias}:${scaled}`;
+    if ((format === "f16" || format === "bf16") && M >= 16 && K % 16 === 0 && host.sm >= 80) {
+      host.launch(
+        host.kernel(`mma:${key}`, () => mmaKernel(spec)),
+        [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1],
+        args,
+      );
+    } else if (M <= 8) {
+      host.launch(
+        host.kernel(`gemv:${key}`, () => gemvKernel(spec)),
+        [blocks(N, GEMV_WARPS), M, 1],
+        args,
+      );
+    } else {
+      host.launch(
+        host.kernel(`tiled:${key}`, () => tiledKernel(spec)),
+        [blocks(N, TILE.bn), blocks(M, TILE.bm), 1],
+        args,
+      );
+    }
+  });
+}
+
+function attention(host: PtxOpHost, out: Tensor, q: Tensor, k: Tensor, v: Tensor, p: AttentionParams): void {
+  if (p.batch > 65535 || p.heads > 65535)
+    throw unsupported("attention", `batch ${p.batch} × heads ${p.heads} past the grid's 65535`);
+  host.scope(() => {
+    const [qc, kc, vc] = [q, k, v].map((t) => contiguous(host, t)) as [Tensor, Tensor, Tensor];
+    check32("attention", qc, kc, vc, out);
+    const spec = { headDim: p.headDim, headDimV: p.headDimV, causal: p.causal, softcap: p.softcap > 0 };
+    const kern = host.kernel(`attn:${spec.headDim}:${spec.headDimV}:${spec.causal}:${spec.softcap}`, () =>
+      attentionKernel(spec),
+    );
+    host.launch(kern, [p.sq, p.heads, p.batch], {
+      out,
+      q: qc,
+      k: kc,
+      v: vc,
+      sq: p.sq,
+      skv: p.skv,
+      heads: p.heads,
+      kv_heads: p.kvHeads,
+      q_offset: p.qOffset,
+      window: p.window,
+      full_prefix: p.fullPrefix,
+      scale: p.scale,
+      softcap: p.softcap > 0 ? p.softcap : 1,
+    });
+  });
+}
+
+/** The table: see the module comment. */
+export function ptxKernelTable(host: PtxOpHost): KernelTable {
+  const unary = (op: MapOp) => ({ dtypes: FLOATS, run: (out: Tensor, x: Tensor) => map(host, op, out, [x]) });
+  const binary = (op: MapOp) => ({
+    dtypes: FLOATS,
+    run: (out: Tensor, a: Tensor, b: Tensor) => map(host, op, out, [a, b]),
+  });
+  return {
+    matmul: {
+      dtypes: ["f32"],
+      weightFormats: MATMUL_FORMATS,
+      run: (out, x, w, bias) => matmul(host, out, x, w, bias),
+    },
+    attention: { dtypes: ["f32"], run: (out, q, k, v, p) => attention(host, out, q, k, v, p) },
+    rms_norm: {
+      dtypes: ["f32"],
+      run: (out, x, weight, eps, unitOffset) =>
+        host.scope(() => {
+          const d = x.shape[x.rank - 1] as number;
+          const xc = contiguous(host, x);
+          const kind = weight === null ? "none" : unitOffset ? "unit_offset" : "weight";
+          const w = weight === null ? null : contiguous(host, weight);
+          host.launch(
+            host.kernel(`rms:${kind}`, () => rmsNormKernel(kind)),
+            [xc.numel / d, 1, 1],
+            {
+              out,
+              x: xc,
+              d,
+              ...(w === null ? {} : { w }),
+              eps,
+            },
+          );
+        }),
+    },
+    layer_norm: {
+      dtypes: ["f32"],
+      run: (out, x, weight, bias, eps) =>
+        host.scope(() => {
+          const d = x.shape[x.rank - 1] as number;
+          const xc = contiguous(host, x);
+          const w = weight === null ? null : contiguous(host, weight);
+          const b = bias === null ? null : contiguous(host, bias);
+          const k = host.kernel(`ln:${w !== null}:${b !== null}`, () =>
+            layerNormKernel(w !== null, b !== null),
+          );
+          host.launch(k, [x.numel / d, 1, 1], {
+            out,
+            x: xc,
+            d,
+            ...(w ? { w } : {}),
+            ...(b ? { b } : {}),
+            eps,
+          });
+        }),
+    },
+    group_norm: {
+      dtypes: ["f32"],
+      run: (out, x, groups, weight, bias, eps) =>
+        host.scope(() => {
+          const [batch, channels] = x.shape as [number, number];
+          const spatial = x.numel / Math.max(1, batch * channels);
+          const xc = contiguous(host, x);
+          const w = weight === null ? null : contiguous(host, weight);
+          const b = bias === null ? null : contiguous(host, bias);
+          const k = host.kernel(`gn:${w !== null}:${b !== null}`, () =>
+            groupNormKernel(w !== null, b !== null),
+          );
+          host.launch(k, [batch * groups, 1, 1], {
+            out,
+            x: xc,
+            d: (channels / groups) * spatial,
+            spatial,
+            groups,
+            cpg: channels / groups,
+            ...(w ? { w } : {}),
+            ...(b ? { b } : {}),
+            eps,
+          });
+        }),
+    },
+    rope: {
+      dtypes: ["f32"],
+      run: (out, x, positions, mode, theta, ropeDims, freqScale, sections) =>
+        host.scope(() => {
+          const [, seq, heads, headDim] = x.shape as [number, number, number, number];
+          const xc = contiguous(host, x);
+          const pc = contiguous(host, positions);
+          const spec = { mode, ropeDims, sections };
+          const inv = host.table(`rope:${theta}:${ropeDims}:${freqScale}:${sections}`, () =>
+            ropeInvFreq(theta, ropeDims, freqScale, sections),
+          );
+          host.launch(
+            host.kernel(`rope:${mode}:${ropeDims}:${sections}`, () => ropeKernel(spec)),
+            [blocks(out.numel, ELEMENTWISE_BLOCK), 1, 1],
+            {
+              out,
+              x: xc,
+              positions: pc,
+              inv_freq: inv,
+              n: out.numel,
+              head_dim: headDim,
+              heads,
+              seq_len: seq,
+            },
+          );
+        }),
+    },
+    silu: unary("silu"),
+    gelu: {
+      dtypes: FLOATS,
+      run: (out, x, approximate) => map(host, approximate === "tanh" ? "gelu_tanh" : "gelu", out, [x]),
+    },
+    sigmoid: unary("sigmoid"),
+    softplus: unary("softplus"),
+    swiglu: binary("swiglu"),
+    softmax: {
+      dtypes: ["f32"],
+      run: (out, x, dim) =>
+        host.scope(() => {
+          const last = x.rank - 1;
+          const xt = dim === last ? x : x.transpose(dim, last);
+          const xc = contiguous(host, xt);
+          const d = xt.shape[last] as number;
+          const target = dim === last ? out : host.alloc(xt.shape, "f32", "softmax");
+          host.launch(host.kernel("softmax", softmaxKernel), [x.numel / d, 1, 1], { out: target, x: xc, d });
+          if (target !== out) move(host, out.transpose(dim, last), target);
+        }),
+    },
+    add: binary("add"),
+    sub: binary("sub"),
+    mul: binary("mul"),
+    scale: { dtypes: FLOATS, run: (out, x, s) => map(host, "scale", out, [x], { s }) },
+    modulate: { dtypes: FLOATS, run: (out, x, sc, sh) => map(host, "modulate", out, [x, sc, sh]) },
+    embedding: {
+      dtypes: ["f32"],
+      weightFormats: EMBEDDING_FORMATS,
+      run: (out, table, ids) =>
+        host.scope(() => {
+          const [vocab, d] = table.shape;
+          const ic = contiguous(host, ids);
+          const k = host.kernel(`emb:${table.format}`, () => embeddingKernel(table.format as ElementFormat));
+          host.launch(k, [blocks(out.numel, ELEMENTWISE_BLOCK), 1, 1], {
+            out,
+            table: host.weightBytes(table),
+            ids: ic,
+            n: out.numel,
+            d,
+            vocab,
+          });
+        }),
+    },
+    conv2d: {
+      dtypes: ["f32"],
+      run: (out, x, weight, bias, stride, padding) =>
+        host.scope(() => {
+          const [, cin, h, wIn] = x.shape as [number, number, number, number];
+          const [cout, , kh, kw] = weight.shape as [number, number, number, number];
+          const [, , ho, wo] = out.shape as [number, number, number, number];
+          const spec = { kh, kw, stride, padding, bias: bias !== null };
+          const xc = contiguous(host, x);
+          const wc = contiguous(host, weight);
+          const bc = bias === null ? null : contiguous(host, bias);
+          check32("conv2d", xc, wc, out);
+          host.launch(
+            host.kernel(`conv:${kh}:${kw}:${stride}:${padding}:${spec.bias}`, () => conv2dKernel(spec)),
+            [blocks(out.numel, ELEMENTWISE_BLOCK), 1, 1],
+            {
+              out,
+              x: xc,
+              w: wc,
+              ...(bc ? { bias: bc } : {}),
+              n: out.numel,
+              c_in: cin,
+              h,
+              w_in: wIn,
+              c_out: cout,
+              h_out: ho,
+              w_out: wo,
+            },
+          );
+        }),
+    },
+    upsample_nearest2d: {
+      dtypes: ALL_DTYPES,
+      run: (out, x, factor) => {
+        // out[..., y, x] = x[..., y / f, x / f]: a copy of the broadcast view [..., H, f, W, f]
+        const lead = x.shape.slice(0, -2);
+        const [H, W] = x.shape.slice(-2) as [number, number];
+        const [sH, sW] = x.strides.slice(-2) as [number, number];
+        const view = x.view({
+          shape: [...lead, H, factor, W, factor],
+          strides: [...x.strides.slice(0, -2), sH, 0, sW, 0],
+          offset: x.layout.offset,
+        });
+        move(host, out.reshape(...view.shape), view);
+      },
+    },
+    concat: {
+      dtypes: ALL_DTYPES,
+      run: (out, inputs, dim) => {
+        let at = 0;
+        for (const t of inputs) {
+          const n = t.shape[dim] as number;
+          if (n > 0) move(host, out.slice(dim, at, at + n), t);
+          at += n;
+        }
+      },
+    },
+    slice: { dtypes: ALL_DTYPES, run: (out, view) => move(host, out, view) },
+    copy: { dtypes: ALL_DTYPES, run: (out, x) => move(host, out, x) },
+    set: { dtypes: ALL_DTYPES, run: (dst, src) => move(host, dst, src) },
+    cast: {
+      dtypes: FLOATS,
+      run: (out, x, saturate) => map(host, "cast", out, [x], {}, saturate),
+    },
+    argmax: {
+      dtypes: ["f32"],
+      run: (out, x) =>
+        host.scope(() => {
+          const d = x.shape[x.rank - 1] as number;
+          const xc = contiguous(host, x);
+          if (out.numel > 0)
+            host.launch(host.kernel("argmax", argmaxKernel), [out.numel, 1, 1], { out, x: xc, d });
+        }),
+    },
+    count_nonfinite: {
+      dtypes: ["f32"],
+      run: (out, x) =>
+        host.scope(() => {
+          const xc = contiguous(host, x);
+          check32("count_nonfinite", xc);
+          if (xc.numel >= 2 ** 31)
+            throw unsupported("count_nonfinite", `${x.describe()}: 2^31 elements or more`);
+          host.fill(out, 0);
+          if (xc.numel > 0)
+            host.launch(
+              host.kernel("count_nonfinite", countNonFiniteKernel),
+              [blocks(xc.numel, ELEMENTWISE_BLOCK), 1, 1],
+              {
+                out,
+                in0: xc,
+                n: xc.numel,
+              },
+            );
+        }),
+    },
+    ssm_conv: {
+      dtypes: ["f32"],
+      run: (out, x, weight) =>
+        host.scope(() => {
+          if (out.numel === 0) return;
+          const [c, taps] = weight.shape as [number, number];
+          const xc = contiguous(host, x);
+          const wc = contiguous(host, weight);
+          host.launch(
+            host.kernel(`ssm_conv:${taps}`, () => ssmConvKernel(taps)),
+            [blocks(out.numel, ELEMENTWISE_BLOCK), 1, 1],
+            {
+              out,
+              x: xc,
+              w: wc,
+              n: out.numel,
+              c,
+            },
+          );
+        }),
+    },
+  };
+}

@@ -1,0 +1,108 @@
+/**
+ * Every kernel family with the variants the backend generates (dtypes, formats, folded options, a
+ * spread of ranks and geometries), for the `ptxas` test and the package README's table. The backend
+ * generates the same templates on demand with the exact folded values of each call.
+ */
+import { type AttentionSpec, attentionKernel } from "./attention.ts";
+import {
+  countNonFiniteKernel,
+  type FloatDtype,
+  MAP_OPS,
+  type MapOp,
+  mapKernel,
+  moveKernel,
+} from "./elementwise.ts";
+import type { KernelSource } from "./emit.ts";
+import { conv2dKernel, embeddingKernel, ropeKernel, rotateKernel, ssmConvKernel } from "./gather.ts";
+import { gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
+import {
+  argmaxKernel,
+  groupNormKernel,
+  layerNormKernel,
+  quantizeRowsInt8Kernel,
+  rmsNormKernel,
+  softmaxKernel,
+} from "./rows.ts";
+
+const FLOATS: readonly FloatDtype[] = ["f32", "f16", "bf16"];
+
+/** Weight formats of the matmul and embedding kernels. */
+export const MATMUL_FORMATS = ["f32", "f16", "bf16", "q8_0", "q4_0", "int8_convrot", "int4_convrot"] as const;
+export const EMBEDDING_FORMATS = ["f32", "f16", "bf16", "q8_0", "q4_0"] as const;
+
+/** The catalogue: family name → its variants. */
+export function kernelCatalogue(): Record<string, KernelSource[]> {
+  const map: KernelSource[] = [];
+  for (const op of Object.keys(MAP_OPS) as MapOp[]) {
+    const arity = MAP_OPS[op];
+    if (op === "cast") {
+      for (const a of FLOATS)
+        for (const b of FLOATS)
+          for (const saturate of [false, true])
+            map.push(mapKernel({ op, inputs: [a], out: b, rank: 2, saturate }));
+      continue;
+    }
+    for (const d of FLOATS)
+      for (const rank of [1, 4]) map.push(mapKernel({ op, inputs: Array(arity).fill(d), out: d, rank }));
+  }
+  map.push(mapKernel({ op: "add", inputs: ["f32", "f32"], out: "f32", rank: 8 }));
+  const move: KernelSource[] = [];
+  for (const bytes of [1, 2, 4, 8] as const)
+    for (const outStrided of [false, true])
+      for (const rank of [1, 3, 6]) move.push(moveKernel({ bytes, rank, outStrided }));
+  const rows = [
+    ...(["none", "weight", "unit_offset"] as const).map(rmsNormKernel),
+    ...[false, true].flatMap((w) => [false, true].map((b) => layerNormKernel(w, b))),
+    ...[false, true].flatMap((w) => [false, true].map((b) => groupNormKernel(w, b))),
+    softmaxKernel(),
+    argmaxKernel(),
+    countNonFiniteKernel(),
+  ];
+  const rope = [
+    ropeKernel({ mode: "neox", ropeDims: 128, sections: [] }),
+    ropeKernel({ mode: "neox", ropeDims: 64, sections: [] }),
+    ropeKernel({ mode: "interleaved", ropeDims: 128, sections: [] }),
+    ropeKernel({ mode: "neox", ropeDims: 128, sections: [16, 24, 24] }),
+    ropeKernel({ mode: "interleaved", ropeDims: 128, sections: [8, 28, 28] }),
+  ];
+  const matmul: KernelSource[] = [];
+  for (const format of MATMUL_FORMATS) {
+    const scaled = format === "int8_convrot" || format === "int4_convrot";
+    for (const bias of [false, true]) {
+      matmul.push(gemvKernel({ format, bias, scaled }), tiledKernel({ format, bias, scaled }));
+      if (format === "f16" || format === "bf16") matmul.push(mmaKernel({ format, bias, scaled: false }));
+    }
+  }
+  const convrot = [
+    rotateKernel(256),
+    rotateKernel(64),
+    rotateKernel(16),
+    quantizeRowsInt8Kernel(),
+    mmaS8Kernel(false),
+    mmaS8Kernel(true),
+  ];
+  const attention: KernelSource[] = [];
+  const specs: AttentionSpec[] = [];
+  for (const headDim of [64, 128, 256])
+    for (const causal of [false, true])
+      for (const softcap of [false, true]) specs.push({ headDim, headDimV: headDim, causal, softcap });
+  specs.push({ headDim: 192, headDimV: 128, causal: true, softcap: false });
+  for (const s of specs) attention.push(attentionKernel(s));
+  const conv = [
+    conv2dKernel({ kh: 3, kw: 3, stride: [1, 1], padding: [1, 1], bias: true }),
+    conv2dKernel({ kh: 1, kw: 1, stride: [1, 1], padding: [0, 0], bias: false }),
+    conv2dKernel({ kh: 3, kw: 3, stride: [2, 2], padding: [0, 0], bias: true }),
+    ssmConvKernel(4),
+  ];
+  return {
+    map,
+    move,
+    rows,
+    rope,
+    embedding: EMBEDDING_FORMATS.map(embeddingKernel),
+    matmul,
+    convrot,
+    attention,
+    conv,
+  };
+}

@@ -1,0 +1,316 @@
+/**
+ * A small PTX emitter: a module header chosen by the device's compute capability, and a kernel
+ * builder that hands out virtual registers, labels and parameters and collects instruction lines.
+ * Kernels (./kernels/*.ts) are templates over it: TypeScript functions of the op's dtypes and fixed
+ * parameters that return PTX text; `ptxas` (tests) or the driver's JIT (run time) compiles them.
+ *
+ * Source: NVIDIA "Parallel Thread Execution ISA" (version 7.8 / 8.0): module directives (§11.1),
+ * state spaces and types (§5), instruction set (§9). The shape — render a kernel from a description,
+ * load PTX text through the driver — follows tinygrad's renderer/ptx.py and runtime/ops_cuda.py.
+ */
+import { TpError } from "@tp/tensor";
+
+/** A compute capability as sm number: 80, 86, 89, 90. */
+export type SmVersion = number;
+
+/** The oldest compute capability the kernels target (bf16 conversions, mma.sync, NaN-aware min/max). */
+export const MIN_SM = 80;
+
+/** The `.version` for a target: the oldest PTX ISA that has every instruction the kernels use there. */
+export function ptxVersion(sm: SmVersion): string {
+  return sm >= 90 ? "8.0" : "7.8";
+}
+
+/** `.version`, `.target sm_XX` and `.address_size 64`. @throws TpError E_UNSUPPORTED below {@link MIN_SM} */
+export function ptxHeader(sm: SmVersion): string {
+  if (!Number.isInteger(sm) || sm < MIN_SM) {
+    throw new TpError(
+      "E_UNSUPPORTED",
+      `backend ptx: compute capability sm_${sm} is older than sm_${MIN_SM}, the oldest its kernels target`,
+    );
+  }
+  return `.version ${ptxVersion(sm)}\n.target sm_${sm}\n.address_size 64\n`;
+}
+
+/** A generated kernel: its entry name and PTX body (the `.entry` without the module header). */
+export interface KernelSource {
+  readonly name: string;
+  readonly body: string;
+  /** Threads per block the kernel was written for (x, y). */
+  readonly block: readonly [number, number];
+  /** The oldest sm the kernel runs on (mma.sync: 80; fp8: 89). */
+  readonly minSm: SmVersion;
+  /** The `.param` list in order: short names and types (launches pass arguments by these names). */
+  readonly params: readonly KernelParam[];
+}
+
+/** One kernel parameter: its short name and PTX type. */
+export interface KernelParam {
+  readonly name: string;
+  readonly type: "u64" | "u32" | "s32" | "f32";
+}
+
+/** A whole module: the header for `sm` and the kernels' bodies. */
+export function ptxModule(sm: SmVersion, kernels: readonly KernelSource[]): string {
+  for (const k of kernels) {
+    if (sm < k.minSm) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `backend ptx: kernel ${k.name} needs sm_${k.minSm} or newer; this device is sm_${sm}`,
+      );
+    }
+  }
+  return `${ptxHeader(sm)}\n${kernels.map((k) => k.body).join("\n")}`;
+}
+
+/** Register classes: 16-, 32-, 64-bit, f32, f64 and predicates. */
+export type RegClass = "b16" | "b32" | "b64" | "f32" | "f64" | "pred";
+
+const PREFIX: Record<RegClass, string> = {
+  b16: "%h",
+  b32: "%r",
+  b64: "%rd",
+  f32: "%f",
+  f64: "%fd",
+  pred: "%p",
+};
+
+/** An f32 immediate in PTX's exact hexadecimal form (0fXXXXXXXX). */
+export function f32Imm(v: number): string {
+  const b = new DataView(new ArrayBuffer(4));
+  b.setFloat32(0, v);
+  return `0f${b.getUint32(0).toString(16).padStart(8, "0").toUpperCase()}`;
+}
+
+/** An f64 immediate in PTX's exact hexadecimal form (0dXXXXXXXXXXXXXXXX). */
+export function f64Imm(v: number): string {
+  const b = new DataView(new ArrayBuffer(8));
+  b.setFloat64(0, v);
+  return `0d${b.getBigUint64(0).toString(16).padStart(16, "0").toUpperCase()}`;
+}
+
+/** Builds one `.entry`: parameters, registers, shared arrays, instructions. */
+export class KernelBuilder {
+  readonly name: string;
+  readonly #params: string[] = [];
+  readonly #paramList: KernelParam[] = [];
+  readonly #counts: Record<RegClass, number> = { b16: 0, b32: 0, b64: 0, f32: 0, f64: 0, pred: 0 };
+  readonly #shared: string[] = [];
+  readonly #lines: string[] = [];
+  #labels = 0;
+
+  /** @param name the entry name: letters, digits and underscores */
+  constructor(name: string) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name))
+      throw new TpError("E_INTERNAL", `bad PTX kernel name '${name}'`);
+    this.name = name;
+  }
+
+  /** A kernel parameter (`.param .u64 name`); returns its name. */
+  param(name: string, type: "u64" | "u32" | "s32" | "f32"): string {
+    const p = `${this.name}_${name}`;
+    if (this.#paramList.some((q) => q.name === name))
+      throw new TpError("E_INTERNAL", `kernel ${this.name}: parameter ${name} twice`);
+    this.#params.push(`.param .${type} ${p}`);
+    this.#paramList.push({ name, type });
+    return p;
+  }
+
+  /** Load a parameter into a fresh register (u64 pointers are converted to the global space). */
+  ld(name: string, type: "u64" | "u32" | "s32" | "f32"): string {
+    const p = this.param(name, type);
+    const r = this.reg(type === "u64" ? "b64" : type === "f32" ? "f32" : "b32");
+    this.op(`ld.param.${type} ${r}, [${p}];`);
+    if (type === "u64") this.op(`cvta.to.global.u64 ${r}, ${r};`);
+    return r;
+  }
+
+  /** A fresh register of class `c`. */
+  reg(c: RegClass): string {
+    return `${PREFIX[c]}${this.#counts[c]++}`;
+  }
+
+  /** `n` fresh registers. */
+  regs(c: RegClass, n: number): string[] {
+    return Array.from({ length: n }, () => this.reg(c));
+  }
+
+  /** A fresh label. */
+  label(what: string): string {
+    return `$L_${what}_${this.#labels++}`;
+  }
+
+  /** A shared array (`.shared .align A .b8 name[bytes]`); returns its name. */
+  shared(name: string, bytes: number, align = 16): string {
+    const s = `${this.name}_sh_${name}`;
+    this.#shared.push(`.shared .align ${align} .b8 ${s}[${bytes}];`);
+    return s;
+  }
+
+  /** Instruction lines (each ends with ';'). */
+  op(...lines: string[]): void {
+    for (const l of lines) this.#lines.push(`\t${l}`);
+  }
+
+  /** Place a label. */
+  place(label: string): void {
+    this.#lines.push(`${label}:`);
+  }
+
+  // ---- common sequences ----------------------------------------------------------------------------
+
+  /** %ctaid.x · %ntid.x + %tid.x as a fresh 32-bit register. */
+  globalIndex(): string {
+    const r = this.reg("b32");
+    const n = this.reg("b32");
+    const t = this.reg("b32");
+    this.op(
+      `mov.u32 ${r}, %ctaid.x;`,
+      `mov.u32 ${n}, %ntid.x;`,
+      `mov.u32 ${t}, %tid.x;`,
+      `mad.lo.u32 ${r}, ${r}, ${n}, ${t};`,
+    );
+    return r;
+  }
+
+  /** base + index · bytes (64-bit) for a 32-bit unsigned index. */
+  addr(base: string, index: string, bytes: number): string {
+    const r = this.reg("b64");
+    if (bytes === 1) {
+      this.op(`cvt.u64.u32 ${r}, ${index};`, `add.u64 ${r}, ${base}, ${r};`);
+    } else this.op(`mad.wide.u32 ${r}, ${index}, ${bytes}, ${base};`);
+    return r;
+  }
+
+  /** e^x (f32): 2^(x·log2 e) with ex2.approx (relative error ≤ 2 ulp in the normal range). */
+  exp(x: string): string {
+    const r = this.reg("f32");
+    this.op(`mul.f32 ${r}, ${x}, ${f32Imm(Math.LOG2E)};`, `ex2.approx.f32 ${r}, ${r};`);
+    return r;
+  }
+
+  /** 1 / (1 + e^(−x)) (f32, correctly rounded divide). */
+  sigmoid(x: string): string {
+    const n = this.reg("f32");
+    this.op(`neg.f32 ${n}, ${x};`);
+    const e = this.exp(n);
+    const r = this.reg("f32");
+    this.op(`add.f32 ${e}, ${e}, 0f3F800000;`, `rcp.rn.f32 ${r}, ${e};`);
+    return r;
+  }
+
+  /** tanh(x) = 1 − 2 / (e^(2x) + 1) (f32; saturates to ±1, exact at 0 up to rounding). */
+  tanh(x: string): string {
+    const t = this.reg("f32");
+    this.op(`add.f32 ${t}, ${x}, ${x};`);
+    const e = this.exp(t);
+    const r = this.reg("f32");
+    this.op(
+      `add.f32 ${e}, ${e}, 0f3F800000;`,
+      `rcp.rn.f32 ${e}, ${e};`,
+      `fma.rn.f32 ${r}, ${e}, 0fC0000000, 0f3F800000;`,
+    );
+    return r;
+  }
+
+  /** ln(1 + y) for y ≥ 0 with full relative precision for small y (Goldberg: log(u)·y/(u − 1), u = 1 + y). */
+  log1p(y: string): string {
+    const u = this.reg("f32");
+    const d = this.reg("f32");
+    const l = this.reg("f32");
+    const p = this.reg("pred");
+    this.op(
+      `add.f32 ${u}, ${y}, 0f3F800000;`,
+      `sub.f32 ${d}, ${u}, 0f3F800000;`,
+      `lg2.approx.f32 ${l}, ${u};`,
+      `mul.f32 ${l}, ${l}, ${f32Imm(Math.LN2)};`,
+      `setp.eq.f32 ${p}, ${d}, 0f00000000;`,
+      `div.rn.f32 ${d}, ${y}, ${d};`,
+      `mul.f32 ${l}, ${l}, ${d};`,
+      `selp.f32 ${l}, ${y}, ${l}, ${p};`,
+    );
+    return l;
+  }
+
+  /**
+   * erf(x) (f32): Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7), odd extension. Source: Abramowitz &
+   * Stegun, Handbook of Mathematical Functions, eq. 7.1.26.
+   */
+  erf(x: string): string {
+    const a = this.reg("f32");
+    const t = this.reg("f32");
+    const poly = this.reg("f32");
+    const r = this.reg("f32");
+    this.op(
+      `abs.f32 ${a}, ${x};`,
+      `fma.rn.f32 ${t}, ${a}, ${f32Imm(0.3275911)}, 0f3F800000;`,
+      `rcp.rn.f32 ${t}, ${t};`,
+    );
+    const c = [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592];
+    this.op(`mov.f32 ${poly}, ${f32Imm(c[0] as number)};`);
+    for (const k of c.slice(1)) this.op(`fma.rn.f32 ${poly}, ${poly}, ${t}, ${f32Imm(k)};`);
+    this.op(`mul.f32 ${poly}, ${poly}, ${t};`);
+    const sq = this.reg("f32");
+    this.op(`mul.f32 ${sq}, ${a}, ${a};`, `neg.f32 ${sq}, ${sq};`);
+    const e = this.exp(sq);
+    this.op(`mul.f32 ${poly}, ${poly}, ${e};`, `sub.f32 ${r}, 0f3F800000, ${poly};`);
+    this.op(`copysign.f32 ${r}, ${x}, ${r};`);
+    return r;
+  }
+
+  /**
+   * Block-wide reduction (add or max) of one f32 per thread for a 1-D block of `threads` (a multiple
+   * of 32, ≤ 1024): butterfly shuffles inside each warp, then across warps through shared memory.
+   * Every thread gets the result.
+   */
+  blockReduce(v: string, kind: "add" | "max", threads: number): string {
+    const warps = threads / 32;
+    if (!Number.isInteger(warps) || warps < 1 || warps > 32)
+      throw new TpError("E_INTERNAL", `bad block size ${threads}`);
+    const opc = kind === "add" ? "add.f32" : "max.f32";
+    const r = this.reg("f32");
+    const t = this.reg("f32");
+    this.op(`mov.f32 ${r}, ${v};`);
+    for (let o = 16; o >= 1; o >>= 1)
+      this.op(`shfl.sync.bfly.b32 ${t}, ${r}, ${o}, 31, -1;`, `${opc} ${r}, ${r}, ${t};`);
+    if (warps === 1) return r;
+    const s = this.shared(`red${this.#labels++}`, warps * 4, 4);
+    const lane = this.reg("b32");
+    const warp = this.reg("b32");
+    const p = this.reg("pred");
+    const a = this.reg("b32");
+    this.op(
+      `mov.u32 ${lane}, %tid.x;`,
+      `shr.u32 ${warp}, ${lane}, 5;`,
+      `and.b32 ${lane}, ${lane}, 31;`,
+      `setp.eq.u32 ${p}, ${lane}, 0;`,
+      `mov.u32 ${a}, ${s};`,
+      `mad.lo.u32 ${a}, ${warp}, 4, ${a};`,
+      `@${p} st.shared.f32 [${a}], ${r};`,
+      "bar.sync 0;",
+    );
+    const q = this.reg("pred");
+    this.op(
+      `setp.lt.u32 ${q}, ${lane}, ${warps};`,
+      `mov.u32 ${a}, ${s};`,
+      `mad.lo.u32 ${a}, ${lane}, 4, ${a};`,
+      `mov.f32 ${r}, ${kind === "add" ? "0f00000000" : "0fFF800000"};`,
+      `@${q} ld.shared.f32 ${r}, [${a}];`,
+    );
+    for (let o = 16; o >= 1; o >>= 1)
+      this.op(`shfl.sync.bfly.b32 ${t}, ${r}, ${o}, 31, -1;`, `${opc} ${r}, ${r}, ${t};`);
+    this.op("bar.sync 0;");
+    return r;
+  }
+
+  /** The `.entry` text. */
+  build(block: readonly [number, number], minSm: SmVersion = MIN_SM): KernelSource {
+    const decl = (Object.keys(this.#counts) as RegClass[])
+      .filter((c) => this.#counts[c] > 0)
+      .map((c) => `\t.reg .${c === "pred" ? "pred" : c} ${PREFIX[c]}<${this.#counts[c]}>;`);
+    const body =
+      `.visible .entry ${this.name}(\n\t${this.#params.join(",\n\t")}\n)\n.maxntid ${block[0] * block[1]}, 1, 1\n{\n` +
+      `${[...decl, ...this.#shared.map((s) => `\t${s}`), ...this.#lines].join("\n")}\n\tret;\n}\n`;
+    return { name: this.name, body, block, minSm, params: [...this.#paramList] };
+  }
+}

@@ -1,0 +1,496 @@
+/**
+ * Position, gather and small convolution kernels: rope, embedding (get_rows) for every float and GGUF
+ * block format the matmuls read, conv2d (direct), ssm_conv, and the ConvRot Hadamard rotation.
+ *
+ * Sources: RoFormer (arXiv:2104.09864) §3.4 — neox pairs (i, i + d/2), interleaved (2i, 2i + 1);
+ * GGUF blocks Q8_0 (f16 d, 32 × int8) and Q4_0 (f16 d, 16 bytes: element j < 16 the low nibble of byte
+ * j, element j ≥ 16 the high nibble of byte j − 16, value (q − 8)·d) — ../shared/spec/llm.md §2;
+ * ConvRot rotation — ../shared/spec/krea2.md §1.6 (the 4-point butterfly per base-4 digit, ÷ √G).
+ */
+import { TpError } from "@tp/tensor";
+import { ELEMENTWISE_BLOCK, type FloatDtype, floatBytes, loadF32 } from "./elementwise.ts";
+import { f32Imm, f64Imm, KernelBuilder, type KernelSource } from "./emit.ts";
+
+/** Weight formats whose elements the kernels decode one at a time. */
+export type ElementFormat = FloatDtype | "q8_0" | "q4_0" | "int8_convrot" | "int4_convrot";
+
+/** Bytes of one row of K elements in `format`. */
+export function rowBytes(format: ElementFormat, k: number): number {
+  switch (format) {
+    case "q8_0":
+      return (k / 32) * 34;
+    case "q4_0":
+      return (k / 32) * 18;
+    case "int8_convrot":
+      return k;
+    case "int4_convrot":
+      return k / 2;
+    default:
+      return k * floatBytes(format);
+  }
+}
+
+/**
+ * Element k of the row at `row` (a 64-bit address) as f32 (ConvRot: the integer, unscaled — the
+ * per-row scale is applied by the caller).
+ */
+export function loadElement(kb: KernelBuilder, format: ElementFormat, row: string, k: string): string {
+  if (format === "f32" || format === "f16" || format === "bf16")
+    return loadF32(kb, kb.addr(row, k, floatBytes(format)), format);
+  const f = kb.reg("f32");
+  const q = kb.reg("b32");
+  if (format === "int8_convrot") {
+    kb.op(`ld.global.s8 ${q}, [${kb.addr(row, k, 1)}];`, `cvt.rn.f32.s32 ${f}, ${q};`);
+    return f;
+  }
+  if (format === "int4_convrot") {
+    const byte = kb.reg("b32");
+    const sh = kb.reg("b32");
+    kb.op(`shr.u32 ${byte}, ${k}, 1;`);
+    kb.op(
+      `ld.global.u8 ${q}, [${kb.addr(row, byte, 1)}];`,
+      `and.b32 ${sh}, ${k}, 1;`,
+      `shl.b32 ${sh}, ${sh}, 2;`,
+      `shr.u32 ${q}, ${q}, ${sh};`,
+      // signed nibble: bits 0..3 sign-extended
+      `shl.b32 ${q}, ${q}, 28;`,
+      `shr.s32 ${q}, ${q}, 28;`,
+      `cvt.rn.f32.s32 ${f}, ${q};`,
+    );
+    return f;
+  }
+  const blk = kb.reg("b32");
+  const j = kb.reg("b32");
+  kb.op(`shr.u32 ${blk}, ${k}, 5;`, `and.b32 ${j}, ${k}, 31;`);
+  const base = kb.addr(row, blk, format === "q8_0" ? 34 : 18);
+  const h = kb.reg("b16");
+  const d = kb.reg("f32");
+  kb.op(`ld.global.b16 ${h}, [${base}];`, `cvt.f32.f16 ${d}, ${h};`);
+  if (format === "q8_0") {
+    kb.op(`add.u32 ${j}, ${j}, 2;`, `ld.global.s8 ${q}, [${kb.addr(base, j, 1)}];`);
+  } else {
+    const hi = kb.reg("pred");
+    const sh = kb.reg("b32");
+    kb.op(
+      `setp.ge.u32 ${hi}, ${j}, 16;`,
+      `selp.b32 ${sh}, 4, 0, ${hi};`,
+      `and.b32 ${j}, ${j}, 15;`,
+      `add.u32 ${j}, ${j}, 2;`,
+      `ld.global.u8 ${q}, [${kb.addr(base, j, 1)}];`,
+      `shr.u32 ${q}, ${q}, ${sh};`,
+      `and.b32 ${q}, ${q}, 15;`,
+      `sub.s32 ${q}, ${q}, 8;`,
+    );
+  }
+  kb.op(`cvt.rn.f32.s32 ${f}, ${q};`, `mul.f32 ${f}, ${f}, ${d};`);
+  return f;
+}
+
+/** Prologue of a 1-D kernel over n outputs: the index and the exit label. */
+function linear(kb: KernelBuilder): { i: string; end: string } {
+  const n = kb.ld("n", "u32");
+  const i = kb.globalIndex();
+  const p = kb.reg("pred");
+  const end = kb.label("end");
+  kb.op(`setp.ge.u32 ${p}, ${i}, ${n};`, `@${p} bra ${end};`);
+  return { i, end };
+}
+
+/**
+ * embedding (ggml get_rows): out [rows, D] f32 = table[ids[r]] decoded; an id outside [0, vocab) gives a
+ * row of NaN. Parameters: out, table, ids, n (rows·D), D, vocab.
+ */
+export function embeddingKernel(format: ElementFormat): KernelSource {
+  if (format === "int8_convrot" || format === "int4_convrot")
+    throw new TpError("E_INTERNAL", "no ConvRot embedding");
+  const kb = new KernelBuilder(`embedding_${format}`);
+  const out = kb.ld("out", "u64");
+  const table = kb.ld("table", "u64");
+  const ids = kb.ld("ids", "u64");
+  const { i, end } = linear(kb);
+  const D = kb.ld("d", "u32");
+  const vocab = kb.ld("vocab", "u32");
+  const r = kb.reg("b32");
+  const c = kb.reg("b32");
+  const id = kb.reg("b32");
+  const bad = kb.reg("pred");
+  const v = kb.reg("f32");
+  const skip = kb.label("bad");
+  const store = kb.label("store");
+  kb.op(
+    `div.u32 ${r}, ${i}, ${D};`,
+    `mul.lo.u32 ${c}, ${r}, ${D};`,
+    `sub.u32 ${c}, ${i}, ${c};`,
+    `ld.global.u32 ${id}, [${kb.addr(ids, r, 4)}];`,
+    `setp.ge.u32 ${bad}, ${id}, ${vocab};`,
+    `mov.f32 ${v}, 0f7FC00000;`,
+    `@${bad} bra ${skip};`,
+  );
+  // row address: table + id · rowBytes(D); rowBytes is linear in D for every format
+  const rb = kb.reg("b32");
+  const perRow =
+    format === "q8_0" || format === "q4_0"
+      ? [`shr.u32 ${rb}, ${D}, 5;`, `mul.lo.u32 ${rb}, ${rb}, ${format === "q8_0" ? 34 : 18};`]
+      : [`mul.lo.u32 ${rb}, ${D}, ${floatBytes(format)};`];
+  kb.op(...perRow);
+  const rowAddr = kb.reg("b64");
+  kb.op(`mul.wide.u32 ${rowAddr}, ${id}, ${rb};`, `add.u64 ${rowAddr}, ${rowAddr}, ${table};`);
+  kb.op(`mov.f32 ${v}, ${loadElement(kb, format, rowAddr, c)};`, `bra ${store};`);
+  kb.place(skip);
+  kb.place(store);
+  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${v};`);
+  kb.place(end);
+  return kb.build([ELEMENTWISE_BLOCK, 1]);
+}
+
+/** Rope layout folded into a kernel. */
+export interface RopeSpec {
+  readonly mode: "neox" | "interleaved";
+  /** Rotated dimensions per head (even). */
+  readonly ropeDims: number;
+  /** Pairs per axis (multi-axis rope), or [] for one axis. */
+  readonly sections: readonly number[];
+}
+
+/** sin and cos of an f64 angle: reduce by 2π (two-part constant), then Taylor series to degree 19/20 in f64. */
+function sinCos(kb: KernelBuilder, angle: string): { sin: string; cos: string } {
+  const k = kb.reg("f64");
+  const r = kb.reg("f64");
+  const r2 = kb.reg("f64");
+  const TWO_PI_HI = 6.283185307179586;
+  const TWO_PI_LO = 2.4492935982947064e-16;
+  kb.op(
+    `mul.f64 ${k}, ${angle}, ${f64Imm(1 / TWO_PI_HI)};`,
+    `cvt.rni.f64.f64 ${k}, ${k};`,
+    `neg.f64 ${k}, ${k};`,
+    `fma.rn.f64 ${r}, ${k}, ${f64Imm(TWO_PI_HI)}, ${angle};`,
+    `fma.rn.f64 ${r}, ${k}, ${f64Imm(TWO_PI_LO)}, ${r};`,
+    `mul.f64 ${r2}, ${r}, ${r};`,
+  );
+  // sin r = r Σ (−1)^n r^(2n) / (2n+1)!, cos r = Σ (−1)^n r^(2n) / (2n)!, Horner in r².
+  const fact = (m: number) => {
+    let f = 1;
+    for (let i = 2; i <= m; i++) f *= i;
+    return f;
+  };
+  const s = kb.reg("f64");
+  const c = kb.reg("f64");
+  kb.op(`mov.f64 ${s}, ${f64Imm((-1) ** 9 / fact(19))};`, `mov.f64 ${c}, ${f64Imm((-1) ** 10 / fact(20))};`);
+  for (let n = 8; n >= 0; n--) kb.op(`fma.rn.f64 ${s}, ${s}, ${r2}, ${f64Imm((-1) ** n / fact(2 * n + 1))};`);
+  for (let n = 9; n >= 0; n--) kb.op(`fma.rn.f64 ${c}, ${c}, ${r2}, ${f64Imm((-1) ** n / fact(2 * n))};`);
+  kb.op(`mul.f64 ${s}, ${s}, ${r};`);
+  const sf = kb.reg("f32");
+  const cf = kb.reg("f32");
+  kb.op(`cvt.rn.f32.f64 ${sf}, ${s};`, `cvt.rn.f32.f64 ${cf}, ${c};`);
+  return { sin: sf, cos: cf };
+}
+
+/** The entry name of a rope kernel. */
+export function ropeKernelName(s: RopeSpec): string {
+  return `rope_f32_${s.mode}_d${s.ropeDims}${s.sections.length > 0 ? `_s${s.sections.join("_")}` : ""}`;
+}
+
+/**
+ * rope over x [batch, seq_len, heads, head_dim] contiguous. Pair i turns by pos · invFreq[i] (invFreq:
+ * an f64 table [ropeDims/2] made on the host, freqScale folded in); pairs of section a read positions
+ * row a ([axes, seq_len] i32). Dimensions past ropeDims are copied. Angles in f64.
+ * Parameters: out, x, positions, invFreq, n, head_dim, heads, seq_len.
+ */
+export function ropeKernel(s: RopeSpec): KernelSource {
+  if (s.ropeDims % 2 !== 0 || s.ropeDims < 2) throw new TpError("E_INTERNAL", `rope dims ${s.ropeDims}`);
+  const half = s.ropeDims / 2;
+  const kb = new KernelBuilder(ropeKernelName(s));
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const positions = kb.ld("positions", "u64");
+  const invFreq = kb.ld("inv_freq", "u64");
+  const { i, end } = linear(kb);
+  const D = kb.ld("head_dim", "u32");
+  const H = kb.ld("heads", "u32");
+  const S = kb.ld("seq_len", "u32");
+  const row = kb.reg("b32");
+  const d = kb.reg("b32");
+  const tok = kb.reg("b32");
+  const pass = kb.reg("pred");
+  const copy = kb.label("copy");
+  const xv = kb.reg("f32");
+  kb.op(
+    `div.u32 ${row}, ${i}, ${D};`,
+    `mul.lo.u32 ${d}, ${row}, ${D};`,
+    `sub.u32 ${d}, ${i}, ${d};`,
+    `ld.global.f32 ${xv}, [${kb.addr(x, i, 4)}];`,
+    `setp.ge.u32 ${pass}, ${d}, ${s.ropeDims};`,
+    `@${pass} bra ${copy};`,
+    `div.u32 ${tok}, ${row}, ${H};`,
+    `rem.u32 ${tok}, ${tok}, ${S};`,
+  );
+  // pair index, partner element, and the sign of the partner's term
+  const pair = kb.reg("b32");
+  const partner = kb.reg("b32");
+  const first = kb.reg("pred");
+  if (s.mode === "neox") {
+    kb.op(
+      `setp.lt.u32 ${first}, ${d}, ${half};`,
+      `rem.u32 ${pair}, ${d}, ${half};`,
+      `selp.b32 ${partner}, ${half}, -${half}, ${first};`,
+      `add.s32 ${partner}, ${i}, ${partner};`,
+    );
+  } else {
+    const odd = kb.reg("b32");
+    kb.op(
+      `and.b32 ${odd}, ${d}, 1;`,
+      `setp.eq.u32 ${first}, ${odd}, 0;`,
+      `shr.u32 ${pair}, ${d}, 1;`,
+      `selp.b32 ${partner}, 1, -1, ${first};`,
+      `add.s32 ${partner}, ${i}, ${partner};`,
+    );
+  }
+  // axis of the pair (sections folded in): position index = axis · S + tok
+  const pidx = kb.reg("b32");
+  kb.op(`mov.u32 ${pidx}, ${tok};`);
+  if (s.sections.length > 0) {
+    let start = 0;
+    const axis = kb.reg("b32");
+    const q = kb.reg("pred");
+    kb.op(`mov.u32 ${axis}, 0;`);
+    s.sections.forEach((n, a) => {
+      if (a > 0) kb.op(`setp.ge.u32 ${q}, ${pair}, ${start};`, `@${q} mov.u32 ${axis}, ${a};`);
+      start += n;
+    });
+    kb.op(`mad.lo.u32 ${pidx}, ${axis}, ${S}, ${tok};`);
+  }
+  const pos = kb.reg("b32");
+  const posd = kb.reg("f64");
+  const fq = kb.reg("f64");
+  kb.op(
+    `ld.global.s32 ${pos}, [${kb.addr(positions, pidx, 4)}];`,
+    `cvt.rn.f64.s32 ${posd}, ${pos};`,
+    `ld.global.f64 ${fq}, [${kb.addr(invFreq, pair, 8)}];`,
+    `mul.f64 ${posd}, ${posd}, ${fq};`,
+  );
+  const { sin, cos } = sinCos(kb, posd);
+  const pv = kb.reg("f32");
+  const y = kb.reg("f32");
+  kb.op(
+    `ld.global.f32 ${pv}, [${kb.addr(x, partner, 4)}];`,
+    // first of the pair: x cos − partner sin; second: x cos + partner sin
+    `@${first} neg.f32 ${pv}, ${pv};`,
+    `mul.rn.f32 ${y}, ${xv}, ${cos};`,
+    `mul.rn.f32 ${pv}, ${pv}, ${sin};`,
+    `add.rn.f32 ${xv}, ${y}, ${pv};`,
+  );
+  kb.place(copy);
+  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${xv};`);
+  kb.place(end);
+  return kb.build([ELEMENTWISE_BLOCK, 1]);
+}
+
+/** conv2d geometry folded into a kernel. */
+export interface Conv2dSpec {
+  readonly kh: number;
+  readonly kw: number;
+  readonly stride: readonly [number, number];
+  readonly padding: readonly [number, number];
+  readonly bias: boolean;
+}
+
+export function conv2dKernelName(s: Conv2dSpec): string {
+  return `conv2d_f32_k${s.kh}x${s.kw}_s${s.stride.join("x")}_p${s.padding.join("x")}${s.bias ? "_b" : ""}`;
+}
+
+/**
+ * Direct conv2d (cross-correlation), one thread per output element: out[b, co, oy, ox] = bias[co] +
+ * Σ_{ci, ky, kx} x[b, ci, oy·sh − ph + ky, ox·sw − pw + kx] · w[co, ci, ky, kx] (zero outside).
+ * Parameters: out, x, w, [bias], n, c_in, h, w, c_out, h_out, w_out.
+ */
+export function conv2dKernel(s: Conv2dSpec): KernelSource {
+  const kb = new KernelBuilder(conv2dKernelName(s));
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const bias = s.bias ? kb.ld("bias", "u64") : null;
+  const { i, end } = linear(kb);
+  const [cin, H, W, cout, Ho, Wo] = ["c_in", "h", "w_in", "c_out", "h_out", "w_out"].map((n) =>
+    kb.ld(n, "u32"),
+  ) as [string, string, string, string, string, string];
+  const [ox, oy, co, b, t] = kb.regs("b32", 5) as [string, string, string, string, string];
+  kb.op(
+    `rem.u32 ${ox}, ${i}, ${Wo};`,
+    `div.u32 ${t}, ${i}, ${Wo};`,
+    `rem.u32 ${oy}, ${t}, ${Ho};`,
+    `div.u32 ${t}, ${t}, ${Ho};`,
+    `rem.u32 ${co}, ${t}, ${cout};`,
+    `div.u32 ${b}, ${t}, ${cout};`,
+  );
+  const acc = kb.reg("f32");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`);
+  if (bias !== null) kb.op(`ld.global.f32 ${acc}, [${kb.addr(bias, co, 4)}];`);
+  const ci = kb.reg("b32");
+  const top = kb.label("ci");
+  const done = kb.label("ci_done");
+  const p = kb.reg("pred");
+  const y0 = kb.reg("b32");
+  const x0 = kb.reg("b32");
+  kb.op(
+    `mul.lo.u32 ${y0}, ${oy}, ${s.stride[0]};`,
+    `sub.s32 ${y0}, ${y0}, ${s.padding[0]};`,
+    `mul.lo.u32 ${x0}, ${ox}, ${s.stride[1]};`,
+    `sub.s32 ${x0}, ${x0}, ${s.padding[1]};`,
+    `mov.u32 ${ci}, 0;`,
+  );
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${p}, ${ci}, ${cin};`, `@${p} bra ${done};`);
+  const plane = kb.reg("b32");
+  const wbase = kb.reg("b32");
+  kb.op(
+    `mad.lo.u32 ${plane}, ${b}, ${cin}, ${ci};`,
+    `mul.lo.u32 ${plane}, ${plane}, ${H};`,
+    `mad.lo.u32 ${wbase}, ${co}, ${cin}, ${ci};`,
+    `mul.lo.u32 ${wbase}, ${wbase}, ${s.kh * s.kw};`,
+  );
+  for (let ky = 0; ky < s.kh; ky++) {
+    const yy = kb.reg("b32");
+    const inY = kb.reg("pred");
+    kb.op(`add.s32 ${yy}, ${y0}, ${ky};`, `setp.lt.u32 ${inY}, ${yy}, ${H};`);
+    for (let kx = 0; kx < s.kw; kx++) {
+      const xx = kb.reg("b32");
+      const ok = kb.reg("pred");
+      const idx = kb.reg("b32");
+      const xv = kb.reg("f32");
+      const wv = kb.reg("f32");
+      kb.op(
+        `add.s32 ${xx}, ${x0}, ${kx};`,
+        `setp.lt.and.u32 ${ok}, ${xx}, ${W}, ${inY};`,
+        `add.u32 ${idx}, ${plane}, ${yy};`,
+        `mad.lo.u32 ${idx}, ${idx}, ${W}, ${xx};`,
+        `mov.f32 ${xv}, 0f00000000;`,
+        `@${ok} ld.global.f32 ${xv}, [${kb.addr(x, idx, 4)}];`,
+        `add.u32 ${idx}, ${wbase}, ${ky * s.kw + kx};`,
+        `ld.global.f32 ${wv}, [${kb.addr(w, idx, 4)}];`,
+        `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
+      );
+    }
+  }
+  kb.op(`add.u32 ${ci}, ${ci}, 1;`, `bra ${top};`);
+  kb.place(done);
+  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${acc};`);
+  kb.place(end);
+  return kb.build([ELEMENTWISE_BLOCK, 1]);
+}
+
+/**
+ * ssm_conv: out[t][c] = Σ_j w[c][j] · x[t + j][c], K taps folded in. Parameters: out, x, w, n (T·C), C.
+ */
+export function ssmConvKernel(taps: number): KernelSource {
+  const kb = new KernelBuilder(`ssm_conv_f32_k${taps}`);
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const { i, end } = linear(kb);
+  const C = kb.ld("c", "u32");
+  const c = kb.reg("b32");
+  kb.op(`rem.u32 ${c}, ${i}, ${C};`);
+  const acc = kb.reg("f32");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`);
+  for (let j = 0; j < taps; j++) {
+    const xi = kb.reg("b32");
+    const wi = kb.reg("b32");
+    const xv = kb.reg("f32");
+    const wv = kb.reg("f32");
+    kb.op(
+      `mad.lo.u32 ${xi}, ${C}, ${j}, ${i};`,
+      `mad.lo.u32 ${wi}, ${c}, ${taps}, ${j};`,
+      `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
+      `ld.global.f32 ${wv}, [${kb.addr(w, wi, 4)}];`,
+      `fma.rn.f32 ${acc}, ${wv}, ${xv}, ${acc};`,
+    );
+  }
+  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${acc};`);
+  kb.place(end);
+  return kb.build([ELEMENTWISE_BLOCK, 1]);
+}
+
+/**
+ * ConvRot rotation (krea2.md §1.6) of rows of a contiguous f32 [rows, K] in place-free form: block
+ * (row, group) of G/4 threads; each pass of the 4-point butterfly acts on one base-4 digit of the
+ * index, in shared memory; the result is scaled by 1/√G. G (a power of 4, 16..4096) is folded in.
+ * Parameters: out, x, k (row length). Grid: (K/G, rows).
+ */
+export function rotateKernel(group: number): KernelSource {
+  let passes = 0;
+  for (let g = group; g > 1; g /= 4) passes++;
+  if (4 ** passes !== group || group < 16 || group > 4096)
+    throw new TpError("E_INTERNAL", `rotation group ${group}`);
+  const threads = group / 4;
+  const kb = new KernelBuilder(`convrot_rotate_g${group}`);
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const K = kb.ld("k", "u32");
+  const sh = kb.shared("v", group * 4, 16);
+  const t = kb.reg("b32");
+  const base = kb.reg("b32");
+  kb.op(`mov.u32 ${t}, %tid.x;`, `mov.u32 ${base}, %ctaid.y;`, `mul.lo.u32 ${base}, ${base}, ${K};`);
+  const g0 = kb.reg("b32");
+  kb.op(`mov.u32 ${g0}, %ctaid.x;`, `mad.lo.u32 ${base}, ${g0}, ${group}, ${base};`);
+  const sa = kb.reg("b32");
+  // load 4 values per thread: t, t + G/4, t + G/2, t + 3G/4 (coalesced)
+  for (let q = 0; q < 4; q++) {
+    const e = kb.reg("b32");
+    const v = kb.reg("f32");
+    kb.op(
+      `add.u32 ${e}, ${t}, ${q * threads};`,
+      `add.u32 ${sa}, ${base}, ${e};`,
+      `ld.global.f32 ${v}, [${kb.addr(x, sa, 4)}];`,
+      `mov.u32 ${sa}, ${sh};`,
+      `mad.lo.u32 ${sa}, ${e}, 4, ${sa};`,
+      `st.shared.f32 [${sa}], ${v};`,
+    );
+  }
+  kb.op("bar.sync 0;");
+  for (let pass = 0, s = 1; pass < passes; pass++, s *= 4) {
+    // p = (t / s)·4s + t % s; the four values at p, p + s, p + 2s, p + 3s
+    const p = kb.reg("b32");
+    const o = kb.reg("b32");
+    kb.op(`div.u32 ${p}, ${t}, ${s};`, `rem.u32 ${o}, ${t}, ${s};`, `mad.lo.u32 ${p}, ${p}, ${4 * s}, ${o};`);
+    const addrs = [0, 1, 2, 3].map((m) => {
+      const a = kb.reg("b32");
+      kb.op(`add.u32 ${a}, ${p}, ${m * s};`, `mov.u32 ${sa}, ${sh};`, `mad.lo.u32 ${a}, ${a}, 4, ${sa};`);
+      return a;
+    });
+    const [a, b, c, d] = addrs.map((ad) => {
+      const v = kb.reg("f32");
+      kb.op(`ld.shared.f32 ${v}, [${ad}];`);
+      return v;
+    }) as [string, string, string, string];
+    const [ab, cd, r0, r1, r2, r3] = kb.regs("f32", 6) as [string, string, string, string, string, string];
+    kb.op(
+      `add.f32 ${ab}, ${a}, ${b};`,
+      `add.f32 ${r0}, ${ab}, ${c};`,
+      `sub.f32 ${r0}, ${r0}, ${d};`, // a + b + c − d
+      `sub.f32 ${r1}, ${ab}, ${c};`,
+      `add.f32 ${r1}, ${r1}, ${d};`, // a + b − c + d
+      `add.f32 ${cd}, ${c}, ${d};`,
+      `sub.f32 ${r2}, ${a}, ${b};`,
+      `add.f32 ${r2}, ${r2}, ${cd};`, // a − b + c + d
+      `sub.f32 ${r3}, ${b}, ${a};`,
+      `add.f32 ${r3}, ${r3}, ${cd};`, // −a + b + c + d
+      "bar.sync 0;",
+    );
+    for (const [m, r] of [r0, r1, r2, r3].entries()) kb.op(`st.shared.f32 [${addrs[m]}], ${r};`);
+    kb.op("bar.sync 0;");
+  }
+  for (let q = 0; q < 4; q++) {
+    const e = kb.reg("b32");
+    const v = kb.reg("f32");
+    kb.op(
+      `add.u32 ${e}, ${t}, ${q * threads};`,
+      `mov.u32 ${sa}, ${sh};`,
+      `mad.lo.u32 ${sa}, ${e}, 4, ${sa};`,
+      `ld.shared.f32 ${v}, [${sa}];`,
+      `mul.f32 ${v}, ${v}, ${f32Imm(1 / Math.sqrt(group))};`,
+      `add.u32 ${sa}, ${base}, ${e};`,
+      `st.global.f32 [${kb.addr(out, sa, 4)}], ${v};`,
+    );
+  }
+  return kb.build([threads, 1]);
+}

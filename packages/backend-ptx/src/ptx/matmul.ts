@@ -1,0 +1,472 @@
+/**
+ * Matmul kernels, y [M, N] = x [M, K] · Wᵀ (+ bias) with W [N, K] in its stored format:
+ * - `gemv`: one warp per output (decode, small M): lanes stride K, warp-shuffle sum; reads every
+ *   weight format element by element (gather.ts loadElement), coalesced across the warp;
+ * - `tiled`: 64 × 64 output tiles, 16 × 16 threads of 4 × 4 outputs, K in steps of 16 through shared
+ *   memory (weights decoded to f32 when staged), f32 FMA;
+ * - `mma`: tensor cores, `mma.sync.m16n8k16` (sm_80+) with f16 / bf16 weights: x rounded to the weight's
+ *   16-bit type, f32 accumulation; a warp computes 16 × 32 outputs straight from global memory;
+ * - `mma_s8`: ConvRot W8A8 — int8 activations (rows.ts quantizeRowsInt8Kernel) × int8 weights with
+ *   `mma.sync.m16n8k32.s8`, exact int32 sums, y = f32(acc) · s_x[m] · s_w[n] (+ bias).
+ * ConvRot weights (int8 / int4) on the f32 paths are the integers: the per-row scale multiplies the
+ * sum (`scaled` kernels), and x must be rotated first (gather.ts rotateKernel).
+ *
+ * Fragment layouts: PTX ISA §9.7.13.4 (m16n8k16 .f16/.bf16: A a0..a3 rows g / g+8, columns 2t, 2t+1 and
+ * +8; B b0, b1 rows 2t, 2t+1 and +8 of column g; C c0..c3 rows g / g+8, columns 2t, 2t+1; g = lane/4,
+ * t = lane%4) and m16n8k32 .s8 (four bytes per register, columns 4t..4t+3 and +16).
+ */
+import { TpError } from "@tp/tensor";
+import { KernelBuilder, type KernelSource } from "./emit.ts";
+import { type ElementFormat, loadElement, rowBytes } from "./gather.ts";
+
+/** What every matmul variant folds in. */
+export interface MatmulSpec {
+  readonly format: ElementFormat;
+  readonly bias: boolean;
+  /** Multiply each output column n by scale[n] (ConvRot per-row weight scales). */
+  readonly scaled: boolean;
+}
+
+function suffix(s: MatmulSpec): string {
+  return `${s.format}${s.bias ? "_b" : ""}${s.scaled ? "_s" : ""}`;
+}
+
+/** Common parameters: out, x, w, [bias], [scale], m, n, k. */
+function params(kb: KernelBuilder, s: MatmulSpec) {
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const bias = s.bias ? kb.ld("bias", "u64") : null;
+  const scale = s.scaled ? kb.ld("scale", "u64") : null;
+  const M = kb.ld("m", "u32");
+  const N = kb.ld("n", "u32");
+  const K = kb.ld("k", "u32");
+  return { out, x, w, bias, scale, M, N, K };
+}
+
+/** The byte length of one weight row as a register (linear in K for every format). */
+function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): string {
+  const r = kb.reg("b32");
+  if (format === "q8_0" || format === "q4_0")
+    kb.op(`shr.u32 ${r}, ${K}, 5;`, `mul.lo.u32 ${r}, ${r}, ${rowBytes(format, 32)};`);
+  else if (format === "int4_convrot") kb.op(`shr.u32 ${r}, ${K}, 1;`);
+  else kb.op(`mul.lo.u32 ${r}, ${K}, ${rowBytes(format, 1)};`);
+  return r;
+}
+
+/** acc · scale[n] + bias[n], stored at out[m·N + n]. */
+function epilogue(kb: KernelBuilder, p: ReturnType<typeof params>, acc: string, m: string, n: string): void {
+  if (p.scale !== null) {
+    const sv = kb.reg("f32");
+    kb.op(`ld.global.f32 ${sv}, [${kb.addr(p.scale, n, 4)}];`, `mul.f32 ${acc}, ${acc}, ${sv};`);
+  }
+  if (p.bias !== null) {
+    const bv = kb.reg("f32");
+    kb.op(`ld.global.f32 ${bv}, [${kb.addr(p.bias, n, 4)}];`, `add.f32 ${acc}, ${acc}, ${bv};`);
+  }
+  const idx = kb.reg("b32");
+  kb.op(`mad.lo.u32 ${idx}, ${m}, ${p.N}, ${n};`, `st.global.f32 [${kb.addr(p.out, idx, 4)}], ${acc};`);
+}
+
+/** Warps per block of the GEMV kernel (one output column each). */
+export const GEMV_WARPS = 8;
+
+/** GEMV: grid (ceil(N / 8), M), 256 threads; warp w of block (bx, m) computes out[m, bx·8 + w]. */
+export function gemvKernel(s: MatmulSpec): KernelSource {
+  const kb = new KernelBuilder(`matmul_gemv_${suffix(s)}`);
+  const p = params(kb, s);
+  const [tid, lane, n, m, k] = kb.regs("b32", 5) as [string, string, string, string, string];
+  const end = kb.label("end");
+  const q = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${n}, ${tid}, 5;`,
+    `mov.u32 ${m}, %ctaid.x;`,
+    `mad.lo.u32 ${n}, ${m}, ${GEMV_WARPS}, ${n};`,
+    `mov.u32 ${m}, %ctaid.y;`,
+    `setp.ge.u32 ${q}, ${n}, ${p.N};`,
+    `@${q} bra ${end};`,
+  );
+  const rb = rowBytesReg(kb, s.format, p.K);
+  const row = kb.reg("b64");
+  kb.op(`mul.wide.u32 ${row}, ${n}, ${rb};`, `add.u64 ${row}, ${row}, ${p.w};`);
+  const xrow = kb.reg("b32");
+  kb.op(`mul.lo.u32 ${xrow}, ${m}, ${p.K};`);
+  const acc = kb.reg("f32");
+  const top = kb.label("k");
+  const done = kb.label("k_done");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k}, ${p.K};`, `@${q} bra ${done};`);
+  const wv = loadElement(kb, s.format, row, k);
+  const xi = kb.reg("b32");
+  const xv = kb.reg("f32");
+  kb.op(
+    `add.u32 ${xi}, ${xrow}, ${k};`,
+    `ld.global.f32 ${xv}, [${kb.addr(p.x, xi, 4)}];`,
+    `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
+    `add.u32 ${k}, ${k}, 32;`,
+    `bra ${top};`,
+  );
+  kb.place(done);
+  const t = kb.reg("f32");
+  for (let o = 16; o >= 1; o >>= 1)
+    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+  const lead = kb.reg("pred");
+  const skip = kb.label("skip");
+  kb.op(`setp.ne.u32 ${lead}, ${lane}, 0;`, `@${lead} bra ${skip};`);
+  epilogue(kb, p, acc, m, n);
+  kb.place(skip);
+  kb.place(end);
+  return kb.build([GEMV_WARPS * 32, 1]);
+}
+
+/** Tile of the tiled kernel: BM = BN = 64 outputs, BK = 16. */
+export const TILE = { bm: 64, bn: 64, bk: 16 } as const;
+
+/** Tiled FMA matmul: grid (ceil(N / 64), ceil(M / 64)), 256 threads. */
+export function tiledKernel(s: MatmulSpec): KernelSource {
+  const { bm, bn, bk } = TILE;
+  const kb = new KernelBuilder(`matmul_tiled_${suffix(s)}`);
+  const p = params(kb, s);
+  const As = kb.shared("a", bk * bm * 4);
+  const Bs = kb.shared("b", bk * bn * 4);
+  const [tid, tx, ty, m0, n0, k0] = kb.regs("b32", 6) as [string, string, string, string, string, string];
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${tx}, ${tid}, 15;`,
+    `shr.u32 ${ty}, ${tid}, 4;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${bn};`,
+    `mov.u32 ${m0}, %ctaid.y;`,
+    `mul.lo.u32 ${m0}, ${m0}, ${bm};`,
+    `mov.u32 ${k0}, 0;`,
+  );
+  const rb = rowBytesReg(kb, s.format, p.K);
+  const acc = kb.regs("f32", 16);
+  for (const a of acc) kb.op(`mov.f32 ${a}, 0f00000000;`);
+  const top = kb.label("kt");
+  const done = kb.label("kt_done");
+  const q = kb.reg("pred");
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k0}, ${p.K};`, `@${q} bra ${done};`);
+  // stage: 1024 elements of each tile, 4 per thread; element e → (row e / 16, kk e % 16), stored [kk][row]
+  for (let l = 0; l < 4; l++) {
+    const [e, r, kk, gk, gm, sa] = kb.regs("b32", 6) as [string, string, string, string, string, string];
+    const ok = kb.reg("pred");
+    kb.op(
+      `add.u32 ${e}, ${tid}, ${l * 256};`,
+      `shr.u32 ${r}, ${e}, 4;`,
+      `and.b32 ${kk}, ${e}, 15;`,
+      `add.u32 ${gk}, ${k0}, ${kk};`,
+      `mad.lo.u32 ${sa}, ${kk}, ${bm}, ${r};`,
+      `shl.b32 ${sa}, ${sa}, 2;`,
+    );
+    // x tile
+    const xv = kb.reg("f32");
+    kb.op(
+      `add.u32 ${gm}, ${m0}, ${r};`,
+      `setp.lt.u32 ${ok}, ${gm}, ${p.M};`,
+      `setp.lt.and.u32 ${ok}, ${gk}, ${p.K}, ${ok};`,
+      `mov.f32 ${xv}, 0f00000000;`,
+      `mad.lo.u32 ${gm}, ${gm}, ${p.K}, ${gk};`,
+      `@${ok} ld.global.f32 ${xv}, [${kb.addr(p.x, gm, 4)}];`,
+    );
+    const ax = kb.reg("b32");
+    kb.op(`mov.u32 ${ax}, ${As};`, `add.u32 ${ax}, ${ax}, ${sa};`, `st.shared.f32 [${ax}], ${xv};`);
+    // w tile (decoded)
+    const gn = kb.reg("b32");
+    const wv = kb.reg("f32");
+    const skip = kb.label("wskip");
+    kb.op(
+      `add.u32 ${gn}, ${n0}, ${r};`,
+      `setp.lt.u32 ${ok}, ${gn}, ${p.N};`,
+      `setp.lt.and.u32 ${ok}, ${gk}, ${p.K}, ${ok};`,
+      `mov.f32 ${wv}, 0f00000000;`,
+      `@!${ok} bra ${skip};`,
+    );
+    const row = kb.reg("b64");
+    kb.op(`mul.wide.u32 ${row}, ${gn}, ${rb};`, `add.u64 ${row}, ${row}, ${p.w};`);
+    kb.op(`mov.f32 ${wv}, ${loadElement(kb, s.format, row, gk)};`);
+    kb.place(skip);
+    const bx = kb.reg("b32");
+    kb.op(`mov.u32 ${bx}, ${Bs};`, `add.u32 ${bx}, ${bx}, ${sa};`, `st.shared.f32 [${bx}], ${wv};`);
+  }
+  kb.op("bar.sync 0;");
+  const aBase = kb.reg("b32");
+  const bBase = kb.reg("b32");
+  kb.op(
+    `mov.u32 ${aBase}, ${As};`,
+    `mad.lo.u32 ${aBase}, ${ty}, 16, ${aBase};`,
+    `mov.u32 ${bBase}, ${Bs};`,
+    `mad.lo.u32 ${bBase}, ${tx}, 16, ${bBase};`,
+  );
+  const av = kb.regs("f32", 4);
+  const bv = kb.regs("f32", 4);
+  for (let kk = 0; kk < bk; kk++) {
+    kb.op(
+      `ld.shared.v4.f32 {${av.join(", ")}}, [${aBase}+${kk * bm * 4}];`,
+      `ld.shared.v4.f32 {${bv.join(", ")}}, [${bBase}+${kk * bn * 4}];`,
+    );
+    for (let i = 0; i < 4; i++)
+      for (let j = 0; j < 4; j++)
+        kb.op(`fma.rn.f32 ${acc[i * 4 + j]}, ${av[i]}, ${bv[j]}, ${acc[i * 4 + j]};`);
+  }
+  kb.op("bar.sync 0;", `add.u32 ${k0}, ${k0}, ${bk};`, `bra ${top};`);
+  kb.place(done);
+  for (let i = 0; i < 4; i++) {
+    for (let j = 0; j < 4; j++) {
+      const [m, n] = kb.regs("b32", 2) as [string, string];
+      const ok = kb.reg("pred");
+      const skip = kb.label("st");
+      kb.op(
+        `mad.lo.u32 ${m}, ${ty}, 4, ${m0};`,
+        `add.u32 ${m}, ${m}, ${i};`,
+        `mad.lo.u32 ${n}, ${tx}, 4, ${n0};`,
+        `add.u32 ${n}, ${n}, ${j};`,
+        `setp.lt.u32 ${ok}, ${m}, ${p.M};`,
+        `setp.lt.and.u32 ${ok}, ${n}, ${p.N}, ${ok};`,
+        `@!${ok} bra ${skip};`,
+      );
+      epilogue(kb, p, acc[i * 4 + j] as string, m, n);
+      kb.place(skip);
+    }
+  }
+  return kb.build([256, 1]);
+}
+
+/** Warps per block of the mma kernels; each computes 16 rows × 32 columns. */
+export const MMA_WARPS = 4;
+
+/**
+ * Tensor-core matmul for f16 / bf16 weights (sm_80+): grid (ceil(N / 128), ceil(M / 16)), 128 threads;
+ * K a multiple of 16. x is read as f32 and rounded to the weight's type in registers.
+ */
+export function mmaKernel(s: MatmulSpec): KernelSource {
+  if (s.format !== "f16" && s.format !== "bf16")
+    throw new TpError("E_INTERNAL", `mma kernel for ${s.format}`);
+  const t16 = s.format;
+  const kb = new KernelBuilder(`matmul_mma_${suffix(s)}`);
+  const p = params(kb, s);
+  const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8) as string[] as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
+    `shr.u32 ${g}, ${lane}, 2;`,
+    `and.b32 ${t}, ${lane}, 3;`,
+    `mov.u32 ${m0}, %ctaid.y;`,
+    `shl.b32 ${m0}, ${m0}, 4;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${MMA_WARPS * 32};`,
+    `mad.lo.u32 ${n0}, ${warp}, 32, ${n0};`,
+    `mov.u32 ${k0}, 0;`,
+  );
+  // rows g and g + 8 of x, clamped validity
+  const rows = [0, 8].map((d) => {
+    const r = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${r}, ${m0}, ${g};`, `add.u32 ${r}, ${r}, ${d};`, `setp.lt.u32 ${ok}, ${r}, ${p.M};`);
+    return { r, ok };
+  });
+  const cols = [0, 1, 2, 3].map((j) => {
+    const c = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${c}, ${n0}, ${j * 8};`, `add.u32 ${c}, ${c}, ${g};`, `setp.lt.u32 ${ok}, ${c}, ${p.N};`);
+    return { c, ok };
+  });
+  const acc = kb.regs("f32", 16);
+  for (const a of acc) kb.op(`mov.f32 ${a}, 0f00000000;`);
+  const top = kb.label("k");
+  const done = kb.label("k_done");
+  const q = kb.reg("pred");
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k0}, ${p.K};`, `@${q} bra ${done};`);
+  // A fragment: a0 (row g, cols 2t..), a1 (row g+8), a2 (row g, cols 2t+8..), a3 (row g+8, +8)
+  const a = kb.regs("b32", 4);
+  [
+    [0, 0],
+    [1, 0],
+    [0, 8],
+    [1, 8],
+  ].forEach(([ri, dk], idx) => {
+    const row = rows[ri as number] as { r: string; ok: string };
+    const kk = kb.reg("b32");
+    const lo = kb.reg("f32");
+    const hi = kb.reg("f32");
+    kb.op(
+      `mad.lo.u32 ${kk}, ${t}, 2, ${k0};`,
+      `add.u32 ${kk}, ${kk}, ${dk};`,
+      `mad.lo.u32 ${kk}, ${row.r}, ${p.K}, ${kk};`,
+      `mov.f32 ${lo}, 0f00000000;`,
+      `mov.f32 ${hi}, 0f00000000;`,
+      `@${row.ok} ld.global.v2.f32 {${lo}, ${hi}}, [${kb.addr(p.x, kk, 4)}];`,
+      `cvt.rn.${t16}x2.f32 ${a[idx]}, ${hi}, ${lo};`,
+    );
+  });
+  for (let j = 0; j < 4; j++) {
+    const col = cols[j] as { c: string; ok: string };
+    const b = kb.regs("b32", 2);
+    [0, 8].forEach((dk, bi) => {
+      const kk = kb.reg("b32");
+      kb.op(
+        `mad.lo.u32 ${kk}, ${t}, 2, ${k0};`,
+        `add.u32 ${kk}, ${kk}, ${dk};`,
+        `mad.lo.u32 ${kk}, ${col.c}, ${p.K}, ${kk};`,
+        `mov.b32 ${b[bi]}, 0;`,
+        `@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, kk, 2)}];`,
+      );
+    });
+    const c = acc.slice(j * 4, j * 4 + 4);
+    kb.op(
+      `mma.sync.aligned.m16n8k16.row.col.f32.${t16}.${t16}.f32 {${c.join(", ")}}, {${a.join(", ")}}, {${b.join(", ")}}, {${c.join(", ")}};`,
+    );
+  }
+  kb.op(`add.u32 ${k0}, ${k0}, 16;`, `bra ${top};`);
+  kb.place(done);
+  storeFragments(kb, p, acc, rows, n0, t);
+  return kb.build([MMA_WARPS * 32, 1], 80);
+}
+
+/** Store the 4 n-tiles of C fragments (c0, c1: row g, cols 2t, 2t+1; c2, c3: row g+8). */
+function storeFragments(
+  kb: KernelBuilder,
+  p: ReturnType<typeof params>,
+  acc: readonly string[],
+  rows: readonly { r: string; ok: string }[],
+  n0: string,
+  t: string,
+  rowScale?: readonly string[],
+): void {
+  for (let j = 0; j < 4; j++) {
+    for (let e = 0; e < 4; e++) {
+      const row = rows[e >> 1] as { r: string; ok: string };
+      const n = kb.reg("b32");
+      const ok = kb.reg("pred");
+      const skip = kb.label("st");
+      kb.op(
+        `mad.lo.u32 ${n}, ${t}, 2, ${n0};`,
+        `add.u32 ${n}, ${n}, ${j * 8 + (e & 1)};`,
+        `setp.lt.and.u32 ${ok}, ${n}, ${p.N}, ${row.ok};`,
+        `@!${ok} bra ${skip};`,
+      );
+      const v = acc[j * 4 + e] as string;
+      if (rowScale !== undefined) kb.op(`mul.f32 ${v}, ${v}, ${rowScale[e >> 1]};`);
+      epilogue(kb, p, v, row.r, n);
+      kb.place(skip);
+    }
+  }
+}
+
+/**
+ * ConvRot W8A8 (sm_80+): out = f32(q_x · q_wᵀ) · s_x[m] · s_w[n] (+ bias), q_x int8 [M, K] with s_x
+ * f32 [M] (rows.ts), q_w int8 [N, K] with s_w [N]. K a multiple of 32. Grid as {@link mmaKernel}.
+ * Parameters: out, x (int8), w, [bias], scale (s_w), m, n, k, x_scale.
+ */
+export function mmaS8Kernel(bias: boolean): KernelSource {
+  const s: MatmulSpec = { format: "int8_convrot", bias, scaled: true };
+  const kb = new KernelBuilder(`matmul_mma_s8_${suffix(s)}`);
+  const p = params(kb, s);
+  const xs = kb.ld("x_scale", "u64");
+  const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8) as string[] as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
+    `shr.u32 ${g}, ${lane}, 2;`,
+    `and.b32 ${t}, ${lane}, 3;`,
+    `mov.u32 ${m0}, %ctaid.y;`,
+    `shl.b32 ${m0}, ${m0}, 4;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${MMA_WARPS * 32};`,
+    `mad.lo.u32 ${n0}, ${warp}, 32, ${n0};`,
+    `mov.u32 ${k0}, 0;`,
+  );
+  const rows = [0, 8].map((d) => {
+    const r = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${r}, ${m0}, ${g};`, `add.u32 ${r}, ${r}, ${d};`, `setp.lt.u32 ${ok}, ${r}, ${p.M};`);
+    return { r, ok };
+  });
+  const cols = [0, 1, 2, 3].map((j) => {
+    const c = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${c}, ${n0}, ${j * 8};`, `add.u32 ${c}, ${c}, ${g};`, `setp.lt.u32 ${ok}, ${c}, ${p.N};`);
+    return { c, ok };
+  });
+  const acc = kb.regs("b32", 16);
+  for (const a of acc) kb.op(`mov.b32 ${a}, 0;`);
+  const top = kb.label("k");
+  const done = kb.label("k_done");
+  const q = kb.reg("pred");
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k0}, ${p.K};`, `@${q} bra ${done};`);
+  const a = kb.regs("b32", 4);
+  [
+    [0, 0],
+    [1, 0],
+    [0, 16],
+    [1, 16],
+  ].forEach(([ri, dk], idx) => {
+    const row = rows[ri as number] as { r: string; ok: string };
+    const kk = kb.reg("b32");
+    kb.op(
+      `mad.lo.u32 ${kk}, ${t}, 4, ${k0};`,
+      `add.u32 ${kk}, ${kk}, ${dk};`,
+      `mad.lo.u32 ${kk}, ${row.r}, ${p.K}, ${kk};`,
+      `mov.b32 ${a[idx]}, 0;`,
+      `@${row.ok} ld.global.b32 ${a[idx]}, [${kb.addr(p.x, kk, 1)}];`,
+    );
+  });
+  for (let j = 0; j < 4; j++) {
+    const col = cols[j] as { c: string; ok: string };
+    const b = kb.regs("b32", 2);
+    [0, 16].forEach((dk, bi) => {
+      const kk = kb.reg("b32");
+      kb.op(
+        `mad.lo.u32 ${kk}, ${t}, 4, ${k0};`,
+        `add.u32 ${kk}, ${kk}, ${dk};`,
+        `mad.lo.u32 ${kk}, ${col.c}, ${p.K}, ${kk};`,
+        `mov.b32 ${b[bi]}, 0;`,
+        `@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, kk, 1)}];`,
+      );
+    });
+    const c = acc.slice(j * 4, j * 4 + 4);
+    kb.op(
+      `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {${c.join(", ")}}, {${a.join(", ")}}, {${b.join(", ")}}, {${c.join(", ")}};`,
+    );
+  }
+  kb.op(`add.u32 ${k0}, ${k0}, 32;`, `bra ${top};`);
+  kb.place(done);
+  const accF = acc.map((r) => {
+    const f = kb.reg("f32");
+    kb.op(`cvt.rn.f32.s32 ${f}, ${r};`);
+    return f;
+  });
+  const rowScale = rows.map((row) => {
+    const sv = kb.reg("f32");
+    kb.op(`mov.f32 ${sv}, 0f00000000;`, `@${row.ok} ld.global.f32 ${sv}, [${kb.addr(xs, row.r, 4)}];`);
+    return sv;
+  });
+  storeFragments(kb, p, accF, rows, n0, t, rowScale);
+  return kb.build([MMA_WARPS * 32, 1], 80);
+}

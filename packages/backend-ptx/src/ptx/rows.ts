@@ -1,0 +1,315 @@
+/**
+ * Row kernels: one block of {@link ROW_BLOCK} threads per row of a contiguous f32 input, reductions
+ * across the block (emit.ts blockReduce). Row length and eps are parameters; which affine parts exist
+ * is folded in.
+ *
+ * Sources: RMSNorm, Zhang & Sennrich 2019; LayerNorm, Ba et al. 2016 (biased variance); GroupNorm,
+ * Wu & He 2018; softmax max-subtracted; ConvRot activation quantization, ../shared/spec/krea2.md §1.6–1.7
+ * (s_x = max(max|x_rot| / 127, 1e-30), q = clamp(round_half_even(x / s_x), −128, 127)).
+ */
+import { f32Imm, KernelBuilder, type KernelSource } from "./emit.ts";
+
+/** Threads per row. */
+export const ROW_BLOCK = 256;
+
+/** Registers of a row kernel's prologue: the row's input and output bases, its length, the thread. */
+interface RowCtx {
+  readonly kb: KernelBuilder;
+  readonly x: string;
+  readonly out: string;
+  /** Row length (elements). */
+  readonly d: string;
+  readonly tid: string;
+  /** Element offset of the row's first element. */
+  readonly rowStart: string;
+}
+
+function rowPrologue(name: string, outParam = true): RowCtx & { params: KernelBuilder } {
+  const kb = new KernelBuilder(name);
+  const out = outParam ? kb.ld("out", "u64") : "";
+  const x = kb.ld("x", "u64");
+  const d = kb.ld("d", "u32");
+  const tid = kb.reg("b32");
+  const row = kb.reg("b32");
+  const rowStart = kb.reg("b32");
+  kb.op(`mov.u32 ${tid}, %tid.x;`, `mov.u32 ${row}, %ctaid.x;`, `mul.lo.u32 ${rowStart}, ${row}, ${d};`);
+  return { kb, x, out, d, tid, rowStart, params: kb };
+}
+
+/** A loop `for (j = tid; j < d; j += ROW_BLOCK) body(j, globalIndex)`. */
+function rowLoop(c: RowCtx, body: (j: string, g: string) => void): void {
+  const { kb } = c;
+  const j = kb.reg("b32");
+  const g = kb.reg("b32");
+  const p = kb.reg("pred");
+  const top = kb.label("loop");
+  const done = kb.label("done");
+  kb.op(`mov.u32 ${j}, ${c.tid};`);
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${p}, ${j}, ${c.d};`, `@${p} bra ${done};`, `add.u32 ${g}, ${c.rowStart}, ${j};`);
+  body(j, g);
+  kb.op(`add.u32 ${j}, ${j}, ${ROW_BLOCK};`, `bra ${top};`);
+  kb.place(done);
+}
+
+function loadAt(kb: KernelBuilder, base: string, index: string): string {
+  const f = kb.reg("f32");
+  kb.op(`ld.global.f32 ${f}, [${kb.addr(base, index, 4)}];`);
+  return f;
+}
+
+/** The sum over the row of f(x_j). */
+function rowSum(c: RowCtx, f: (x: string) => string): string {
+  const { kb } = c;
+  const acc = kb.reg("f32");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`);
+  rowLoop(c, (_j, g) => {
+    kb.op(`add.f32 ${acc}, ${acc}, ${f(loadAt(kb, c.x, g))};`);
+  });
+  return kb.blockReduce(acc, "add", ROW_BLOCK);
+}
+
+/** Row length as f32. */
+function dF32(c: RowCtx): string {
+  const n = c.kb.reg("f32");
+  c.kb.op(`cvt.rn.f32.u32 ${n}, ${c.d};`);
+  return n;
+}
+
+/** 1 / sqrt(v) with IEEE sqrt and divide. */
+function rsqrt(kb: KernelBuilder, v: string): string {
+  const r = kb.reg("f32");
+  kb.op(`sqrt.rn.f32 ${r}, ${v};`, `rcp.rn.f32 ${r}, ${r};`);
+  return r;
+}
+
+/**
+ * RMSNorm: out = x · (1/sqrt(mean(x²) + eps)) · g. `weight`: none, g = w, or g = 1 + w (unitOffset).
+ * Parameters: out, x, d, [w], eps. Grid: one block per row.
+ */
+export function rmsNormKernel(weight: "none" | "weight" | "unit_offset"): KernelSource {
+  const c = rowPrologue(`rms_norm_f32_${weight}`);
+  const { kb } = c;
+  const w = weight === "none" ? null : kb.ld("w", "u64");
+  const eps = kb.ld("eps", "f32");
+  const ss = rowSum(c, (x) => {
+    const t = kb.reg("f32");
+    kb.op(`mul.f32 ${t}, ${x}, ${x};`);
+    return t;
+  });
+  const m = kb.reg("f32");
+  kb.op(`div.rn.f32 ${m}, ${ss}, ${dF32(c)};`, `add.f32 ${m}, ${m}, ${eps};`);
+  const r = rsqrt(kb, m);
+  rowLoop(c, (j, g) => {
+    const x = loadAt(kb, c.x, g);
+    const y = kb.reg("f32");
+    kb.op(`mul.f32 ${y}, ${x}, ${r};`);
+    if (w !== null) {
+      const gv = loadAt(kb, w, j);
+      if (weight === "unit_offset") kb.op(`add.f32 ${gv}, ${gv}, 0f3F800000;`);
+      kb.op(`mul.f32 ${y}, ${y}, ${gv};`);
+    }
+    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+  });
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/** LayerNorm: out = (x − mean) / sqrt(var + eps) · w + b. Parameters: out, x, d, [w], [b], eps. */
+export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSource {
+  const c = rowPrologue(`layer_norm_f32${hasWeight ? "_w" : ""}${hasBias ? "_b" : ""}`);
+  const { kb } = c;
+  const w = hasWeight ? kb.ld("w", "u64") : null;
+  const b = hasBias ? kb.ld("b", "u64") : null;
+  const eps = kb.ld("eps", "f32");
+  const n = dF32(c);
+  const mean = kb.reg("f32");
+  kb.op(`div.rn.f32 ${mean}, ${rowSum(c, (x) => x)}, ${n};`);
+  const vs = rowSum(c, (x) => {
+    const t = kb.reg("f32");
+    kb.op(`sub.f32 ${t}, ${x}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
+    return t;
+  });
+  const v = kb.reg("f32");
+  kb.op(`div.rn.f32 ${v}, ${vs}, ${n};`, `add.f32 ${v}, ${v}, ${eps};`);
+  const r = rsqrt(kb, v);
+  rowLoop(c, (j, g) => {
+    const y = loadAt(kb, c.x, g);
+    kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
+    if (w !== null) kb.op(`mul.f32 ${y}, ${y}, ${loadAt(kb, w, j)};`);
+    if (b !== null) kb.op(`add.f32 ${y}, ${y}, ${loadAt(kb, b, j)};`);
+    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+  });
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/**
+ * GroupNorm over rows of (channels per group × spatial) elements: one block per (batch, group).
+ * Parameters: out, x, d (row length), spatial, groups, channelsPerGroup, [w], [b], eps.
+ */
+export function groupNormKernel(hasWeight: boolean, hasBias: boolean): KernelSource {
+  const c = rowPrologue(`group_norm_f32${hasWeight ? "_w" : ""}${hasBias ? "_b" : ""}`);
+  const { kb } = c;
+  const spatial = kb.ld("spatial", "u32");
+  const groups = kb.ld("groups", "u32");
+  const cpg = kb.ld("cpg", "u32");
+  const w = hasWeight ? kb.ld("w", "u64") : null;
+  const b = hasBias ? kb.ld("b", "u64") : null;
+  const eps = kb.ld("eps", "f32");
+  const n = dF32(c);
+  const mean = kb.reg("f32");
+  kb.op(`div.rn.f32 ${mean}, ${rowSum(c, (x) => x)}, ${n};`);
+  const vs = rowSum(c, (x) => {
+    const t = kb.reg("f32");
+    kb.op(`sub.f32 ${t}, ${x}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
+    return t;
+  });
+  const v = kb.reg("f32");
+  kb.op(`div.rn.f32 ${v}, ${vs}, ${n};`, `add.f32 ${v}, ${v}, ${eps};`);
+  const r = rsqrt(kb, v);
+  const group = kb.reg("b32");
+  kb.op(`mov.u32 ${group}, %ctaid.x;`, `rem.u32 ${group}, ${group}, ${groups};`);
+  rowLoop(c, (j, g) => {
+    const y = loadAt(kb, c.x, g);
+    kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
+    if (w !== null || b !== null) {
+      const ch = kb.reg("b32");
+      kb.op(`div.u32 ${ch}, ${j}, ${spatial};`, `mad.lo.u32 ${ch}, ${group}, ${cpg}, ${ch};`);
+      if (w !== null) kb.op(`mul.f32 ${y}, ${y}, ${loadAt(kb, w, ch)};`);
+      if (b !== null) kb.op(`add.f32 ${y}, ${y}, ${loadAt(kb, b, ch)};`);
+    }
+    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+  });
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/** Softmax along rows: e^(x − max) / Σ. Parameters: out, x, d. */
+export function softmaxKernel(): KernelSource {
+  const c = rowPrologue("softmax_f32");
+  const { kb } = c;
+  const mx = kb.reg("f32");
+  kb.op(`mov.f32 ${mx}, 0fFF800000;`);
+  rowLoop(c, (_j, g) => kb.op(`max.f32 ${mx}, ${mx}, ${loadAt(kb, c.x, g)};`));
+  const m = kb.blockReduce(mx, "max", ROW_BLOCK);
+  const s = rowSum(c, (x) => {
+    const t = kb.reg("f32");
+    kb.op(`sub.f32 ${t}, ${x}, ${m};`);
+    return kb.exp(t);
+  });
+  rowLoop(c, (_j, g) => {
+    const t = loadAt(kb, c.x, g);
+    kb.op(`sub.f32 ${t}, ${t}, ${m};`);
+    const e = kb.exp(t);
+    kb.op(`div.rn.f32 ${e}, ${e}, ${s};`, `st.global.f32 [${kb.addr(c.out, g, 4)}], ${e};`);
+  });
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/**
+ * argmax of each row → i32 (the first index on ties). Each thread keeps its best (value, index),
+ * then pairs are reduced by warp shuffles and across warps in shared memory. Parameters: out, x, d.
+ */
+export function argmaxKernel(): KernelSource {
+  const c = rowPrologue("argmax_f32");
+  const { kb } = c;
+  const bv = kb.reg("f32");
+  const bi = kb.reg("b32");
+  const better = (v: string, i: string) => {
+    const p = kb.reg("pred");
+    const q = kb.reg("pred");
+    kb.op(
+      `setp.gt.f32 ${p}, ${v}, ${bv};`,
+      `setp.eq.f32 ${q}, ${v}, ${bv};`,
+      `setp.lt.and.u32 ${q}, ${i}, ${bi}, ${q};`,
+      `or.pred ${p}, ${p}, ${q};`,
+      `@${p} mov.f32 ${bv}, ${v};`,
+      `@${p} mov.u32 ${bi}, ${i};`,
+    );
+  };
+  kb.op(`mov.f32 ${bv}, 0fFF800000;`, `mov.u32 ${bi}, -1;`);
+  rowLoop(c, (j, g) => better(loadAt(kb, c.x, g), j));
+  const ov = kb.reg("f32");
+  const oi = kb.reg("b32");
+  const shuffle = () => {
+    for (let o = 16; o >= 1; o >>= 1) {
+      kb.op(
+        `shfl.sync.bfly.b32 ${ov}, ${bv}, ${o}, 31, -1;`,
+        `shfl.sync.bfly.b32 ${oi}, ${bi}, ${o}, 31, -1;`,
+      );
+      better(ov, oi);
+    }
+  };
+  shuffle();
+  const warps = ROW_BLOCK / 32;
+  const sv = kb.shared("v", warps * 4, 4);
+  const si = kb.shared("i", warps * 4, 4);
+  const lane = kb.reg("b32");
+  const warp = kb.reg("b32");
+  kb.op(`and.b32 ${lane}, ${c.tid}, 31;`, `shr.u32 ${warp}, ${c.tid}, 5;`);
+  const av = kb.reg("b32");
+  const ai = kb.reg("b32");
+  const p = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${av}, ${sv};`,
+    `mov.u32 ${ai}, ${si};`,
+    `mad.lo.u32 ${av}, ${warp}, 4, ${av};`,
+    `mad.lo.u32 ${ai}, ${warp}, 4, ${ai};`,
+    `setp.eq.u32 ${p}, ${lane}, 0;`,
+    `@${p} st.shared.f32 [${av}], ${bv};`,
+    `@${p} st.shared.u32 [${ai}], ${bi};`,
+    "bar.sync 0;",
+    `setp.lt.u32 ${p}, ${lane}, ${ROW_BLOCK / 32};`,
+    `mov.u32 ${av}, ${sv};`,
+    `mov.u32 ${ai}, ${si};`,
+    `mad.lo.u32 ${av}, ${lane}, 4, ${av};`,
+    `mad.lo.u32 ${ai}, ${lane}, 4, ${ai};`,
+    `mov.f32 ${bv}, 0fFF800000;`,
+    `mov.u32 ${bi}, -1;`,
+    `@${p} ld.shared.f32 ${bv}, [${av}];`,
+    `@${p} ld.shared.u32 ${bi}, [${ai}];`,
+  );
+  shuffle();
+  const q = kb.reg("pred");
+  const row = kb.reg("b32");
+  kb.op(`setp.eq.u32 ${q}, ${c.tid}, 0;`, `mov.u32 ${row}, %ctaid.x;`);
+  kb.op(`@${q} st.global.u32 [${kb.addr(c.out, row, 4)}], ${bi};`);
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/**
+ * ConvRot activation quantization of rotated rows (krea2.md §1.7 step 2): s_x = max(max|x| / 127,
+ * 1e-30) into scales[row], q = clamp(round_half_even(x / s_x), −128, 127) as int8 into out.
+ * Parameters: out (s8 [rows, d]), x (f32 [rows, d]), d, scales (f32 [rows]).
+ */
+export function quantizeRowsInt8Kernel(): KernelSource {
+  const c = rowPrologue("convrot_quantize_rows_int8");
+  const { kb } = c;
+  const scales = kb.ld("scales", "u64");
+  const mx = kb.reg("f32");
+  kb.op(`mov.f32 ${mx}, 0f00000000;`);
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    kb.op(`abs.f32 ${x}, ${x};`, `max.f32 ${mx}, ${mx}, ${x};`);
+  });
+  const a = kb.blockReduce(mx, "max", ROW_BLOCK);
+  const s = kb.reg("f32");
+  kb.op(`div.rn.f32 ${s}, ${a}, ${f32Imm(127)};`, `max.f32 ${s}, ${s}, ${f32Imm(1e-30)};`);
+  const p = kb.reg("pred");
+  const row = kb.reg("b32");
+  kb.op(
+    `setp.eq.u32 ${p}, ${c.tid}, 0;`,
+    `mov.u32 ${row}, %ctaid.x;`,
+    `@${p} st.global.f32 [${kb.addr(scales, row, 4)}], ${s};`,
+  );
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    const q = kb.reg("b32");
+    kb.op(
+      `div.rn.f32 ${x}, ${x}, ${s};`,
+      `cvt.rni.s32.f32 ${q}, ${x};`,
+      `min.s32 ${q}, ${q}, 127;`,
+      `max.s32 ${q}, ${q}, -128;`,
+      `st.global.s8 [${kb.addr(c.out, g, 1)}], ${q};`,
+    );
+  });
+  return kb.build([ROW_BLOCK, 1]);
+}
