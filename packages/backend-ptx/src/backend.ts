@@ -35,6 +35,43 @@ interface DeviceStorage {
   readonly block: DeviceBlock | null;
 }
 
+/**
+ * The arguments of a launch in the order of the kernel's `.param` list, from arguments by name
+ * (tensors become their device addresses), and the grid checked against CUDA's limits.
+ * @throws TpError E_INTERNAL for a missing, extra or mistyped argument (a bug of the op code);
+ *   E_UNSUPPORTED for a grid past 2^31 − 1 × 65535 × 65535
+ */
+export function packLaunch(
+  kernel: KernelSource,
+  grid: readonly [number, number, number],
+  args: Record<string, LaunchArg>,
+  address: (t: Tensor) => bigint,
+): KernelArg[] {
+  const given = new Set(Object.keys(args));
+  const packed: KernelArg[] = kernel.params.map((p) => {
+    const v = args[p.name];
+    if (v === undefined)
+      throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no argument for parameter ${p.name}`);
+    given.delete(p.name);
+    if (p.type === "u64")
+      return typeof v === "number" || typeof v === "bigint" ? { u64: v } : { u64: address(v) };
+    if (typeof v !== "number")
+      throw new TpError("E_INTERNAL", `kernel ${kernel.name}: parameter ${p.name} takes a number`);
+    return p.type === "f32" ? { f32: v } : p.type === "s32" ? { i32: v } : { u32: v };
+  });
+  if (given.size > 0)
+    throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no parameter ${[...given].join(", ")}`);
+  for (const [i, g] of grid.entries()) {
+    if (!Number.isInteger(g) || g < 1 || g > (i === 0 ? 2 ** 31 - 1 : 65535)) {
+      throw new TpError(
+        "E_UNSUPPORTED",
+        `kernel ${kernel.name}: grid ${grid.join("×")} is past the device's limits`,
+      );
+    }
+  }
+  return packed;
+}
+
 /** Options of the ptx backend. */
 export interface PtxBackendOptions extends BackendOptions {
   /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */
@@ -158,30 +195,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     args: Record<string, LaunchArg>,
   ): void {
     this.assertUsable();
-    const given = new Set(Object.keys(args));
-    const packed: KernelArg[] = kernel.params.map((p) => {
-      const v = args[p.name];
-      if (v === undefined)
-        throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no argument for parameter ${p.name}`);
-      given.delete(p.name);
-      if (p.type === "u64") {
-        if (typeof v === "number" || typeof v === "bigint") return { u64: v };
-        return { u64: this.address(v) };
-      }
-      if (typeof v !== "number")
-        throw new TpError("E_INTERNAL", `kernel ${kernel.name}: parameter ${p.name} takes a number`);
-      return p.type === "f32" ? { f32: v } : p.type === "s32" ? { i32: v } : { u32: v };
-    });
-    if (given.size > 0)
-      throw new TpError("E_INTERNAL", `kernel ${kernel.name}: no parameter ${[...given].join(", ")}`);
-    for (const [i, g] of grid.entries()) {
-      if (!Number.isInteger(g) || g < 1 || g > (i === 0 ? 2 ** 31 - 1 : 65535)) {
-        throw new TpError(
-          "E_UNSUPPORTED",
-          `kernel ${kernel.name}: grid ${grid.join("×")} is past the device's limits`,
-        );
-      }
-    }
+    const packed = packLaunch(kernel, grid, args, (t) => this.address(t));
     this.driver.launch(
       this.#function(kernel),
       grid,

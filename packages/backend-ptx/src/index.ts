@@ -5,6 +5,12 @@
  * Where the driver or a device is missing, {@link createBackend} throws one E_UNSUPPORTED line
  * (`backend ptx cannot start: …`), never a silent fallback to another backend.
  */
-export { createBackend, PtxBackend, type PtxBackendOptions, parseDeviceOrdinal } from "./backend.ts";
+export {
+  createBackend,
+  PtxBackend,
+  type PtxBackendOptions,
+  packLaunch,
+  parseDeviceOrdinal,
+} from "./backend.ts";
 export * as driver from "./driver/index.ts";
 export * as ptx from "./ptx/index.ts";

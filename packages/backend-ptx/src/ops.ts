@@ -269,6 +269,12 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
   host.scope(() => {
     const format = w.format as ElementFormat;
     let xc = contiguous(host, x);
+    // the mma kernels load x in 8-byte pairs: a view starting at an odd element is copied first
+    if (xc.layout.offset % 2 !== 0) {
+      const c = host.alloc(xc.shape, "f32", "x");
+      move(host, c, xc);
+      xc = c;
+    }
     check32("matmul", xc, out);
     const wb = host.weightBytes(w);
     const scaled = scaledFormat(w.format);

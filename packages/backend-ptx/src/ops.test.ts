@@ -1,0 +1,199 @@
+// The ptx kernel table without a GPU: a stand-in backend keeps tensors in host memory and records
+// every launch through the real packLaunch, so each op is checked to pick the kernel it should (by
+// format, M and device) and to pass exactly the parameters that kernel declares (a missing or extra
+// argument is E_INTERNAL). What the kernels compute needs a GPU (`bun run test:gpu`).
+import { describe, expect, test } from "bun:test";
+import {
+  BackendBase,
+  type DTypeName,
+  type KernelTable,
+  type Shape,
+  type Tensor,
+  TpError,
+  Weight,
+  weightBytes,
+} from "@tp/tensor";
+import { packLaunch } from "./backend.ts";
+import { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
+import type { KernelSource } from "./ptx/emit.ts";
+
+interface Launch {
+  readonly kernel: string;
+  readonly grid: readonly number[];
+}
+
+class Recorder extends BackendBase implements PtxOpHost {
+  readonly name = "ptx";
+  readonly device = "recorder";
+  readonly launches: Launch[] = [];
+  readonly #kernels = new Map<string, KernelSource>();
+  override readonly kernelTable: KernelTable;
+  constructor(readonly sm: number) {
+    super("ptx");
+    this.kernelTable = ptxKernelTable(this);
+  }
+  protected allocStorage(bytes: number) {
+    return new Uint8Array(bytes);
+  }
+  protected freeStorage() {}
+  protected writeStorage(h: unknown, offset: number, data: Uint8Array) {
+    (h as Uint8Array).set(data, offset);
+  }
+  protected async readStorage(h: unknown, offset: number, length: number) {
+    return (h as Uint8Array).slice(offset, offset + length);
+  }
+  launch(kernel: KernelSource, grid: readonly [number, number, number], args: Record<string, LaunchArg>) {
+    packLaunch(kernel, grid, args, () => 0x1000n);
+    this.launches.push({ kernel: kernel.name, grid });
+  }
+  fill() {}
+  weightBytes(w: Weight): Tensor {
+    return this.persist(this.upload(w.data, [w.data.byteLength], "u8"));
+  }
+  weightScale(w: Weight): Tensor {
+    if (w.scale?.kind !== "row") throw new TpError("E_FORMAT", "no scale");
+    return this.persist(this.upload(w.scale.values, [w.scale.values.length], "f32"));
+  }
+  table(_key: string, make: () => Float64Array): Tensor {
+    const d = make();
+    return this.persist(this.upload(d, [d.length], "f64"));
+  }
+  kernel(name: string, make: () => KernelSource): KernelSource {
+    let k = this.#kernels.get(name);
+    if (k === undefined) {
+      k = make();
+      this.#kernels.set(name, k);
+    }
+    return k;
+  }
+  names(): string[] {
+    return this.launches.splice(0).map((l) => l.kernel);
+  }
+}
+
+const f32 = (b: Recorder, shape: Shape, dtype: DTypeName = "f32") => b.alloc(shape, dtype);
+function weight(
+  format: "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "int8_convrot" | "int4_convrot",
+  n: number,
+  k: number,
+): Weight {
+  const convrot = format.endsWith("convrot");
+  return new Weight({
+    name: `w.${format}`,
+    format,
+    shape: [n, k],
+    data: new Uint8Array(weightBytes(format, [n, k])),
+    ...(convrot ? { scale: { kind: "row" as const, values: new Float32Array(n) } } : {}),
+  });
+}
+
+describe("ptx kernel table: choice of kernel and its parameters", () => {
+  test("matmul: gemv for M ≤ 8, tiled above, mma.sync for f16 / bf16 from M = 16 on sm_80+", () => {
+    const b = new Recorder(86);
+    for (const format of ["f32", "q8_0", "q4_0", "f16", "bf16"] as const) {
+      const w = weight(format, 96, 64);
+      b.matmul(f32(b, [1, 64]), w);
+      b.matmul(f32(b, [12, 64]), w, { bias: f32(b, [96]) });
+      b.matmul(f32(b, [32, 64]), w);
+    }
+    expect(b.names()).toEqual([
+      "matmul_gemv_f32",
+      "matmul_tiled_f32_b",
+      "matmul_tiled_f32",
+      "matmul_gemv_q8_0",
+      "matmul_tiled_q8_0_b",
+      "matmul_tiled_q8_0",
+      "matmul_gemv_q4_0",
+      "matmul_tiled_q4_0_b",
+      "matmul_tiled_q4_0",
+      "matmul_gemv_f16",
+      "matmul_tiled_f16_b",
+      "matmul_mma_f16",
+      "matmul_gemv_bf16",
+      "matmul_tiled_bf16_b",
+      "matmul_mma_bf16",
+    ]);
+  });
+  test("matmul ConvRot: rotate, then W8A8 (quantize rows + int8 mma) from M = 16, else the scaled f32 kernels", () => {
+    const b = new Recorder(90);
+    const w8 = weight("int8_convrot", 40, 512);
+    b.matmul(f32(b, [2, 512]), w8);
+    b.matmul(f32(b, [16, 512]), w8, { bias: f32(b, [40]) });
+    b.matmul(f32(b, [16, 512]), weight("int4_convrot", 40, 512));
+    expect(b.names()).toEqual([
+      "convrot_rotate_g256",
+      "matmul_gemv_int8_convrot_s",
+      "convrot_rotate_g256",
+      "convrot_quantize_rows_int8",
+      "matmul_mma_s8_int8_convrot_b_s",
+      "convrot_rotate_g256",
+      "matmul_tiled_int4_convrot_s",
+    ]);
+    // grids: rotation (K / 256 groups, rows); int8 mma (N / 128, M / 16)
+    expect(b.supports("matmul", ["q4_k"])).toBe(false);
+  });
+  test("strided operands: copies to contiguous before row kernels; broadcast views go to map kernels as strides", () => {
+    const b = new Recorder(86);
+    const x = f32(b, [4, 6]);
+    b.add(x, f32(b, [6]));
+    b.rmsNorm(x.transpose(0, 1), f32(b, [4]), { eps: 1e-6 });
+    b.softmax(x, { dim: 0 });
+    b.layerNorm(x, null, f32(b, [6]), { eps: 1e-5 });
+    expect(b.names()).toEqual([
+      "map_add_f32_f32_to_f32_r2",
+      "move_b32_r2",
+      "rms_norm_f32_weight",
+      "move_b32_r2",
+      "softmax_f32",
+      "move_b32_r2_so",
+      "layer_norm_f32_b",
+    ]);
+  });
+  test("elementwise, layout, sampling, conv and attention ops each launch their kernel", () => {
+    const b = new Recorder(90);
+    const x = f32(b, [2, 3, 4, 8]);
+    b.silu(x);
+    b.gelu(x, { approximate: "tanh" });
+    b.scale(x, 0.5);
+    b.modulate(x, f32(b, [8]), f32(b, [8]));
+    b.cast(x, "bf16", { saturate: true });
+    b.concat([x, x], 1);
+    b.upsampleNearest2d(x, 2);
+    b.argmax(x);
+    b.countNonFinite(x);
+    b.rope(f32(b, [1, 5, 2, 8]), b.alloc([5], "i32"), { mode: "neox", theta: 10000 });
+    b.embedding(weight("q8_0", 10, 64), b.alloc([3], "i32"));
+    b.conv2d(f32(b, [1, 3, 8, 8]), f32(b, [4, 3, 3, 3]), null, { padding: 1 });
+    b.attention(f32(b, [1, 4, 3, 16]), f32(b, [1, 2, 7, 16]), f32(b, [1, 2, 7, 16]), {
+      causal: true,
+      window: 4,
+      softcap: 30,
+    });
+    expect(b.names()).toEqual([
+      "map_silu_f32_to_f32_r1",
+      "map_gelu_tanh_f32_to_f32_r1",
+      "map_scale_f32_to_f32_r1",
+      "map_modulate_f32_f32_f32_to_f32_r2",
+      "map_cast_f32_to_bf16_r1_sat",
+      // concat: [2, 3, 4, 8] into slices of [2, 6, 4, 8], the inner 4 × 8 merged: rank 2
+      "move_b32_r2_so",
+      "move_b32_r2_so",
+      // upsample: the view [2·3·4 → 24, 2 (stride 0), 8, 2 (stride 0)]: rank 4
+      "move_b32_r4",
+      "argmax_f32",
+      "count_nonfinite_f32",
+      "rope_f32_neox_d8",
+      "embedding_q8_0",
+      "conv2d_f32_k3x3_s1x1_p1x1",
+      "attention_f32_d16_dv16_causal_softcap",
+    ]);
+  });
+  test("ops without a kernel are E_UNSUPPORTED naming the op", () => {
+    const b = new Recorder(90);
+    const x = f32(b, [2, 4]);
+    expect(() => b.topK(x, 2)).toThrow(/top_k/);
+    expect(b.supports("matmul_id")).toBe(false);
+    expect(b.supports("gated_delta_net")).toBe(false);
+    expect(b.supports("matmul", ["f8_e4m3fn"])).toBe(false);
+  });
+});

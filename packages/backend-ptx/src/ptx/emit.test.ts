@@ -1,0 +1,79 @@
+// The emitter's own rules: module header by compute capability, exact float immediates, kernels
+// refused below their minimum sm, parameter lists in declaration order, unique names.
+import { describe, expect, test } from "bun:test";
+import { mergeDims } from "../ops.ts";
+import { kernelCatalogue } from "./catalogue.ts";
+import { mapKernel } from "./elementwise.ts";
+import { f32Imm, f64Imm, KernelBuilder, ptxHeader, ptxModule } from "./emit.ts";
+import { mmaKernel } from "./matmul.ts";
+
+describe("PTX emitter", () => {
+  test("header: .version by target, .target sm_XX, .address_size 64; below sm_80 E_UNSUPPORTED", () => {
+    expect(ptxHeader(86)).toBe(".version 7.8\n.target sm_86\n.address_size 64\n");
+    expect(ptxHeader(90)).toBe(".version 8.0\n.target sm_90\n.address_size 64\n");
+    expect(() => ptxHeader(75)).toThrow("sm_75 is older than sm_80");
+  });
+  test("float immediates are the exact IEEE bits", () => {
+    expect(f32Imm(1)).toBe("0f3F800000");
+    expect(f32Imm(-0.5)).toBe("0fBF000000");
+    expect(f32Imm(Number.NEGATIVE_INFINITY)).toBe("0fFF800000");
+    expect(f64Imm(1)).toBe("0d3FF0000000000000");
+    expect(f32Imm(0.1)).toBe("0f3DCCCCCD"); // 0.1 rounded to f32
+  });
+  test("a kernel needing a newer sm than the module's is E_UNSUPPORTED naming it", () => {
+    const k = { ...mmaKernel({ format: "f16", bias: false, scaled: false }), minSm: 89 };
+    expect(() => ptxModule(86, [k])).toThrow(
+      "kernel matmul_mma_f16 needs sm_89 or newer; this device is sm_86",
+    );
+  });
+  test("parameters in declaration order, with types; a name twice is refused", () => {
+    const k = mapKernel({ op: "scale", inputs: ["f16"], out: "bf16", rank: 2 });
+    expect(k.params.map((p) => `${p.name}:${p.type}`)).toEqual([
+      "out:u64",
+      "in0:u64",
+      "n:u32",
+      "size0:u32",
+      "size1:u32",
+      "stride1_0:u32",
+      "stride1_1:u32",
+      "s:f32",
+    ]);
+    expect(k.body).toContain("cvt.rn.bf16.f32");
+    expect(k.body).toContain("cvt.f32.f16");
+    const kb = new KernelBuilder("twice");
+    kb.param("x", "u64");
+    expect(() => kb.param("x", "u32")).toThrow("parameter x twice");
+  });
+  test("every catalogued kernel has a unique entry name", () => {
+    const all = Object.values(kernelCatalogue()).flat();
+    expect(new Set(all.map((k) => k.name)).size).toBe(all.length);
+    expect(all.length).toBeGreaterThan(150);
+  });
+  test("mergeDims: contiguous runs merge, size-1 dimensions drop, broadcast stays apart", () => {
+    expect(
+      mergeDims(
+        [2, 3, 4],
+        [
+          [12, 4, 1],
+          [12, 4, 1],
+        ],
+      ),
+    ).toEqual({ shape: [24], strides: [[1], [1]] });
+    expect(
+      mergeDims(
+        [2, 1, 4],
+        [
+          [4, 4, 1],
+          [0, 0, 1],
+        ],
+      ),
+    ).toEqual({
+      shape: [2, 4],
+      strides: [
+        [4, 1],
+        [0, 1],
+      ],
+    });
+    expect(mergeDims([1, 1], [[1, 1]])).toEqual({ shape: [1], strides: [[0]] });
+  });
+});

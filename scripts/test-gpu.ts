@@ -1,0 +1,154 @@
+/**
+ * `bun run test:gpu`: the one script the offline NVIDIA host runs (../shared/GPU.md). In one call it
+ * 1. starts the ptx backend and records the device (or why it cannot start);
+ * 2. runs the shared conformance suite on ptx (each case against the suite's independent references,
+ *    the same cases the cpu backend passes) and the ptx package's own tests (ptxas, driver layer);
+ * 3. times matmul GEMV for decode-shaped weights (Qwen3-8B's [12288, 4096] in Q8_0, Q4_0, f16) and
+ *    reports the fraction of the HBM bandwidth reached;
+ * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
+ * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files, the
+ * Krea 2 / LLM benchmarks against PyTorch; the summary lists them under `notRun`.
+ *
+ * Usage: TP_GPU_OUT=$OUT bun run test:gpu   (TP_GPU_STEP_TIMEOUT_S bounds each test step; default 240)
+ */
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { loadBackend, Weight, weightBytes } from "@tp/tensor";
+
+const out = resolve(process.env.TP_GPU_OUT ?? "gpu-out");
+mkdirSync(out, { recursive: true });
+const stepTimeout = Number(process.env.TP_GPU_STEP_TIMEOUT_S ?? 240);
+const summary: Record<string, unknown> = {
+  started: new Date().toISOString(),
+};
+
+/** Counts and failures of a JUnit file written by bun test. */
+function junit(
+  file: string,
+  only: (suite: string, name: string) => boolean = () => true,
+): { tests: number; passed: number; failures: number; skipped: number; failed: string[] } {
+  let xml = "";
+  try {
+    xml = readFileSync(file, "utf8");
+  } catch {
+    return { tests: 0, passed: 0, failures: 0, skipped: 0, failed: [`no report at ${file}`] };
+  }
+  const attr = (a: string, key: string) => new RegExp(`${key}="([^"]*)"`).exec(a)?.[1] ?? "";
+  const cases = [...xml.matchAll(/<testcase\b([^>]*?)(\/>|>([\s\S]*?)<\/testcase>)/g)].filter((c) =>
+    only(attr(c[1] ?? "", "classname"), attr(c[1] ?? "", "name")),
+  );
+  const failed: string[] = [];
+  let skipped = 0;
+  for (const c of cases) {
+    const body = c[3] ?? "";
+    const name = /name="([^"]*)"/.exec(c[1] ?? "")?.[1] ?? "?";
+    if (/<skipped/.test(body)) skipped++;
+    const f = /<failure\b[^>]*?(?:message="([^"]*)")?/.exec(body);
+    if (f) failed.push(`${name}: ${(f[1] ?? "").slice(0, 400)}`);
+  }
+  return {
+    tests: cases.length,
+    passed: cases.length - skipped - failed.length,
+    failures: failed.length,
+    skipped,
+    failed: failed.slice(0, 200),
+  };
+}
+
+/** Run `bun test` on files with a name pattern, a JUnit report and a time limit. */
+function bunTest(label: string, args: string[], only?: (suite: string, name: string) => boolean): unknown {
+  const report = join(out, `${label}.junit.xml`);
+  const t0 = performance.now();
+  const r = Bun.spawnSync(
+    [
+      "timeout",
+      String(stepTimeout),
+      process.execPath,
+      "test",
+      "--timeout",
+      "120000",
+      "--reporter=junit",
+      `--reporter-outfile=${report}`,
+      ...args,
+    ],
+    { stdout: "pipe", stderr: "pipe", env: process.env },
+  );
+  writeFileSync(join(out, `${label}.log`), `${r.stdout.toString()}\n${r.stderr.toString()}`);
+  return { exitCode: r.exitCode, seconds: (performance.now() - t0) / 1000, ...junit(report, only) };
+}
+
+// 1. the backend
+let device: string | null = null;
+try {
+  const b = await loadBackend("ptx");
+  device = b.device;
+  summary.backend = { ok: true, device, capabilities: b.capabilities() };
+  b.dispose();
+} catch (e) {
+  summary.backend = { ok: false, reason: e instanceof Error ? e.message : String(e) };
+}
+process.stdout.write(`ptx: ${device ?? (summary.backend as { reason: string }).reason}\n`);
+
+// 2. conformance on ptx (its describe block is labelled "ptx"), then the package's tests
+summary.conformance = bunTest(
+  "conformance-ptx",
+  ["packages/conformance/src/conformance.test.ts", "-t", "ptx"],
+  (suite, name) => suite === "ptx" || name.startsWith("ptx:"),
+);
+summary.ptxPackage = bunTest("backend-ptx", ["packages/backend-ptx/src"]);
+
+// 3. decode GEMV bandwidth (random bytes with finite f16 block scales; timing only)
+const HBM_BYTES_PER_S: Record<string, number> = {
+  H200: 4.8e12,
+  H100: 3.35e12,
+  A100: 2.0e12,
+  "RTX 3090": 0.936e12,
+};
+if (device !== null) {
+  const bench: unknown[] = [];
+  const b = await loadBackend("ptx");
+  const peak = Object.entries(HBM_BYTES_PER_S).find(([k]) => device?.includes(k))?.[1] ?? null;
+  for (const format of ["q8_0", "q4_0", "f16"] as const) {
+    const [n, k] = [12288, 4096];
+    const data = new Uint8Array(weightBytes(format, [n, k]));
+    for (let i = 0; i < data.length; i++) data[i] = (i * 2654435761) >>> 24;
+    if (format !== "f16") {
+      const block = format === "q8_0" ? 34 : 18;
+      for (let at = 0; at < data.length; at += block) {
+        data[at] = 0x00;
+        data[at + 1] = 0x20; // f16 0x2000 = 2^-7
+      }
+    } else for (let i = 1; i < data.length; i += 2) data[i] = (data[i] as number) & 0x3b; // finite, |w| < 1
+    const w = new Weight({ name: `bench.${format}`, format, shape: [n, k], data });
+    const x = b.upload(new Float32Array(k).fill(0.01), [1, k], "f32");
+    (b as { makeResident?: (w: Weight) => void }).makeResident?.(w);
+    const run = () => b.scope(() => void b.matmul(x, w));
+    run();
+    await b.synchronize();
+    const iters = 50;
+    const t0 = performance.now();
+    for (let i = 0; i < iters; i++) run();
+    await b.synchronize();
+    const s = (performance.now() - t0) / 1000 / iters;
+    const bytesPerS = data.byteLength / s;
+    bench.push({
+      op: "matmul gemv",
+      format,
+      shape: [n, k],
+      ms: s * 1000,
+      gbPerS: bytesPerS / 1e9,
+      hbmFraction: peak === null ? null : bytesPerS / peak,
+    });
+  }
+  b.dispose();
+  summary.bench = bench;
+}
+
+summary.notRun = [
+  "Krea 2 tiny goldens (../shared/testdata/krea2-tiny) in every DiT format on ptx",
+  "LLM parity files on ptx",
+  "bun run bench gpu: Krea 2 1024² s/step per format and LLM decode tok/s vs PyTorch",
+];
+summary.finished = new Date().toISOString();
+writeFileSync(join(out, "summary.json"), `${JSON.stringify(summary, null, 2)}\n`);
+process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
