@@ -72,6 +72,16 @@ export function packLaunch(
   return packed;
 }
 
+/**
+ * A weight's scales as f32 [N]: ConvRot's per-row scales, or fp8's tensor scale repeated per row.
+ * @throws TpError E_FORMAT naming the weight when it has no scale
+ */
+export function scaleValues(w: Weight): Float32Array {
+  if (w.scale?.kind === "row") return w.scale.values;
+  if (w.scale?.kind === "tensor") return new Float32Array(w.shape[0]).fill(w.scale.value);
+  throw new TpError("E_FORMAT", `${w.name}: format ${w.format} needs scales and the weight has none`);
+}
+
 /** Options of the ptx backend. */
 export interface PtxBackendOptions extends BackendOptions {
   /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */

@@ -13,7 +13,7 @@ import {
   Weight,
   weightBytes,
 } from "@tp/tensor";
-import { packLaunch } from "./backend.ts";
+import { packLaunch, scaleValues } from "./backend.ts";
 import { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
 import type { KernelSource } from "./ptx/emit.ts";
 
@@ -51,8 +51,8 @@ class Recorder extends BackendBase implements PtxOpHost {
     return this.persist(this.upload(w.data, [w.data.byteLength], "u8"));
   }
   weightScale(w: Weight): Tensor {
-    if (w.scale?.kind !== "row") throw new TpError("E_FORMAT", "no scale");
-    return this.persist(this.upload(w.scale.values, [w.scale.values.length], "f32"));
+    const v = scaleValues(w);
+    return this.persist(this.upload(v, [v.length], "f32"));
   }
   table(_key: string, make: () => Float64Array): Tensor {
     const d = make();
@@ -188,12 +188,46 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "attention_f32_d16_dv16_causal_softcap",
     ]);
   });
+  test("fp8 weights: raw through the plain kernels, scaled through the scaled ones; top_k, matmul_id", () => {
+    const b = new Recorder(89);
+    const raw = new Weight({
+      name: "w.e4m3",
+      format: "f8_e4m3fn",
+      shape: [16, 64],
+      data: new Uint8Array(16 * 64),
+    });
+    const scaled = new Weight({
+      ...raw,
+      name: "w.e5m2",
+      format: "f8_e5m2",
+      scale: { kind: "tensor", value: 0.5 },
+    });
+    b.matmul(f32(b, [1, 64]), raw);
+    b.matmul(f32(b, [20, 64]), scaled);
+    b.topK(f32(b, [3, 50]), 5);
+    const experts = weight("q4_0", 4 * 24, 64); // 4 experts of N = 24
+    b.matmulId(f32(b, [2, 1, 64]), experts, b.alloc([2, 3], "i32"), { experts: 4 });
+    expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
+      ["matmul_gemv_f8_e4m3fn", 2, 1, 1],
+      ["matmul_tiled_f8_e5m2_s", 1, 1, 1],
+      ["top_k_f32", 3, 1, 1],
+      ["matmul_id_gemv_q4_0", 3, 6, 1],
+    ]);
+  });
   test("ops without a kernel are E_UNSUPPORTED naming the op", () => {
     const b = new Recorder(90);
-    const x = f32(b, [2, 4]);
-    expect(() => b.topK(x, 2)).toThrow(/top_k/);
-    expect(b.supports("matmul_id")).toBe(false);
     expect(b.supports("gated_delta_net")).toBe(false);
-    expect(b.supports("matmul", ["f8_e4m3fn"])).toBe(false);
+    expect(() =>
+      b.gatedDeltaNet(
+        f32(b, [1, 1, 4]),
+        f32(b, [1, 1, 4]),
+        f32(b, [1, 1, 4]),
+        f32(b, [1, 1]),
+        f32(b, [1, 1]),
+        f32(b, [1, 4, 4]),
+      ),
+    ).toThrow(/gated_delta_net/);
+    expect(b.supports("matmul", ["q4_k"])).toBe(false);
+    expect(b.supports("embedding", ["int8_convrot"])).toBe(false);
   });
 });

@@ -21,7 +21,7 @@ import {
   type WeightFormat,
 } from "@tp/tensor";
 import { attentionKernel } from "./ptx/attention.ts";
-import { EMBEDDING_FORMATS, MATMUL_FORMATS } from "./ptx/catalogue.ts";
+import { EMBEDDING_FORMATS, MATMUL_FORMATS, MATMUL_ID_FORMATS } from "./ptx/catalogue.ts";
 import {
   countNonFiniteKernel,
   ELEMENTWISE_BLOCK,
@@ -41,6 +41,7 @@ import {
 } from "./ptx/gather.ts";
 import {
   GEMV_WARPS,
+  gemvIdKernel,
   gemvKernel,
   MMA_WARPS,
   mmaKernel,
@@ -55,6 +56,7 @@ import {
   quantizeRowsInt8Kernel,
   rmsNormKernel,
   softmaxKernel,
+  topKKernel,
 } from "./ptx/rows.ts";
 
 /** A kernel argument by parameter name: a tensor (its device address), or a number. */
@@ -83,7 +85,7 @@ export interface PtxOpHost {
   fill(t: Tensor, value: number): void;
   /** The resident device copy of a weight's bytes (uploaded once, persisted). */
   weightBytes(w: Weight): Tensor;
-  /** A persisted per-row scale of a ConvRot weight. */
+  /** A persisted f32 [N] of a weight's scales (ConvRot's per-row ones; fp8's tensor scale repeated). */
   weightScale(w: Weight): Tensor;
   /** A persisted small table (rope frequencies), by key. */
   table(key: string, make: () => Float64Array): Tensor;
@@ -277,9 +279,11 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
     }
     check32("matmul", xc, out);
     const wb = host.weightBytes(w);
-    const scaled = scaledFormat(w.format);
+    const convrot = scaledFormat(w.format);
+    // ConvRot: per-row scales; fp8 scaled: one scale for the tensor (w = f32(fp8) · scale)
+    const scaled = convrot || w.scale?.kind === "tensor";
     const scale = scaled ? host.weightScale(w) : null;
-    if (scaled) {
+    if (convrot) {
       const group = w.rotationGroup ?? 256;
       if (K % group !== 0)
         throw unsupported("matmul", `${w.name}: K = ${K} is not a multiple of the rotation group ${group}`);
@@ -388,6 +392,33 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       dtypes: ["f32"],
       weightFormats: MATMUL_FORMATS,
       run: (out, x, w, bias) => matmul(host, out, x, w, bias),
+    },
+    matmul_id: {
+      dtypes: ["f32"],
+      weightFormats: MATMUL_ID_FORMATS,
+      run: (out, x, w, ids, experts) =>
+        host.scope(() => {
+          if (out.numel === 0) return;
+          if (w.scale !== undefined)
+            throw unsupported("matmul_id", `${w.name}: scaled ${w.format} experts have no kernel yet`);
+          const [T, S, N] = out.shape as [number, number, number];
+          const K = w.shape[1];
+          const xc = contiguous(host, x);
+          const ic = contiguous(host, ids);
+          check32("matmul_id", xc, out);
+          const k = host.kernel(`mmid:${w.format}`, () => gemvIdKernel(w.format as ElementFormat));
+          host.launch(k, [blocks(N, GEMV_WARPS), T * S, 1], {
+            out,
+            x: xc,
+            w: host.weightBytes(w),
+            ids: ic,
+            m: T * S,
+            n: N,
+            k: K,
+            experts,
+            x_div: x.shape[1] === 1 ? S : 1,
+          });
+        }),
     },
     attention: { dtypes: ["f32"], run: (out, q, k, v, p) => attention(host, out, q, k, v, p) },
     rms_norm: {
@@ -600,6 +631,22 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
           const xc = contiguous(host, x);
           if (out.numel > 0)
             host.launch(host.kernel("argmax", argmaxKernel), [out.numel, 1, 1], { out, x: xc, d });
+        }),
+    },
+    top_k: {
+      dtypes: ["f32"],
+      run: (values, indices, x, k) =>
+        host.scope(() => {
+          if (values.numel === 0) return;
+          const d = x.shape[x.rank - 1] as number;
+          const xc = contiguous(host, x);
+          host.launch(host.kernel("top_k", topKKernel), [values.numel / k, 1, 1], {
+            out: values,
+            x: xc,
+            d,
+            indices,
+            k,
+          });
         }),
     },
     count_nonfinite: {

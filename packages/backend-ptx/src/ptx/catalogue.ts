@@ -14,7 +14,7 @@ import {
 } from "./elementwise.ts";
 import type { KernelSource } from "./emit.ts";
 import { conv2dKernel, embeddingKernel, ropeKernel, rotateKernel, ssmConvKernel } from "./gather.ts";
-import { gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
+import { gemvIdKernel, gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
 import {
   argmaxKernel,
   groupNormKernel,
@@ -22,13 +22,26 @@ import {
   quantizeRowsInt8Kernel,
   rmsNormKernel,
   softmaxKernel,
+  topKKernel,
 } from "./rows.ts";
 
 const FLOATS: readonly FloatDtype[] = ["f32", "f16", "bf16"];
 
 /** Weight formats of the matmul and embedding kernels. */
-export const MATMUL_FORMATS = ["f32", "f16", "bf16", "q8_0", "q4_0", "int8_convrot", "int4_convrot"] as const;
-export const EMBEDDING_FORMATS = ["f32", "f16", "bf16", "q8_0", "q4_0"] as const;
+export const MATMUL_FORMATS = [
+  "f32",
+  "f16",
+  "bf16",
+  "f8_e4m3fn",
+  "f8_e5m2",
+  "q8_0",
+  "q4_0",
+  "int8_convrot",
+  "int4_convrot",
+] as const;
+/** Weight formats of matmul_id (the unscaled ones). */
+export const MATMUL_ID_FORMATS = ["f32", "f16", "bf16", "f8_e4m3fn", "f8_e5m2", "q8_0", "q4_0"] as const;
+export const EMBEDDING_FORMATS = ["f32", "f16", "bf16", "f8_e4m3fn", "f8_e5m2", "q8_0", "q4_0"] as const;
 
 /** The catalogue: family name → its variants. */
 export function kernelCatalogue(): Record<string, KernelSource[]> {
@@ -56,6 +69,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     ...[false, true].flatMap((w) => [false, true].map((b) => groupNormKernel(w, b))),
     softmaxKernel(),
     argmaxKernel(),
+    topKKernel(),
     countNonFiniteKernel(),
   ];
   const rope = [
@@ -67,9 +81,11 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
   ];
   const matmul: KernelSource[] = [];
   for (const format of MATMUL_FORMATS) {
-    const scaled = format === "int8_convrot" || format === "int4_convrot";
+    const convrot = format === "int8_convrot" || format === "int4_convrot";
+    const fp8 = format === "f8_e4m3fn" || format === "f8_e5m2";
     for (const bias of [false, true]) {
-      matmul.push(gemvKernel({ format, bias, scaled }), tiledKernel({ format, bias, scaled }));
+      for (const scaled of convrot ? [true] : fp8 ? [false, true] : [false])
+        matmul.push(gemvKernel({ format, bias, scaled }), tiledKernel({ format, bias, scaled }));
       if (format === "f16" || format === "bf16") matmul.push(mmaKernel({ format, bias, scaled: false }));
     }
   }

@@ -12,7 +12,14 @@ import { ELEMENTWISE_BLOCK, type FloatDtype, floatBytes, loadF32 } from "./eleme
 import { f32Imm, f64Imm, KernelBuilder, type KernelSource } from "./emit.ts";
 
 /** Weight formats whose elements the kernels decode one at a time. */
-export type ElementFormat = FloatDtype | "q8_0" | "q4_0" | "int8_convrot" | "int4_convrot";
+export type ElementFormat =
+  | FloatDtype
+  | "f8_e4m3fn"
+  | "f8_e5m2"
+  | "q8_0"
+  | "q4_0"
+  | "int8_convrot"
+  | "int4_convrot";
 
 /** Bytes of one row of K elements in `format`. */
 export function rowBytes(format: ElementFormat, k: number): number {
@@ -22,6 +29,8 @@ export function rowBytes(format: ElementFormat, k: number): number {
     case "q4_0":
       return (k / 32) * 18;
     case "int8_convrot":
+    case "f8_e4m3fn":
+    case "f8_e5m2":
       return k;
     case "int4_convrot":
       return k / 2;
@@ -39,6 +48,18 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
     return loadF32(kb, kb.addr(row, k, floatBytes(format)), format);
   const f = kb.reg("f32");
   const q = kb.reg("b32");
+  if (format === "f8_e5m2") {
+    // e5m2 is the top byte of an f16 (same exponent bias and width): widen and convert
+    const h = kb.reg("b16");
+    kb.op(
+      `ld.global.u8 ${q}, [${kb.addr(row, k, 1)}];`,
+      `shl.b32 ${q}, ${q}, 8;`,
+      `cvt.u16.u32 ${h}, ${q};`,
+      `cvt.f32.f16 ${f}, ${h};`,
+    );
+    return f;
+  }
+  if (format === "f8_e4m3fn") return decodeE4m3(kb, row, k, q, f);
   if (format === "int8_convrot") {
     kb.op(`ld.global.s8 ${q}, [${kb.addr(row, k, 1)}];`, `cvt.rn.f32.s32 ${f}, ${q};`);
     return f;
@@ -83,6 +104,46 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
     );
   }
   kb.op(`cvt.rn.f32.s32 ${f}, ${q};`, `mul.f32 ${f}, ${f}, ${d};`);
+  return f;
+}
+
+/**
+ * fp8 e4m3fn (OCP FP8: sign, 4 exponent bits with bias 7, 3 mantissa bits, no infinities, S.1111.111
+ * is NaN) → f32 by integer ops (any sm): normal values rebias the exponent into f32's; subnormals are
+ * m · 2^−9.
+ */
+function decodeE4m3(kb: KernelBuilder, row: string, k: string, q: string, f: string): string {
+  const [e, m, sign, bits] = kb.regs("b32", 4) as [string, string, string, string];
+  const sub = kb.reg("pred");
+  const nan = kb.reg("pred");
+  const fs = kb.reg("f32");
+  kb.op(
+    `ld.global.u8 ${q}, [${kb.addr(row, k, 1)}];`,
+    `shr.u32 ${e}, ${q}, 3;`,
+    `and.b32 ${e}, ${e}, 15;`,
+    `and.b32 ${m}, ${q}, 7;`,
+    `and.b32 ${sign}, ${q}, 128;`,
+    `shl.b32 ${sign}, ${sign}, 24;`,
+    // normal: (e − 7 + 127) << 23 | m << 20
+    `add.u32 ${bits}, ${e}, 120;`,
+    `shl.b32 ${bits}, ${bits}, 23;`,
+    `shl.b32 ${m}, ${m}, 20;`,
+    `or.b32 ${bits}, ${bits}, ${m};`,
+    `or.b32 ${bits}, ${bits}, ${sign};`,
+    `mov.b32 ${f}, ${bits};`,
+    // subnormal (e = 0): m · 2^−9 with the sign
+    `setp.eq.u32 ${sub}, ${e}, 0;`,
+    `shr.u32 ${m}, ${m}, 20;`,
+    `cvt.rn.f32.u32 ${fs}, ${m};`,
+    `mul.f32 ${fs}, ${fs}, ${f32Imm(2 ** -9)};`,
+    `setp.ne.u32 ${nan}, ${sign}, 0;`,
+    `@${nan} neg.f32 ${fs}, ${fs};`,
+    `@${sub} mov.f32 ${f}, ${fs};`,
+    // NaN: the low 7 bits all ones
+    `and.b32 ${bits}, ${q}, 127;`,
+    `setp.eq.u32 ${nan}, ${bits}, 127;`,
+    `@${nan} mov.f32 ${f}, 0f7FC00000;`,
+  );
   return f;
 }
 
@@ -131,7 +192,7 @@ export function embeddingKernel(format: ElementFormat): KernelSource {
   const perRow =
     format === "q8_0" || format === "q4_0"
       ? [`shr.u32 ${rb}, ${D}, 5;`, `mul.lo.u32 ${rb}, ${rb}, ${format === "q8_0" ? 34 : 18};`]
-      : [`mul.lo.u32 ${rb}, ${D}, ${floatBytes(format)};`];
+      : [`mul.lo.u32 ${rb}, ${D}, ${rowBytes(format, 1)};`];
   kb.op(...perRow);
   const rowAddr = kb.reg("b64");
   kb.op(`mul.wide.u32 ${rowAddr}, ${id}, ${rb};`, `add.u64 ${rowAddr}, ${rowAddr}, ${table};`);

@@ -50,6 +50,7 @@ function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): strin
   if (format === "q8_0" || format === "q4_0")
     kb.op(`shr.u32 ${r}, ${K}, 5;`, `mul.lo.u32 ${r}, ${r}, ${rowBytes(format, 32)};`);
   else if (format === "int4_convrot") kb.op(`shr.u32 ${r}, ${K}, 1;`);
+  else if (rowBytes(format, 1) === 1) kb.op(`mov.u32 ${r}, ${K};`);
   else kb.op(`mul.lo.u32 ${r}, ${K}, ${rowBytes(format, 1)};`);
   return r;
 }
@@ -469,4 +470,85 @@ export function mmaS8Kernel(bias: boolean): KernelSource {
   });
   storeFragments(kb, p, accF, rows, n0, t, rowScale);
   return kb.build([MMA_WARPS * 32, 1], 80);
+}
+
+/**
+ * matmul_id (ggml mul_mat_id) for decode: GEMV per routed row. Row r = t·S + s of out [T, S, N] is
+ * x[t, s] (or x[t, 0] when x has one slot: x_div = S) · W_{ids[r]}ᵀ with W the expert-major stack
+ * [experts·N, K]; an id outside [0, experts) gives a row of NaN. Grid (ceil(N / 8), T·S), 256 threads.
+ * Parameters: out, x, w, ids, m (T·S), n, k, experts, x_div.
+ */
+export function gemvIdKernel(format: ElementFormat): KernelSource {
+  const kb = new KernelBuilder(`matmul_id_gemv_${format}`);
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const ids = kb.ld("ids", "u64");
+  kb.ld("m", "u32");
+  const N = kb.ld("n", "u32");
+  const K = kb.ld("k", "u32");
+  const experts = kb.ld("experts", "u32");
+  const xDiv = kb.ld("x_div", "u32");
+  const [tid, lane, n, r, k, id, wrow, xrow] = kb.regs("b32", 8) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const end = kb.label("end");
+  const q = kb.reg("pred");
+  const bad = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${n}, ${tid}, 5;`,
+    `mov.u32 ${r}, %ctaid.x;`,
+    `mad.lo.u32 ${n}, ${r}, ${GEMV_WARPS}, ${n};`,
+    `mov.u32 ${r}, %ctaid.y;`,
+    `setp.ge.u32 ${q}, ${n}, ${N};`,
+    `@${q} bra ${end};`,
+    `ld.global.u32 ${id}, [${kb.addr(ids, r, 4)}];`,
+    `setp.ge.u32 ${bad}, ${id}, ${experts};`,
+    `mad.lo.u32 ${wrow}, ${id}, ${N}, ${n};`,
+    `div.u32 ${xrow}, ${r}, ${xDiv};`,
+    `mul.lo.u32 ${xrow}, ${xrow}, ${K};`,
+  );
+  const acc = kb.reg("f32");
+  const done = kb.label("k_done");
+  kb.op(`mov.f32 ${acc}, 0f7FC00000;`, `@${bad} bra ${done};`);
+  const rb = rowBytesReg(kb, format, K);
+  const row = kb.reg("b64");
+  kb.op(`mul.wide.u32 ${row}, ${wrow}, ${rb};`, `add.u64 ${row}, ${row}, ${w};`);
+  const top = kb.label("k");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
+  kb.place(top);
+  const qk = kb.reg("pred");
+  kb.op(`setp.ge.u32 ${qk}, ${k}, ${K};`, `@${qk} bra ${done};`);
+  const wv = loadElement(kb, format, row, k);
+  const xi = kb.reg("b32");
+  const xv = kb.reg("f32");
+  kb.op(
+    `add.u32 ${xi}, ${xrow}, ${k};`,
+    `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
+    `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
+    `add.u32 ${k}, ${k}, 32;`,
+    `bra ${top};`,
+  );
+  kb.place(done);
+  const t = kb.reg("f32");
+  for (let o = 16; o >= 1; o >>= 1)
+    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+  const lead = kb.reg("pred");
+  const oi = kb.reg("b32");
+  kb.op(
+    `setp.eq.u32 ${lead}, ${lane}, 0;`,
+    `mad.lo.u32 ${oi}, ${r}, ${N}, ${n};`,
+    `@${lead} st.global.f32 [${kb.addr(out, oi, 4)}], ${acc};`,
+  );
+  kb.place(end);
+  return kb.build([GEMV_WARPS * 32, 1]);
 }

@@ -1,4 +1,5 @@
-// Every generated kernel of the catalogue is assembled by ptxas for sm_86 (Ampere) and sm_90 (Hopper):
+// Every generated kernel of the catalogue is assembled by ptxas for sm_80 / sm_86 (Ampere), sm_89 (Ada)
+// and sm_90 (Hopper):
 // one module per family and target; a family that fails is assembled kernel by kernel so the failure
 // names the kernel and the ptxas message. Skips with the reason where ptxas is absent (CUDA toolkit).
 import { describe, expect, test } from "bun:test";
@@ -10,7 +11,7 @@ import { type KernelSource, ptxModule } from "./emit.ts";
 
 const ptxas =
   process.env.TP_PTXAS ?? Bun.which("ptxas") ?? Bun.which("ptxas", { PATH: "/usr/local/cuda/bin" });
-const TARGETS = [86, 90];
+const TARGETS = [80, 86, 89, 90];
 
 function assemble(sm: number, kernels: readonly KernelSource[], dir: string): string | null {
   const file = join(dir, `k_${sm}.ptx`);

@@ -204,29 +204,25 @@ export function softmaxKernel(): KernelSource {
   return kb.build([ROW_BLOCK, 1]);
 }
 
+/** Keep (v, i) in (bv, bi) when it comes first in the order: larger value, then smaller index. */
+function keepBetter(kb: KernelBuilder, bv: string, bi: string, v: string, i: string): void {
+  const p = kb.reg("pred");
+  const q = kb.reg("pred");
+  kb.op(
+    `setp.gt.f32 ${p}, ${v}, ${bv};`,
+    `setp.eq.f32 ${q}, ${v}, ${bv};`,
+    `setp.lt.and.u32 ${q}, ${i}, ${bi}, ${q};`,
+    `or.pred ${p}, ${p}, ${q};`,
+    `@${p} mov.f32 ${bv}, ${v};`,
+    `@${p} mov.u32 ${bi}, ${i};`,
+  );
+}
+
 /**
- * argmax of each row → i32 (the first index on ties). Each thread keeps its best (value, index),
- * then pairs are reduced by warp shuffles and across warps in shared memory. Parameters: out, x, d.
+ * Block-wide (value, index) maximum in that order: warp shuffles, then across warps through shared
+ * memory; every thread ends with the block's best in (bv, bi). Ends with a barrier.
  */
-export function argmaxKernel(): KernelSource {
-  const c = rowPrologue("argmax_f32");
-  const { kb } = c;
-  const bv = kb.reg("f32");
-  const bi = kb.reg("b32");
-  const better = (v: string, i: string) => {
-    const p = kb.reg("pred");
-    const q = kb.reg("pred");
-    kb.op(
-      `setp.gt.f32 ${p}, ${v}, ${bv};`,
-      `setp.eq.f32 ${q}, ${v}, ${bv};`,
-      `setp.lt.and.u32 ${q}, ${i}, ${bi}, ${q};`,
-      `or.pred ${p}, ${p}, ${q};`,
-      `@${p} mov.f32 ${bv}, ${v};`,
-      `@${p} mov.u32 ${bi}, ${i};`,
-    );
-  };
-  kb.op(`mov.f32 ${bv}, 0fFF800000;`, `mov.u32 ${bi}, -1;`);
-  rowLoop(c, (j, g) => better(loadAt(kb, c.x, g), j));
+function blockArgmax(kb: KernelBuilder, tid: string, bv: string, bi: string): void {
   const ov = kb.reg("f32");
   const oi = kb.reg("b32");
   const shuffle = () => {
@@ -235,20 +231,18 @@ export function argmaxKernel(): KernelSource {
         `shfl.sync.bfly.b32 ${ov}, ${bv}, ${o}, 31, -1;`,
         `shfl.sync.bfly.b32 ${oi}, ${bi}, ${o}, 31, -1;`,
       );
-      better(ov, oi);
+      keepBetter(kb, bv, bi, ov, oi);
     }
   };
   shuffle();
   const warps = ROW_BLOCK / 32;
-  const sv = kb.shared("v", warps * 4, 4);
-  const si = kb.shared("i", warps * 4, 4);
-  const lane = kb.reg("b32");
-  const warp = kb.reg("b32");
-  kb.op(`and.b32 ${lane}, ${c.tid}, 31;`, `shr.u32 ${warp}, ${c.tid}, 5;`);
-  const av = kb.reg("b32");
-  const ai = kb.reg("b32");
+  const sv = kb.shared(`v${tid.slice(2)}_${bv.slice(2)}`, warps * 4, 4);
+  const si = kb.shared(`i${tid.slice(2)}_${bv.slice(2)}`, warps * 4, 4);
+  const [lane, warp, av, ai] = kb.regs("b32", 4) as [string, string, string, string];
   const p = kb.reg("pred");
   kb.op(
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
     `mov.u32 ${av}, ${sv};`,
     `mov.u32 ${ai}, ${si};`,
     `mad.lo.u32 ${av}, ${warp}, 4, ${av};`,
@@ -257,7 +251,7 @@ export function argmaxKernel(): KernelSource {
     `@${p} st.shared.f32 [${av}], ${bv};`,
     `@${p} st.shared.u32 [${ai}], ${bi};`,
     "bar.sync 0;",
-    `setp.lt.u32 ${p}, ${lane}, ${ROW_BLOCK / 32};`,
+    `setp.lt.u32 ${p}, ${lane}, ${warps};`,
     `mov.u32 ${av}, ${sv};`,
     `mov.u32 ${ai}, ${si};`,
     `mad.lo.u32 ${av}, ${lane}, 4, ${av};`,
@@ -268,10 +262,85 @@ export function argmaxKernel(): KernelSource {
     `@${p} ld.shared.u32 ${bi}, [${ai}];`,
   );
   shuffle();
+  kb.op("bar.sync 0;");
+}
+
+/**
+ * argmax of each row → i32 (the first index on ties; NaN never chosen). Parameters: out, x, d.
+ */
+export function argmaxKernel(): KernelSource {
+  const c = rowPrologue("argmax_f32");
+  const { kb } = c;
+  const bv = kb.reg("f32");
+  const bi = kb.reg("b32");
+  kb.op(`mov.f32 ${bv}, 0fFF800000;`, `mov.u32 ${bi}, -1;`);
+  rowLoop(c, (j, g) => keepBetter(kb, bv, bi, loadAt(kb, c.x, g), j));
+  blockArgmax(kb, c.tid, bv, bi);
   const q = kb.reg("pred");
   const row = kb.reg("b32");
   kb.op(`setp.eq.u32 ${q}, ${c.tid}, 0;`, `mov.u32 ${row}, %ctaid.x;`);
   kb.op(`@${q} st.global.u32 [${kb.addr(c.out, row, 4)}], ${bi};`);
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/**
+ * top_k of each row: k passes, pass p picking the best (larger value, then smaller index) among the
+ * elements that come after pass p − 1's pick in that order — so values descend and ties keep index
+ * order. out: values f32 [rows, k]; indices i32 [rows, k]. Parameters: out, x, d, indices, k.
+ */
+export function topKKernel(): KernelSource {
+  const c = rowPrologue("top_k_f32");
+  const { kb } = c;
+  const indices = kb.ld("indices", "u64");
+  const K = kb.ld("k", "u32");
+  const [lastV, bv] = kb.regs("f32", 2) as [string, string];
+  const [lastI, bi, pass, o] = kb.regs("b32", 4) as [string, string, string, string];
+  const top = kb.label("pass");
+  const done = kb.label("passes_done");
+  const pp = kb.reg("pred");
+  const row = kb.reg("b32");
+  kb.op(
+    `mov.f32 ${lastV}, 0f7F800000;`,
+    `mov.u32 ${lastI}, -1;`,
+    `mov.u32 ${pass}, 0;`,
+    `mov.u32 ${row}, %ctaid.x;`,
+  );
+  kb.place(top);
+  kb.op(
+    `setp.ge.u32 ${pp}, ${pass}, ${K};`,
+    `@${pp} bra ${done};`,
+    `mov.f32 ${bv}, 0fFF800000;`,
+    `mov.u32 ${bi}, -1;`,
+  );
+  rowLoop(c, (j, g) => {
+    const v = loadAt(kb, c.x, g);
+    const after = kb.reg("pred");
+    const tie = kb.reg("pred");
+    const skip = kb.label("skip");
+    // after the last pick: v < lastV, or v == lastV and j > lastI (lastI = −1 before the first pass)
+    kb.op(
+      `setp.lt.f32 ${after}, ${v}, ${lastV};`,
+      `setp.eq.f32 ${tie}, ${v}, ${lastV};`,
+      `setp.gt.and.s32 ${tie}, ${j}, ${lastI}, ${tie};`,
+      `or.pred ${after}, ${after}, ${tie};`,
+      `@!${after} bra ${skip};`,
+    );
+    keepBetter(kb, bv, bi, v, j);
+    kb.place(skip);
+  });
+  blockArgmax(kb, c.tid, bv, bi);
+  const lead = kb.reg("pred");
+  kb.op(
+    `setp.eq.u32 ${lead}, ${c.tid}, 0;`,
+    `mad.lo.u32 ${o}, ${row}, ${K}, ${pass};`,
+    `@${lead} st.global.f32 [${kb.addr(c.out, o, 4)}], ${bv};`,
+    `@${lead} st.global.u32 [${kb.addr(indices, o, 4)}], ${bi};`,
+    `mov.f32 ${lastV}, ${bv};`,
+    `mov.u32 ${lastI}, ${bi};`,
+    `add.u32 ${pass}, ${pass}, 1;`,
+    `bra ${top};`,
+  );
+  kb.place(done);
   return kb.build([ROW_BLOCK, 1]);
 }
 
