@@ -9,7 +9,6 @@ import {
   type KernelTable,
   type Shape,
   type Tensor,
-  TpError,
   Weight,
   weightBytes,
 } from "@tp/tensor";
@@ -214,20 +213,27 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       ["matmul_id_gemv_q4_0", 3, 6, 1],
     ]);
   });
-  test("ops without a kernel are E_UNSUPPORTED naming the op", () => {
+  test("gated_delta_net: one thread per (value head, value dim), all tokens in order", () => {
     const b = new Recorder(90);
-    expect(b.supports("gated_delta_net")).toBe(false);
-    expect(() =>
-      b.gatedDeltaNet(
-        f32(b, [1, 1, 4]),
-        f32(b, [1, 1, 4]),
-        f32(b, [1, 1, 4]),
-        f32(b, [1, 1]),
-        f32(b, [1, 1]),
-        f32(b, [1, 4, 4]),
-      ),
-    ).toThrow(/gated_delta_net/);
+    b.gatedDeltaNet(
+      f32(b, [3, 1, 4]),
+      f32(b, [3, 1, 4]),
+      f32(b, [3, 2, 200]),
+      f32(b, [3, 2]),
+      f32(b, [3, 2]),
+      f32(b, [2, 4, 200]),
+    );
+    expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([["gated_delta_net_f32", 2, 2, 1]]);
+  });
+  test("formats without a kernel are E_UNSUPPORTED naming op and format", () => {
+    const b = new Recorder(90);
+    const q4k = new Weight({
+      name: "blk.0.ffn_up.weight",
+      format: "q4_k",
+      shape: [4, 256],
+      data: new Uint8Array(4 * 144),
+    });
+    expect(() => b.matmul(f32(b, [1, 256]), q4k)).toThrow(/ptx.*matmul.*q4_k|matmul.*ptx.*q4_k/);
     expect(b.supports("matmul", ["q4_k"])).toBe(false);
-    expect(b.supports("embedding", ["int8_convrot"])).toBe(false);
   });
 });

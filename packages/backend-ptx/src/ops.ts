@@ -35,6 +35,7 @@ import {
   conv2dKernel,
   type ElementFormat,
   embeddingKernel,
+  gatedDeltaNetKernel,
   ropeKernel,
   rotateKernel,
   ssmConvKernel,
@@ -668,6 +669,33 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
                 n: xc.numel,
               },
             );
+        }),
+    },
+    gated_delta_net: {
+      dtypes: ["f32"],
+      run: (out, q, k, v, g, beta, state, scale) =>
+        host.scope(() => {
+          // chunk: the chunked form is the same function up to rounding; this runs token by token
+          const [n, hk, dk] = q.shape as [number, number, number];
+          const [, hv, dv] = v.shape as [number, number, number];
+          const [qc, kc, vc, gc, bc] = [q, k, v, g, beta].map((t) => contiguous(host, t)) as Tensor[];
+          check32("gated_delta_net", state, out);
+          if (hv > 65535) throw unsupported("gated_delta_net", `${hv} value heads: past the grid's 65535`);
+          host.launch(host.kernel("gdn", gatedDeltaNetKernel), [blocks(dv, ELEMENTWISE_BLOCK / 2), hv, 1], {
+            out,
+            q: qc as Tensor,
+            k: kc as Tensor,
+            v: vc as Tensor,
+            g: gc as Tensor,
+            beta: bc as Tensor,
+            state,
+            n,
+            hk,
+            hv,
+            dk,
+            dv,
+            scale,
+          });
         }),
     },
     ssm_conv: {

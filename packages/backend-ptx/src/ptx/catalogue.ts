@@ -13,8 +13,15 @@ import {
   moveKernel,
 } from "./elementwise.ts";
 import type { KernelSource } from "./emit.ts";
-import { conv2dKernel, embeddingKernel, ropeKernel, rotateKernel, ssmConvKernel } from "./gather.ts";
-import { gemvIdKernel, gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
+import {
+  conv2dKernel,
+  embeddingKernel,
+  gatedDeltaNetKernel,
+  ropeKernel,
+  rotateKernel,
+  ssmConvKernel,
+} from "./gather.ts";
+import { gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
 import {
   argmaxKernel,
   groupNormKernel,
@@ -109,6 +116,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     conv2dKernel({ kh: 1, kw: 1, stride: [1, 1], padding: [0, 0], bias: false }),
     conv2dKernel({ kh: 3, kw: 3, stride: [2, 2], padding: [0, 0], bias: true }),
     ssmConvKernel(4),
+    gatedDeltaNetKernel(),
   ];
   return {
     map,

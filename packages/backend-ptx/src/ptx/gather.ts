@@ -555,3 +555,129 @@ export function rotateKernel(group: number): KernelSource {
   }
   return kb.build([threads, 1]);
 }
+
+/**
+ * The gated delta rule (Yang et al. 2024, eq. 10), token by token: thread (head j, value dim b) owns
+ * column b of S_j (S[a][b], a < Dk, updated in place in `state`), since every step acts on columns
+ * independently: S ← e^g S; δ_b = β (v_b − Σ_a S[a][b] k_a); S[a][b] += k_a δ_b; out_b = scale ·
+ * Σ_a S[a][b] q_a. Value head j reads key head j mod Hk. Grid (ceil(Dv / 128), Hv), 128 threads.
+ * Parameters: out, q, k, v, g, beta, state, n, hk, hv, dk, dv, scale.
+ */
+export function gatedDeltaNetKernel(): KernelSource {
+  const kb = new KernelBuilder("gated_delta_net_f32");
+  const [out, q, k, v, g, beta, state] = ["out", "q", "k", "v", "g", "beta", "state"].map((p) =>
+    kb.ld(p, "u64"),
+  ) as string[] as [string, string, string, string, string, string, string];
+  const [n, hk, hv, dk, dv] = ["n", "hk", "hv", "dk", "dv"].map((p) => kb.ld(p, "u32")) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const scale = kb.ld("scale", "f32");
+  const [b, j, kh, t, a, sBase, qkRow, vRow, idx] = kb.regs("b32", 9) as string[] as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const end = kb.label("end");
+  const p = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${b}, %ctaid.x;`,
+    `mov.u32 ${t}, %tid.x;`,
+    `mad.lo.u32 ${b}, ${b}, ${ELEMENTWISE_BLOCK / 2}, ${t};`,
+    `setp.ge.u32 ${p}, ${b}, ${dv};`,
+    `@${p} bra ${end};`,
+    `mov.u32 ${j}, %ctaid.y;`,
+    `rem.u32 ${kh}, ${j}, ${hk};`,
+    `mul.lo.u32 ${sBase}, ${j}, ${dk};`, // state row of (j, a = 0): (j·Dk + a)·Dv + b
+    `mov.u32 ${t}, 0;`,
+  );
+  const tokens = kb.label("token");
+  const tokensDone = kb.label("tokens_done");
+  kb.place(tokens);
+  kb.op(`setp.ge.u32 ${p}, ${t}, ${n};`, `@${p} bra ${tokensDone};`);
+  const [gv, bv, vv, eg, sk, delta, o, sv, kv, qv] = kb.regs("f32", 10) as string[] as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const gi = kb.reg("b32");
+  kb.op(
+    `mad.lo.u32 ${gi}, ${t}, ${hv}, ${j};`,
+    `ld.global.f32 ${gv}, [${kb.addr(g, gi, 4)}];`,
+    `ld.global.f32 ${bv}, [${kb.addr(beta, gi, 4)}];`,
+    `mad.lo.u32 ${vRow}, ${gi}, ${dv}, ${b};`,
+    `ld.global.f32 ${vv}, [${kb.addr(v, vRow, 4)}];`,
+    `mad.lo.u32 ${qkRow}, ${t}, ${hk}, ${kh};`,
+    `mul.lo.u32 ${qkRow}, ${qkRow}, ${dk};`,
+    `mov.f32 ${eg}, ${kb.exp(gv)};`,
+  );
+  // pass 1: Σ_a (e^g S[a][b]) k_a
+  const loop1 = kb.label("a1");
+  const loop1Done = kb.label("a1_done");
+  kb.op(`mov.f32 ${sk}, 0f00000000;`, `mov.u32 ${a}, 0;`);
+  kb.place(loop1);
+  kb.op(
+    `setp.ge.u32 ${p}, ${a}, ${dk};`,
+    `@${p} bra ${loop1Done};`,
+    `add.u32 ${idx}, ${sBase}, ${a};`,
+    `mad.lo.u32 ${idx}, ${idx}, ${dv}, ${b};`,
+    `ld.global.f32 ${sv}, [${kb.addr(state, idx, 4)}];`,
+    `mul.f32 ${sv}, ${sv}, ${eg};`,
+    `add.u32 ${idx}, ${qkRow}, ${a};`,
+    `ld.global.f32 ${kv}, [${kb.addr(k, idx, 4)}];`,
+    `fma.rn.f32 ${sk}, ${sv}, ${kv}, ${sk};`,
+    `add.u32 ${a}, ${a}, 1;`,
+    `bra ${loop1};`,
+  );
+  kb.place(loop1Done);
+  kb.op(`sub.f32 ${delta}, ${vv}, ${sk};`, `mul.f32 ${delta}, ${delta}, ${bv};`);
+  // pass 2: S[a][b] ← e^g S[a][b] + k_a δ_b; out_b = scale Σ_a S[a][b] q_a
+  const loop2 = kb.label("a2");
+  const loop2Done = kb.label("a2_done");
+  const sAddr = kb.reg("b64");
+  kb.op(`mov.f32 ${o}, 0f00000000;`, `mov.u32 ${a}, 0;`);
+  kb.place(loop2);
+  kb.op(
+    `setp.ge.u32 ${p}, ${a}, ${dk};`,
+    `@${p} bra ${loop2Done};`,
+    `add.u32 ${idx}, ${sBase}, ${a};`,
+    `mad.lo.u32 ${idx}, ${idx}, ${dv}, ${b};`,
+    `mad.wide.u32 ${sAddr}, ${idx}, 4, ${state};`,
+    `ld.global.f32 ${sv}, [${sAddr}];`,
+    `add.u32 ${idx}, ${qkRow}, ${a};`,
+    `ld.global.f32 ${kv}, [${kb.addr(k, idx, 4)}];`,
+    `ld.global.f32 ${qv}, [${kb.addr(q, idx, 4)}];`,
+    `mul.f32 ${sv}, ${sv}, ${eg};`,
+    `fma.rn.f32 ${sv}, ${kv}, ${delta}, ${sv};`,
+    `st.global.f32 [${sAddr}], ${sv};`,
+    `fma.rn.f32 ${o}, ${sv}, ${qv}, ${o};`,
+    `add.u32 ${a}, ${a}, 1;`,
+    `bra ${loop2};`,
+  );
+  kb.place(loop2Done);
+  kb.op(
+    `mul.f32 ${o}, ${o}, ${scale};`,
+    `st.global.f32 [${kb.addr(out, vRow, 4)}], ${o};`,
+    `add.u32 ${t}, ${t}, 1;`,
+    `bra ${tokens};`,
+  );
+  kb.place(tokensDone);
+  kb.place(end);
+  return kb.build([ELEMENTWISE_BLOCK / 2, 1]);
+}
