@@ -82,6 +82,12 @@ export function scaleValues(w: Weight): Float32Array {
   throw new TpError("E_FORMAT", `${w.name}: format ${w.format} needs scales and the weight has none`);
 }
 
+/** A resident weight: its bytes and, for ConvRot, its row scales. */
+interface ResidentWeight {
+  readonly data: Tensor;
+  readonly scale: Tensor | null;
+}
+
 /** Options of the ptx backend. */
 export interface PtxBackendOptions extends BackendOptions {
   /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */
@@ -112,8 +118,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   readonly #staging: PinnedStaging;
   readonly #functions = new Map<string, CudaFunction>();
   readonly #sources = new Map<string, KernelSource>();
-  readonly #weights = new Map<Weight, Tensor>();
-  readonly #scales = new Map<Weight, Tensor>();
+  readonly #resident = new Map<Weight, ResidentWeight>();
   readonly #tables = new Map<string, Tensor>();
   #closed = false;
   override readonly kernelTable: KernelTable = ptxKernelTable(this);
@@ -222,24 +227,32 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
 
   // ---- resident weights and tables ---------------------------------------------------------------------
 
+  /**
+   * A weight's bytes on the device: its resident copy ({@link makeResident}), else a copy uploaded
+   * for this op (streamed), which the op's scope frees when it returns.
+   */
   weightBytes(w: Weight): Tensor {
-    let t = this.#weights.get(w);
-    if (t === undefined || t.storage.freed) {
-      t = this.persist(this.upload(w.data, [w.data.byteLength], "u8", w.name));
-      this.#weights.set(w, t);
-    }
-    return t;
+    return this.#residentOf(w)?.data ?? this.upload(w.data, [w.data.byteLength], "u8", w.name);
   }
 
+  /** A weight's scales as f32 [N] on the device: resident with the weight (ConvRot rows), else per op. */
   weightScale(w: Weight): Tensor {
-    let t = this.#scales.get(w);
-    if (t === undefined || t.storage.freed) {
-      if (w.scale?.kind !== "row")
-        throw new TpError("E_FORMAT", `${w.name}: a ConvRot weight needs per-row scales`);
-      t = this.persist(this.upload(w.scale.values, [w.scale.values.length], "f32", `${w.name}.weight_scale`));
-      this.#scales.set(w, t);
+    const r = this.#residentOf(w)?.scale;
+    if (r) return r;
+    const values = scaleValues(w);
+    return this.upload(values, [values.length], "f32", `${w.name}.weight_scale`);
+  }
+
+  #residentOf(w: Weight): ResidentWeight | undefined {
+    const r = this.#resident.get(w);
+    if (r !== undefined && (r.data.storage.freed || r.scale?.storage.freed === true)) {
+      this.evict(w);
+      throw new TpError(
+        "E_STATE",
+        `backend ptx: the resident copy of weight ${w.name} was freed; call makeResident again or evict it`,
+      );
     }
-    return t;
+    return r;
   }
 
   table(key: string, make: () => Float64Array): Tensor {
@@ -252,19 +265,42 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     return t;
   }
 
-  /** Keep a weight on the device (as matmul / embedding do on first use). */
+  /**
+   * Upload a weight once and keep it on the device (accounted in `memory`, persisted out of every
+   * scope) until {@link evict} or dispose; matmul / embedding / matmul_id then use it without copying.
+   * Holds the data and ConvRot's row scales (@tp/tensor residentBytesOf). Twice is a no-op.
+   * @throws TpError E_OOM over the budget
+   */
   makeResident(w: Weight): void {
-    this.weightBytes(w);
-    if (w.scale?.kind === "row") this.weightScale(w);
+    this.assertUsable();
+    if (this.#resident.has(w)) return;
+    const data = this.persist(this.upload(w.data, [w.data.byteLength], "u8", w.name));
+    let scale: Tensor | null = null;
+    if (w.scale?.kind === "row") {
+      try {
+        scale = this.persist(
+          this.upload(w.scale.values, [w.scale.values.length], "f32", `${w.name}.weight_scale`),
+        );
+      } catch (e) {
+        this.free(data);
+        throw e;
+      }
+    }
+    this.#resident.set(w, { data, scale });
   }
 
-  /** Free a weight's device copy. */
+  /** Free a weight's resident copy (no-op when it is not resident). */
   evict(w: Weight): void {
-    for (const m of [this.#weights, this.#scales]) {
-      const t = m.get(w);
-      m.delete(w);
-      if (t !== undefined && !t.storage.freed) this.free(t);
-    }
+    const r = this.#resident.get(w);
+    if (r === undefined) return;
+    this.#resident.delete(w);
+    for (const t of [r.data, r.scale]) if (t !== null && !t.storage.freed) this.free(t);
+  }
+
+  /** True when {@link makeResident} holds `w`. */
+  isResident(w: Weight): boolean {
+    const r = this.#resident.get(w);
+    return r !== undefined && !r.data.storage.freed;
   }
 
   override async synchronize(): Promise<void> {
@@ -280,6 +316,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   override dispose(): void {
     if (this.#closed) return;
     this.driver.streamSynchronize(this.stream);
+    this.#resident.clear();
     super.dispose();
     this.#closed = true;
     this.allocator.emptyCache();

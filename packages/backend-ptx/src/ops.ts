@@ -84,7 +84,7 @@ export interface PtxOpHost {
   ): void;
   /** Fill a tensor's bytes with `value` (queued). */
   fill(t: Tensor, value: number): void;
-  /** The resident device copy of a weight's bytes (uploaded once, persisted). */
+  /** A weight's bytes on the device: the resident copy, else one uploaded for this op (in its scope). */
   weightBytes(w: Weight): Tensor;
   /** A persisted f32 [N] of a weight's scales (ConvRot's per-row ones; fp8's tensor scale repeated). */
   weightScale(w: Weight): Tensor;
