@@ -182,10 +182,43 @@ export class KernelBuilder {
     return r;
   }
 
-  /** e^x (f32): 2^(x·log2 e) with ex2.approx (relative error ≤ 2 ulp in the normal range). */
+  /**
+   * e^x (f32) to a few ulp over the whole range: n = round(x·log2 e), r = x − n·ln 2 (Cody–Waite,
+   * two-part ln 2), e^r = ex2.approx(r·log2 e) with |r·log2 e| ≤ ½, times 2^n built from exponent bits
+   * in two factors (n clamped to [−252, 254], so both stay normal). ±∞ and NaN come out as e^x does.
+   * A plain ex2.approx(x·log2 e) loses |x|·2^−24 of relative accuracy to the rounded product.
+   * Source: Cody & Waite, Software Manual for the Elementary Functions (1980), argument reduction.
+   */
   exp(x: string): string {
+    const t = this.reg("f32");
+    const n = this.reg("f32");
     const r = this.reg("f32");
-    this.op(`mul.f32 ${r}, ${x}, ${f32Imm(Math.LOG2E)};`, `ex2.approx.f32 ${r}, ${r};`);
+    const a = this.reg("b32");
+    const b = this.reg("b32");
+    const sa = this.reg("f32");
+    const sb = this.reg("f32");
+    this.op(
+      `mul.f32 ${t}, ${x}, ${f32Imm(Math.LOG2E)};`,
+      `cvt.rni.f32.f32 ${n}, ${t};`,
+      `min.f32 ${n}, ${n}, ${f32Imm(254)};`,
+      `max.f32 ${n}, ${n}, ${f32Imm(-252)};`,
+      `neg.f32 ${t}, ${n};`,
+      `fma.rn.f32 ${r}, ${t}, ${f32Imm(0.693145751953125)}, ${x};`,
+      `fma.rn.f32 ${r}, ${t}, ${f32Imm(1.4286068203094173e-6)}, ${r};`,
+      `mul.f32 ${r}, ${r}, ${f32Imm(Math.LOG2E)};`,
+      `ex2.approx.f32 ${r}, ${r};`,
+      `cvt.rzi.s32.f32 ${a}, ${n};`,
+      `shr.s32 ${b}, ${a}, 1;`,
+      `sub.s32 ${a}, ${a}, ${b};`,
+      `add.s32 ${a}, ${a}, 127;`,
+      `add.s32 ${b}, ${b}, 127;`,
+      `shl.b32 ${a}, ${a}, 23;`,
+      `shl.b32 ${b}, ${b}, 23;`,
+      `mov.b32 ${sa}, ${a};`,
+      `mov.b32 ${sb}, ${b};`,
+      `mul.f32 ${r}, ${r}, ${sa};`,
+      `mul.f32 ${r}, ${r}, ${sb};`,
+    );
     return r;
   }
 
