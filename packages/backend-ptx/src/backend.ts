@@ -92,7 +92,13 @@ interface ResidentWeight {
 export interface PtxBackendOptions extends BackendOptions {
   /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */
   device?: string;
-  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE from (tests); default process.env. */
+  /**
+   * INT4 ConvRot as W4A4 (rotated activations quantized per row to int4, `mma.sync.m16n8k64.s4`), as
+   * ComfyUI runs it — much noisier than the weight-only product (krea2.md §1.8); default
+   * TP_PTX_W4A4=1, else weight-only.
+   */
+  w4a4?: boolean;
+  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE / TP_PTX_W4A4 from (tests); default process.env. */
   env?: Record<string, string | undefined>;
 }
 
@@ -114,6 +120,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   /** Compute capability as an sm number. */
   readonly sm: number;
   readonly stream: number;
+  readonly w4a4: boolean;
   readonly allocator: CachingAllocator;
   readonly #staging: PinnedStaging;
   readonly #functions = new Map<string, CudaFunction>();
@@ -131,6 +138,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     super("ptx", options);
     const env = options.env ?? process.env;
     const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
+    this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 === "1";
     this.driver = loadCudaDriver(env);
     this.driver.init();
     this.info = this.driver.deviceInfo(ordinal);

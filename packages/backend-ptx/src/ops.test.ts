@@ -27,7 +27,10 @@ class Recorder extends BackendBase implements PtxOpHost {
   readonly launches: Launch[] = [];
   readonly #kernels = new Map<string, KernelSource>();
   override readonly kernelTable: KernelTable;
-  constructor(readonly sm: number) {
+  constructor(
+    readonly sm: number,
+    readonly w4a4 = false,
+  ) {
     super("ptx");
     this.kernelTable = ptxKernelTable(this);
   }
@@ -130,6 +133,18 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     ]);
     // grids: rotation (K / 256 groups, rows); int8 mma (N / 128, M / 16)
     expect(b.supports("matmul", ["q4_k"])).toBe(false);
+  });
+  test("matmul INT4 ConvRot as W4A4 when asked: rotate, int4 rows, mma.sync s4", () => {
+    const b = new Recorder(90, true);
+    b.matmul(f32(b, [16, 512]), weight("int4_convrot", 40, 512));
+    b.matmul(f32(b, [8, 512]), weight("int4_convrot", 40, 512));
+    expect(b.names()).toEqual([
+      "convrot_rotate_g256",
+      "convrot_quantize_rows_int4",
+      "matmul_mma_s4_int4_convrot_s",
+      "convrot_rotate_g256",
+      "matmul_gemv_int4_convrot_s",
+    ]);
   });
   test("strided operands: copies to contiguous before row kernels; broadcast views go to map kernels as strides", () => {
     const b = new Recorder(86);

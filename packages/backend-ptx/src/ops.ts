@@ -45,8 +45,8 @@ import {
   gemvIdKernel,
   gemvKernel,
   MMA_WARPS,
+  mmaIntKernel,
   mmaKernel,
-  mmaS8Kernel,
   TILE,
   tiledKernel,
 } from "./ptx/matmul.ts";
@@ -54,6 +54,7 @@ import {
   argmaxKernel,
   groupNormKernel,
   layerNormKernel,
+  quantizeRowsInt4Kernel,
   quantizeRowsInt8Kernel,
   rmsNormKernel,
   softmaxKernel,
@@ -68,6 +69,8 @@ export interface PtxOpHost {
   readonly name: string;
   /** Compute capability as sm number (86, 90). */
   readonly sm: number;
+  /** INT4 ConvRot through int4 activations and `mma.sync.s4` (W4A4) rather than weight-only. */
+  readonly w4a4: boolean;
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
   upload(
     data: Float32Array | Float64Array | Int32Array | Uint8Array,
@@ -295,16 +298,15 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
         { out: rot, x: xc, k: K },
       );
       xc = rot;
-      if (w.format === "int8_convrot" && M >= 16 && K % 32 === 0 && host.sm >= 80) {
-        const q = host.alloc([M, K], "i8", "x_q");
+      // integer tensor cores: W8A8 always (within MATMUL's tolerance of the exact product), W4A4 when
+      // asked for (krea2.md §1.8: up to ~0.3 relative error per linear, so not the default)
+      const bits = w.format === "int8_convrot" ? 8 : host.w4a4 ? 4 : null;
+      if (bits !== null && M >= 16 && K % (bits === 8 ? 32 : 64) === 0 && host.sm >= 80) {
+        const q = host.alloc([M, bits === 8 ? K : K / 2], bits === 8 ? "i8" : "u8", "x_q");
         const sx = host.alloc([M], "f32", "x_scale");
-        host.launch(host.kernel("quant8", quantizeRowsInt8Kernel), [M, 1, 1], {
-          out: q,
-          x: rot,
-          d: K,
-          scales: sx,
-        });
-        const k = host.kernel(`mma_s8:${bias !== null}`, () => mmaS8Kernel(bias !== null));
+        const quant = bits === 8 ? quantizeRowsInt8Kernel : quantizeRowsInt4Kernel;
+        host.launch(host.kernel(`quant${bits}`, quant), [M, 1, 1], { out: q, x: rot, d: K, scales: sx });
+        const k = host.kernel(`mma_s${bits}:${bias !== null}`, () => mmaIntKernel(bits, bias !== null));
         host.launch(k, [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1], {
           out,
           x: q,

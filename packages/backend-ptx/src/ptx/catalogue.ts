@@ -21,11 +21,12 @@ import {
   rotateKernel,
   ssmConvKernel,
 } from "./gather.ts";
-import { gemvKernel, mmaKernel, mmaS8Kernel, tiledKernel } from "./matmul.ts";
+import { gemvIdKernel, gemvKernel, mmaIntKernel, mmaKernel, tiledKernel } from "./matmul.ts";
 import {
   argmaxKernel,
   groupNormKernel,
   layerNormKernel,
+  quantizeRowsInt4Kernel,
   quantizeRowsInt8Kernel,
   rmsNormKernel,
   softmaxKernel,
@@ -96,13 +97,14 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
       if (format === "f16" || format === "bf16") matmul.push(mmaKernel({ format, bias, scaled: false }));
     }
   }
+  for (const format of MATMUL_ID_FORMATS) matmul.push(gemvIdKernel(format));
   const convrot = [
     rotateKernel(256),
     rotateKernel(64),
     rotateKernel(16),
     quantizeRowsInt8Kernel(),
-    mmaS8Kernel(false),
-    mmaS8Kernel(true),
+    quantizeRowsInt4Kernel(),
+    ...([8, 4] as const).flatMap((bits) => [mmaIntKernel(bits, false), mmaIntKernel(bits, true)]),
   ];
   const attention: KernelSource[] = [];
   const specs: AttentionSpec[] = [];

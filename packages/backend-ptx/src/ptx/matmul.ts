@@ -370,13 +370,16 @@ function storeFragments(
 }
 
 /**
- * ConvRot W8A8 (sm_80+): out = f32(q_x · q_wᵀ) · s_x[m] · s_w[n] (+ bias), q_x int8 [M, K] with s_x
- * f32 [M] (rows.ts), q_w int8 [N, K] with s_w [N]. K a multiple of 32. Grid as {@link mmaKernel}.
- * Parameters: out, x (int8), w, [bias], scale (s_w), m, n, k, x_scale.
+ * ConvRot W8A8 / W4A4 (sm_80+): out = f32(q_x · q_wᵀ) · s_x[m] · s_w[n] (+ bias), q_x [M, K] with s_x
+ * f32 [M] (rows.ts quantizeRows*), q_w [N, K] with s_w [N], both signed int8, or int4 packed two per
+ * byte (element 2k in the low nibble, as ConvRot stores them). `mma.sync.m16n8k32.s8` / `m16n8k64.s4`:
+ * a register holds 4 (8) consecutive k of one row. K a multiple of 32 (64). Grid as {@link mmaKernel}.
+ * Parameters: out, x, w, [bias], scale (s_w), m, n, k, x_scale.
  */
-export function mmaS8Kernel(bias: boolean): KernelSource {
-  const s: MatmulSpec = { format: "int8_convrot", bias, scaled: true };
-  const kb = new KernelBuilder(`matmul_mma_s8_${suffix(s)}`);
+export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
+  const s: MatmulSpec = { format: bits === 8 ? "int8_convrot" : "int4_convrot", bias, scaled: true };
+  const per = 32 / bits; // elements per 32-bit register
+  const kb = new KernelBuilder(`matmul_mma_s${bits}_${suffix(s)}`);
   const p = params(kb, s);
   const xs = kb.ld("x_scale", "u64");
   const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8) as string[] as [
@@ -422,41 +425,46 @@ export function mmaS8Kernel(bias: boolean): KernelSource {
   kb.place(top);
   kb.op(`setp.ge.u32 ${q}, ${k0}, ${p.K};`, `@${q} bra ${done};`);
   const a = kb.regs("b32", 4);
+  // element offsets → byte offsets: >> 1 for int4
+  const bytesOf = (kk: string) => {
+    if (bits === 4) kb.op(`shr.u32 ${kk}, ${kk}, 1;`);
+    return kk;
+  };
   [
     [0, 0],
     [1, 0],
-    [0, 16],
-    [1, 16],
+    [0, 4 * per],
+    [1, 4 * per],
   ].forEach(([ri, dk], idx) => {
     const row = rows[ri as number] as { r: string; ok: string };
     const kk = kb.reg("b32");
     kb.op(
-      `mad.lo.u32 ${kk}, ${t}, 4, ${k0};`,
+      `mad.lo.u32 ${kk}, ${t}, ${per}, ${k0};`,
       `add.u32 ${kk}, ${kk}, ${dk};`,
       `mad.lo.u32 ${kk}, ${row.r}, ${p.K}, ${kk};`,
       `mov.b32 ${a[idx]}, 0;`,
-      `@${row.ok} ld.global.b32 ${a[idx]}, [${kb.addr(p.x, kk, 1)}];`,
     );
+    kb.op(`@${row.ok} ld.global.b32 ${a[idx]}, [${kb.addr(p.x, bytesOf(kk), 1)}];`);
   });
   for (let j = 0; j < 4; j++) {
     const col = cols[j] as { c: string; ok: string };
     const b = kb.regs("b32", 2);
-    [0, 16].forEach((dk, bi) => {
+    [0, 4 * per].forEach((dk, bi) => {
       const kk = kb.reg("b32");
       kb.op(
-        `mad.lo.u32 ${kk}, ${t}, 4, ${k0};`,
+        `mad.lo.u32 ${kk}, ${t}, ${per}, ${k0};`,
         `add.u32 ${kk}, ${kk}, ${dk};`,
         `mad.lo.u32 ${kk}, ${col.c}, ${p.K}, ${kk};`,
         `mov.b32 ${b[bi]}, 0;`,
-        `@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, kk, 1)}];`,
       );
+      kb.op(`@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, bytesOf(kk), 1)}];`);
     });
     const c = acc.slice(j * 4, j * 4 + 4);
     kb.op(
-      `mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {${c.join(", ")}}, {${a.join(", ")}}, {${b.join(", ")}}, {${c.join(", ")}};`,
+      `mma.sync.aligned.m16n8k${8 * per}.row.col.s32.s${bits}.s${bits}.s32 {${c.join(", ")}}, {${a.join(", ")}}, {${b.join(", ")}}, {${c.join(", ")}};`,
     );
   }
-  kb.op(`add.u32 ${k0}, ${k0}, 32;`, `bra ${top};`);
+  kb.op(`add.u32 ${k0}, ${k0}, ${8 * per};`, `bra ${top};`);
   kb.place(done);
   const accF = acc.map((r) => {
     const f = kb.reg("f32");

@@ -382,3 +382,77 @@ export function quantizeRowsInt8Kernel(): KernelSource {
   });
   return kb.build([ROW_BLOCK, 1]);
 }
+
+/**
+ * ConvRot W4A4 activation quantization of rotated rows (krea2.md §1.8): s_x = max(max|x|, 1e-10) / 7
+ * into scales[row], q = clamp(round_half_even(x / s_x), −7, 7), packed two per byte (element 2k in the
+ * low nibble) into out [rows, d/2]. d even. Parameters: out, x, d, scales. Grid: one block per row.
+ */
+export function quantizeRowsInt4Kernel(): KernelSource {
+  const c = rowPrologue("convrot_quantize_rows_int4");
+  const { kb } = c;
+  const scales = kb.ld("scales", "u64");
+  const mx = kb.reg("f32");
+  kb.op(`mov.f32 ${mx}, 0f00000000;`);
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    kb.op(`abs.f32 ${x}, ${x};`, `max.f32 ${mx}, ${mx}, ${x};`);
+  });
+  const a = kb.blockReduce(mx, "max", ROW_BLOCK);
+  const s = kb.reg("f32");
+  kb.op(`max.f32 ${s}, ${a}, ${f32Imm(1e-10)};`, `div.rn.f32 ${s}, ${s}, ${f32Imm(7)};`);
+  const p = kb.reg("pred");
+  const row = kb.reg("b32");
+  kb.op(
+    `setp.eq.u32 ${p}, ${c.tid}, 0;`,
+    `mov.u32 ${row}, %ctaid.x;`,
+    `@${p} st.global.f32 [${kb.addr(scales, row, 4)}], ${s};`,
+  );
+  // pairs: thread loop over k < d/2, elements 2k and 2k + 1
+  const [pair, pairs, e, byte, q0, q1, o] = kb.regs("b32", 7) as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+    string,
+  ];
+  const top = kb.label("pair");
+  const done = kb.label("pairs_done");
+  const q = kb.reg("pred");
+  kb.op(`shr.u32 ${pairs}, ${c.d}, 1;`, `mov.u32 ${pair}, ${c.tid};`);
+  kb.place(top);
+  kb.op(
+    `setp.ge.u32 ${q}, ${pair}, ${pairs};`,
+    `@${q} bra ${done};`,
+    `mad.lo.u32 ${e}, ${pair}, 2, ${c.rowStart};`,
+  );
+  for (const [k, r] of [
+    [0, q0],
+    [1, q1],
+  ] as const) {
+    const x = kb.reg("f32");
+    const ek = kb.reg("b32");
+    kb.op(
+      `add.u32 ${ek}, ${e}, ${k};`,
+      `ld.global.f32 ${x}, [${kb.addr(c.x, ek, 4)}];`,
+      `div.rn.f32 ${x}, ${x}, ${s};`,
+      `cvt.rni.s32.f32 ${r}, ${x};`,
+      `min.s32 ${r}, ${r}, 7;`,
+      `max.s32 ${r}, ${r}, -7;`,
+      `and.b32 ${r}, ${r}, 15;`,
+    );
+  }
+  kb.op(
+    `shl.b32 ${byte}, ${q1}, 4;`,
+    `or.b32 ${byte}, ${byte}, ${q0};`,
+    `shr.u32 ${o}, ${c.rowStart}, 1;`,
+    `add.u32 ${o}, ${o}, ${pair};`,
+    `st.global.u8 [${kb.addr(c.out, o, 1)}], ${byte};`,
+    `add.u32 ${pair}, ${pair}, ${ROW_BLOCK};`,
+    `bra ${top};`,
+  );
+  kb.place(done);
+  return kb.build([ROW_BLOCK, 1]);
+}
