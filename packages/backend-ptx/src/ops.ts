@@ -6,8 +6,9 @@
  * `host.scope`: their blocks return to the caching allocator at once, which is safe because every
  * kernel runs in stream order.
  *
- * Ops without an entry here (matmul_id, top_k, gated_delta_net; fp8 and the k-quant GGUF formats of
- * matmul / embedding) are E_UNSUPPORTED through the front-end, naming op, backend and format.
+ * Formats without an entry here (the GGUF k-quants and other legacy blocks, ConvRot embeddings, scaled
+ * fp8 experts) are E_UNSUPPORTED through the front-end, naming op, backend and format; ./README.md
+ * keeps the table.
  */
 import {
   type AttentionParams,

@@ -6,14 +6,17 @@
  *   memory (weights decoded to f32 when staged), f32 FMA;
  * - `mma`: tensor cores, `mma.sync.m16n8k16` (sm_80+) with f16 / bf16 weights: x rounded to the weight's
  *   16-bit type, f32 accumulation; a warp computes 16 × 32 outputs straight from global memory;
- * - `mma_s8`: ConvRot W8A8 — int8 activations (rows.ts quantizeRowsInt8Kernel) × int8 weights with
- *   `mma.sync.m16n8k32.s8`, exact int32 sums, y = f32(acc) · s_x[m] · s_w[n] (+ bias).
+ * - `mma_s8` / `mma_s4`: ConvRot W8A8 / W4A4 — integer activations (rows.ts quantizeRows*) × integer
+ *   weights with `mma.sync.m16n8k32.s8` / `m16n8k64.s4`, exact int32 sums, y = f32(acc) · s_x[m] · s_w[n]
+ *   (+ bias);
+ * - `matmul_id_gemv`: mul_mat_id as one GEMV per routed row.
  * ConvRot weights (int8 / int4) on the f32 paths are the integers: the per-row scale multiplies the
  * sum (`scaled` kernels), and x must be rotated first (gather.ts rotateKernel).
  *
  * Fragment layouts: PTX ISA §9.7.13.4 (m16n8k16 .f16/.bf16: A a0..a3 rows g / g+8, columns 2t, 2t+1 and
  * +8; B b0, b1 rows 2t, 2t+1 and +8 of column g; C c0..c3 rows g / g+8, columns 2t, 2t+1; g = lane/4,
- * t = lane%4) and m16n8k32 .s8 (four bytes per register, columns 4t..4t+3 and +16).
+ * t = lane%4), m16n8k32 .s8 (four bytes per register, columns 4t..4t+3 and +16) and m16n8k64 .s4
+ * (eight nibbles per register, columns 8t..8t+7 and +32).
  */
 import { TpError } from "@tp/tensor";
 import { KernelBuilder, type KernelSource } from "./emit.ts";
