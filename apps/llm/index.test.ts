@@ -8,9 +8,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
 import { ARCHITECTURES } from "@tp/llm";
+import { tinyEagle3, writeTinyEagle3 } from "@tp/llm/testing";
 import { isTpError, TpError } from "@tp/tensor";
 import { tokenizerFromGguf } from "@tp/tokenizer";
-import { tinyEagle3, writeTinyEagle3 } from "../../packages/llm/src/testing/eagle3.ts";
 import { parseLlmArgs } from "./args.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../shared/models");

@@ -202,6 +202,10 @@ describe("/v1/jobs", () => {
       const s = (await (await fetch(`${server.url}/v1/jobs/${job.id}`)).json()) as Record<string, unknown>;
       expect([s.state, s.step, s.steps, s.queue_position, s.eta_ms]).toEqual(["succeeded", 3, 3, 0, null]);
       expect((await fetch(last.result.url)).headers.get("content-type")).toBe("image/png");
+      // a client that joins after the end gets the state with the last step's preview, and the end
+      const late = await events(await fetch(`${server.url}/v1/jobs/${job.id}/events`));
+      expect(late.map((e) => [e.type, e.state])).toEqual([["status", "succeeded"]]);
+      expect(late[0]?.preview).toBe(stepEvents.at(-1)?.preview as string);
     },
     T,
   );

@@ -83,6 +83,10 @@ interface Job {
   height?: number;
   parameters?: string;
   cancel: boolean;
+  /** The latest step's preview (a PNG data URL), sent with the status to a client that joins late. */
+  preview?: string;
+  /** The latest step's latent while nobody listened (its preview is made when first asked for). */
+  denoised?: { readonly data: Float32Array; readonly shape: readonly number[] };
   listeners: Set<(e: JobEvent) => void>;
   done: Promise<void>;
   resolve: () => void;
@@ -311,7 +315,19 @@ export class ImageService {
     for (const l of job.listeners) l(e);
   }
 
+  /** The job's latest preview as a PNG data URL (encoding a pending latent once), or undefined. */
+  #preview(job: Job): string | undefined {
+    const proj = LATENT_RGB[this.pipeline.id];
+    if (job.denoised !== undefined && proj !== undefined) {
+      const pv = latentToRgb(job.denoised, proj);
+      job.preview = `data:image/png;base64,${Buffer.from(encodePng(pv.rgb, pv.width, pv.height)).toString("base64")}`;
+    }
+    job.denoised = undefined;
+    return job.preview;
+  }
+
   #finish(job: Job, state: JobState, error?: { message: string; code: string | null }): void {
+    this.#preview(job); // the last latent becomes a small PNG; the latent itself is not kept
     job.state = state;
     job.finishedAt = Date.now();
     if (error) job.error = error;
@@ -367,9 +383,9 @@ export class ImageService {
           step_ms: e.stepMs,
           eta_ms: (e.steps - e.step) * e.stepMs,
         };
-        if (e.denoised !== undefined && proj !== undefined && job.listeners.size > 0) {
-          const pv = latentToRgb(e.denoised, proj);
-          event.preview = `data:image/png;base64,${Buffer.from(encodePng(pv.rgb, pv.width, pv.height)).toString("base64")}`;
+        if (e.denoised !== undefined && proj !== undefined) {
+          job.denoised = e.denoised; // encoded now for listeners, else only when someone asks
+          if (job.listeners.size > 0) event.preview = this.#preview(job);
         }
         this.#emit(job, event);
         // a turn of the event loop between steps: other requests (a DELETE, the LLM) get to run
@@ -496,7 +512,9 @@ export class ImageService {
           if (listener) job.listeners.delete(listener);
           controller.close();
         };
-        send({ type: "status", ...this.status(job, origin) });
+        // the status first, with the latest preview for a client that joins after steps have run
+        const preview = this.#preview(job);
+        send({ type: "status", ...this.status(job, origin), ...(preview === undefined ? {} : { preview }) });
         if (job.state !== "queued" && job.state !== "running") return close();
         listener = (e) => {
           send(
