@@ -9,7 +9,6 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
-import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import { ggufKv, openGguf, serializeGguf } from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { BYTE_TO_UNICODE, HF_SPLIT_PATTERNS } from "@tp/tokenizer";
@@ -22,17 +21,12 @@ import {
   writeTinyGguf,
   writeTinySafetensors,
 } from "./testing/tiny-models.ts";
+import { startVulkan } from "./testing/vulkan.ts";
 
 const backend = createBackend({ threads: 2 });
 const tmp = mkdtempSync(join(tmpdir(), "tp-llm-load-"));
 /** The Vulkan backend for the non-finite checks, or why it does not start here. */
-const vulkan = ((): { backend?: Backend; reason?: string } => {
-  try {
-    return { backend: createVulkan() };
-  } catch (e) {
-    return { reason: (e instanceof Error ? e.message : String(e)).split("\n")[0] as string };
-  }
-})();
+const vulkan = startVulkan();
 afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
   backend.dispose();

@@ -8,22 +8,13 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
-import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import type { Backend } from "@tp/tensor";
 import { loadModel } from "./load.ts";
+import { startVulkan } from "./testing/vulkan.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
 
-/** The Vulkan backend, or why it cannot start here (its message's first line). */
-function startVulkan(): { backend?: Backend; reason?: string } {
-  try {
-    return { backend: createVulkan() };
-  } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    return { reason: why.split("\n")[0] ?? why };
-  }
-}
 const vk = HAVE_MODELS ? startVulkan() : {};
 const SKIP = !HAVE_MODELS
   ? `skipped: ${MODELS} is absent (the shared models folder is not beside this checkout)`
