@@ -1,19 +1,21 @@
 /**
- * @tp/backend-cudalibs: the NVIDIA libraries backend, registered as `cuda` (`--backend cuda`).
- *
- * Not implemented yet: cuBLASLt and cuDNN (plus small PTX kernels) through bun:ffi. Until it lands, {@link createBackend} throws E_UNSUPPORTED, so asking
- * for this backend is a clear error and never a silent fallback to another backend.
+ * @tp/backend-cudalibs: the NVIDIA libraries backend, registered as `cuda` (`--backend cuda`): the ptx
+ * backend (@tp/backend-ptx: driver, allocator, PTX kernels) with matmul through cuBLASLt (./cublaslt.ts)
+ * where it has the format, and cuDNN loaded for the ops that will use it (./cudnn.ts). Where libcuda,
+ * a device or cuBLASLt is missing, {@link createBackend} throws one E_UNSUPPORTED line
+ * (`backend cuda cannot start: …`), never a silent fallback to another backend.
  */
-
-import { type Backend, type BackendOptions, TpError } from "@tp/tensor";
-
-/**
- * Create the `cuda` backend.
- * @throws TpError E_UNSUPPORTED — this backend is not implemented in this build.
- */
-export function createBackend(_options: BackendOptions = {}): Backend {
-  throw new TpError(
-    "E_UNSUPPORTED",
-    "backend cuda is not implemented in this build yet; use --backend cpu (or vulkan where it starts)",
-  );
-}
+export {
+  CudaBackend,
+  type CudaBackendOptions,
+  type CudaOpHost,
+  createBackend,
+  cublasLtMatmul,
+  cublasLtRoute,
+  cudaKernelTable,
+} from "./backend.ts";
+export * from "./cublaslt.ts";
+export * from "./cudnn.ts";
+export * from "./kernels.ts";
+export * from "./libraries.ts";
+export * from "./nvidia-h.ts";

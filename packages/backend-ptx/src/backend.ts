@@ -113,8 +113,10 @@ export function parseDeviceOrdinal(selector: string | undefined): number {
 
 /** The ptx backend. Create it with {@link createBackend} or `loadBackend("ptx", options)`. */
 export class PtxBackend extends BackendBase implements PtxOpHost {
-  readonly name = "ptx";
-  readonly device: string;
+  /** "ptx", or the name of a backend built on this one ("cuda"). */
+  readonly name: string;
+  /** Device, compute capability, memory, driver (a subclass appends its libraries). */
+  device: string;
   readonly driver: CudaDriver;
   readonly info: CudaDeviceInfo;
   /** Compute capability as an sm number. */
@@ -133,9 +135,11 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   /**
    * @throws TpError E_UNSUPPORTED when libcuda.so.1 is absent, there is no device, or the device is
    *   older than sm_80; E_IO for a damaged library file; E_ARG for a bad device selector
+   * @param name the registry name: "ptx", or "cuda" for @tp/backend-cudalibs built on this class
    */
-  constructor(options: PtxBackendOptions = {}) {
-    super("ptx", options);
+  constructor(options: PtxBackendOptions = {}, name = "ptx") {
+    super(name, options);
+    this.name = name;
     const env = options.env ?? process.env;
     const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
     this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 === "1";
@@ -159,7 +163,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     });
     this.#staging = new PinnedStaging(driver, this.stream);
     this.device = `${this.info.name} (sm_${this.sm}, ${formatBytes(this.info.totalMemory)}, ${this.info.multiprocessors} SMs, CUDA driver ${Math.floor(this.info.driverVersion / 1000)}.${(this.info.driverVersion % 1000) / 10})`;
-    if (options.verbose === true) process.stderr.write(`ptx: ${this.device}\n`);
+    if (options.verbose === true) process.stderr.write(`${name}: ${this.device}\n`);
   }
 
   // ---- storage --------------------------------------------------------------------------------------

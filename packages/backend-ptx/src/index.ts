@@ -13,4 +13,5 @@ export {
   parseDeviceOrdinal,
 } from "./backend.ts";
 export * as driver from "./driver/index.ts";
+export { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
 export * as ptx from "./ptx/index.ts";
