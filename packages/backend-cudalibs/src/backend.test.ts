@@ -1,0 +1,189 @@
+// The cuda backend's matmul routing without a GPU: a host whose "device memory" is the fake cuBLASLt's
+// (./fake-cublaslt.ts), PTX launches recorded (the f32 → bf16 cast emulated on the host), and the ptx
+// table's matmul as the fallback. Checks which path each format and token count takes, the launches
+// around the int8 GEMM, one heuristic query per shape, and — bf16 — the numbers: y = x·wᵀ + b summed
+// in float64 here (inputs exact in bf16, so the comparison is exact).
+import { describe, expect, test } from "bun:test";
+import type { LaunchArg, ptx } from "@tp/backend-ptx";
+import { BackendBase, dtypeBytes, type KernelTable, type Tensor, Weight } from "@tp/tensor";
+import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
+import { CublasLt } from "./cublaslt.ts";
+import { fakeCublasLt } from "./fake-cublaslt.ts";
+import { CUDA_DATA_TYPE } from "./nvidia-h.ts";
+
+interface FakeStorage {
+  readonly bytes: Uint8Array;
+  readonly addr: bigint;
+}
+
+class FakeHost extends BackendBase implements CudaOpHost {
+  readonly name = "fake-cuda";
+  readonly device = "fake";
+  readonly sm = 90;
+  readonly w4a4 = false;
+  readonly stream = 7;
+  readonly fake: ReturnType<typeof fakeCublasLt>;
+  readonly lt: CublasLt;
+  readonly launches: { name: string; grid: readonly number[]; args: string[] }[] = [];
+  readonly #kernels = new Map<string, ptx.KernelSource>();
+  constructor(noAlgoFor?: number) {
+    super("fake-cuda");
+    this.fake = fakeCublasLt(noAlgoFor === undefined ? {} : { noAlgoFor });
+    this.lt = new CublasLt(this.fake.symbols);
+  }
+  protected allocStorage(bytes: number): FakeStorage {
+    const b = new Uint8Array(Math.max(bytes, 1));
+    return { bytes: b, addr: this.fake.device(b) };
+  }
+  protected freeStorage(): void {}
+  protected writeStorage(h: unknown, offset: number, data: Uint8Array): void {
+    (h as FakeStorage).bytes.set(data, offset);
+  }
+  protected async readStorage(h: unknown, offset: number, length: number): Promise<Uint8Array> {
+    return (h as FakeStorage).bytes.slice(offset, offset + length);
+  }
+  address(t: Tensor): bigint {
+    return (t.storage.handle as FakeStorage).addr + BigInt(t.layout.offset * dtypeBytes(t.dtype));
+  }
+  bytesOf(t: Tensor): Uint8Array {
+    return (t.storage.handle as FakeStorage).bytes;
+  }
+  workspace() {
+    return { ptr: 0x10n, bytes: 1 << 20 };
+  }
+  kernel(name: string, make: () => ptx.KernelSource): ptx.KernelSource {
+    let k = this.#kernels.get(name);
+    if (k === undefined) this.#kernels.set(name, (k = make()));
+    return k;
+  }
+  launch(
+    kernel: ptx.KernelSource,
+    grid: readonly [number, number, number],
+    args: Record<string, LaunchArg>,
+  ): void {
+    this.launches.push({ name: kernel.name, grid, args: Object.keys(args).sort() });
+    if (kernel.name.startsWith("map_cast_f32_to_bf16")) {
+      const src = new Float32Array(this.bytesOf(args.in0 as Tensor).buffer);
+      const dst = new Uint16Array(this.bytesOf(args.out as Tensor).buffer);
+      // the test's values are exact in bf16: truncation is the rounding
+      for (let i = 0; i < (args.n as number); i++)
+        dst[i] = new Uint32Array(new Float32Array([src[i] as number]).buffer)[0] >>> 16;
+    }
+  }
+  fill(): void {}
+  weightBytes(w: Weight): Tensor {
+    return this.upload(w.data, [w.data.byteLength], "u8", w.name);
+  }
+  weightScale(w: Weight): Tensor {
+    const v = w.scale?.kind === "row" ? w.scale.values : new Float32Array(w.shape[0]);
+    return this.upload(v, [v.length], "f32", `${w.name}.scale`);
+  }
+  table(key: string, make: () => Float64Array): Tensor {
+    const d = make();
+    return this.upload(d, [d.length], "f64", key);
+  }
+}
+
+function setup(noAlgoFor?: number) {
+  const host = new FakeHost(noAlgoFor);
+  const ptxCalls: string[] = [];
+  const base: KernelTable = {
+    matmul: {
+      dtypes: ["f32"],
+      weightFormats: ["f32", "bf16", "f16", "q8_0", "int8_convrot"],
+      run: (_o, _x, w) => {
+        ptxCalls.push(w.format);
+      },
+    },
+  };
+  const table = cudaKernelTable(host, base);
+  const run = (out: Tensor, x: Tensor, w: Weight, bias: Tensor | null) =>
+    (table.matmul as NonNullable<KernelTable["matmul"]>).run(out, x, w, bias);
+  return { host, ptxCalls, run };
+}
+
+const bits = (v: number) => new Uint32Array(new Float32Array([v]).buffer)[0] >>> 16;
+
+describe("routing", () => {
+  test("bf16 / f16 from 9 tokens, INT8 ConvRot from 16 (K a multiple of 16); the rest stays on PTX", () => {
+    expect(cublasLtRoute("bf16", 9, 64, 90)).toBe("bf16");
+    expect(cublasLtRoute("f16", 4096, 64, 80)).toBe("f16");
+    expect(cublasLtRoute("bf16", 8, 64, 90)).toBeNull(); // decode: the PTX gemv reads f32 x directly
+    expect(cublasLtRoute("int8_convrot", 16, 256, 90)).toBe("int8");
+    expect(cublasLtRoute("int8_convrot", 15, 256, 90)).toBeNull();
+    expect(cublasLtRoute("int8_convrot", 64, 24, 90)).toBeNull();
+    for (const f of ["f32", "q8_0", "q4_0", "int4_convrot", "f8_e4m3fn", "f8_e5m2"])
+      expect(cublasLtRoute(f, 1024, 256, 90)).toBeNull();
+  });
+});
+
+describe("matmul through cuBLASLt", () => {
+  test("bf16 + bias: cast, one GEMM with bias epilogue, y = x·wᵀ + b; the plan is reused", async () => {
+    const { host, ptxCalls, run } = setup();
+    const [T, K, N] = [12, 16, 5];
+    const x = Array.from({ length: T * K }, (_, i) => ((i * 7) % 13) / 4 - 1.5);
+    const w = Array.from({ length: N * K }, (_, i) => ((i * 5) % 11) / 8 - 0.625);
+    const b = [1, -2, 0.5, 0.25, 3];
+    const weight = new Weight({
+      name: "blk.0.attn_q.weight",
+      format: "bf16",
+      shape: [N, K],
+      data: new Uint8Array(new Uint16Array(w.map(bits)).buffer),
+    });
+    const xt = host.upload(new Float32Array(x), [T, K], "f32", "x");
+    const bt = host.upload(new Float32Array(b), [N], "f32", "bias");
+    const out = host.alloc([T, N], "f32", "y");
+    run(out, xt, weight, bt);
+    run(out, xt, weight, bt);
+    expect(ptxCalls).toEqual([]);
+    expect(host.launches.map((l) => l.name)).toEqual(["map_cast_f32_to_bf16_r2", "map_cast_f32_to_bf16_r2"]);
+    expect(host.lt.heuristicQueries).toBe(1);
+    expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(2);
+    const y = new Float32Array((await host.read(out)).buffer);
+    const want: number[] = [];
+    for (let t = 0; t < T; t++)
+      for (let n = 0; n < N; n++) {
+        let s = b[n] as number;
+        for (let k = 0; k < K; k++) s += (x[t * K + k] as number) * (w[n * K + k] as number);
+        want.push(s);
+      }
+    expect([...y]).toEqual(want);
+  });
+  test("INT8 ConvRot: rotate, quantize rows, int8 GEMM into int32, dequantize with both scales and the bias", () => {
+    const { host, ptxCalls, run } = setup();
+    const [T, K, N] = [16, 256, 8];
+    const weight = new Weight({
+      name: "blk.0.ffn_up.weight",
+      format: "int8_convrot",
+      shape: [N, K],
+      data: new Uint8Array(N * K).fill(3),
+      scale: { kind: "row", values: new Float32Array(N).fill(0.01) },
+      rotationGroup: 256,
+    });
+    const out = host.alloc([T, N], "f32", "y");
+    run(out, host.upload(new Float32Array(T * K).fill(0.5), [T, K], "f32"), weight, host.alloc([N], "f32"));
+    expect(ptxCalls).toEqual([]);
+    expect(host.launches.map((l) => [l.name, l.grid.join("x")])).toEqual([
+      ["convrot_rotate_g256", "1x16x1"],
+      ["convrot_quantize_rows_int8", "16x1x1"],
+      ["cudalibs_dequant_i32_bias", "1x1x1"],
+    ]);
+    expect(host.launches[2]?.args).toEqual(["acc", "bias", "cols", "out", "rows", "w_scale", "x_scale"]);
+    expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(1);
+  });
+  test("decode-sized bf16, q8_0 and shapes without a cuBLASLt algorithm stay on the PTX kernels", () => {
+    const { host, ptxCalls, run } = setup();
+    const bf = new Weight({ name: "w", format: "bf16", shape: [4, 16], data: new Uint8Array(128) });
+    run(host.alloc([1, 4], "f32"), host.alloc([1, 16], "f32"), bf, null);
+    const q8 = new Weight({ name: "q", format: "q8_0", shape: [4, 32], data: new Uint8Array(4 * 34) });
+    run(host.alloc([64, 4], "f32"), host.alloc([64, 32], "f32"), q8, null);
+    expect(ptxCalls).toEqual(["bf16", "q8_0"]);
+    expect(host.lt.heuristicQueries).toBe(0);
+    const none = setup(CUDA_DATA_TYPE.CUDA_R_16BF);
+    for (let i = 0; i < 2; i++)
+      none.run(none.host.alloc([32, 4], "f32"), none.host.alloc([32, 16], "f32"), bf, null);
+    expect(none.ptxCalls).toEqual(["bf16", "bf16"]);
+    expect(none.host.lt.heuristicQueries).toBe(1);
+    expect(none.host.launches).toEqual([]);
+  });
+});
