@@ -8,7 +8,7 @@ import type { LaunchArg, ptx } from "@tp/backend-ptx";
 import { BackendBase, dtypeBytes, type KernelTable, type Tensor, Weight } from "@tp/tensor";
 import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
 import { CublasLt } from "./cublaslt.ts";
-import { fakeCublasLt } from "./fake-cublaslt.ts";
+import { bf16Bits, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUDA_DATA_TYPE } from "./nvidia-h.ts";
 
 interface FakeStorage {
@@ -66,8 +66,7 @@ class FakeHost extends BackendBase implements CudaOpHost {
       const src = new Float32Array(this.bytesOf(args.in0 as Tensor).buffer);
       const dst = new Uint16Array(this.bytesOf(args.out as Tensor).buffer);
       // the test's values are exact in bf16: truncation is the rounding
-      for (let i = 0; i < (args.n as number); i++)
-        dst[i] = new Uint32Array(new Float32Array([src[i] as number]).buffer)[0] >>> 16;
+      for (let i = 0; i < (args.n as number); i++) dst[i] = bf16Bits(src[i] as number);
     }
   }
   fill(): void {}
@@ -102,8 +101,6 @@ function setup(noAlgoFor?: number) {
   return { host, ptxCalls, run };
 }
 
-const bits = (v: number) => new Uint32Array(new Float32Array([v]).buffer)[0] >>> 16;
-
 describe("routing", () => {
   test("bf16 / f16 from 9 tokens, INT8 ConvRot from 16 (K a multiple of 16); the rest stays on PTX", () => {
     expect(cublasLtRoute("bf16", 9, 64, 90)).toBe("bf16");
@@ -128,7 +125,7 @@ describe("matmul through cuBLASLt", () => {
       name: "blk.0.attn_q.weight",
       format: "bf16",
       shape: [N, K],
-      data: new Uint8Array(new Uint16Array(w.map(bits)).buffer),
+      data: new Uint8Array(new Uint16Array(w.map(bf16Bits)).buffer),
     });
     const xt = host.upload(new Float32Array(x), [T, K], "f32", "x");
     const bt = host.upload(new Float32Array(b), [N], "f32", "bias");

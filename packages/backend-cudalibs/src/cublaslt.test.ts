@@ -5,7 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import { TpError } from "@tp/tensor";
 import { CublasLt, cublasError, cublasStatusCode, type GemmShape } from "./cublaslt.ts";
-import { e4m3, fakeCublasLt } from "./fake-cublaslt.ts";
+import { bf16Bits, e4m3, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUBLAS_STATUS, CUDA_DATA_TYPE } from "./nvidia-h.ts";
 
 function thrown(fn: () => unknown): TpError {
@@ -33,8 +33,6 @@ function linear(x: number[], w: number[], b: number[] | null, T: number, K: numb
     }
   return y;
 }
-/** bf16 bits of a value that bf16 holds exactly (small multiples of 1/8 here). */
-const bf16Bits = (v: number) => new Uint32Array(new Float32Array([v]).buffer)[0] >>> 16;
 /** The e4m3 code of a value it holds exactly (found by decoding all 256 codes). */
 const e4m3Code = (v: number) => {
   for (let c = 0; c < 256; c++) if (e4m3(c) === v) return c;

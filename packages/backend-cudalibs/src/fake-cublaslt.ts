@@ -33,6 +33,10 @@ function bf16(bits: number): number {
   b.setUint32(0, bits << 16);
   return b.getFloat32(0);
 }
+/** The bf16 bits of `v` by truncation (exact for values bf16 holds, as the tests use). */
+export function bf16Bits(v: number): number {
+  return (new Uint32Array(new Float32Array([v]).buffer)[0] as number) >>> 16;
+}
 export function e4m3(bits: number): number {
   const s = bits & 0x80 ? -1 : 1;
   const e = (bits >> 3) & 15;
