@@ -53,7 +53,10 @@ class FakeHost extends BackendBase implements CudaOpHost {
   }
   kernel(name: string, make: () => ptx.KernelSource): ptx.KernelSource {
     let k = this.#kernels.get(name);
-    if (k === undefined) this.#kernels.set(name, (k = make()));
+    if (k === undefined) {
+      k = make();
+      this.#kernels.set(name, k);
+    }
     return k;
   }
   launch(
