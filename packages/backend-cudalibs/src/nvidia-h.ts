@@ -4,13 +4,12 @@
  * cudnn.h where they are installed (TP_CUDA_INCLUDE_DIR, the nvidia wheels' include folders, the CUDA
  * toolkit) and compares every value here with the header's.
  *
- * Sources: cublasLt.h and cublas_api.h (the copy of CUDA 12.6 read for this file; the values below are
- * the ones CUDA 13's headers keep, to be confirmed by the probe on the GPU host), library_types.h
- * (cudaDataType_t), cudnn_graph.h of cuDNN 9 (cudnnStatus_t), and the cuBLAS documentation
- * (docs.nvidia.com/cuda/cublas, §cuBLASLt API: cublasLtMatmulDescAttributes_t,
- * cublasLtMatrixLayoutAttribute_t, cublasLtMatmulPreferenceAttributes_t, cublasLtEpilogue_t,
- * cublasLtMatmulHeuristicResult_t). Values marked UNCONFIRMED were not found in a header copy while
- * writing this; the probe decides.
+ * Sources: cublasLt.h, cublas_api.h and library_types.h (cudaDataType_t) as published with CUDA 12.x,
+ * cudnn_graph.h of cuDNN 9 (cudnnStatus_t), and the cuBLAS documentation (docs.nvidia.com/cuda/cublas,
+ * §cuBLASLt API: cublasLtMatmulDescAttributes_t, cublasLtMatrixLayoutAttribute_t,
+ * cublasLtMatmulPreferenceAttributes_t, cublasLtEpilogue_t, cublasLtMatmulHeuristicResult_t). Every value
+ * below was found identical in several public copies of those headers; none was checked against CUDA
+ * 13's own headers (not installed where this was written): the probe does that on the GPU host.
  */
 
 /** cublasStatus_t (cublas_api.h). */
@@ -68,8 +67,6 @@ export const CUBLASLT_MATMUL_DESC = {
   /** const void * (device): scale of A / B for narrow types (fp8). */
   CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: 17,
   CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: 18,
-  /** int32_t cudaDataType_t of the bias vector. */
-  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: 26,
 } as const;
 
 /** cublasLtMatrixLayoutAttribute_t (cublasLt.h). */
