@@ -53,7 +53,7 @@ describe("cuBLASLt through bun:ffi (a stand-in library built with cc)", () => {
     const bias = new Float32Array(b);
     const y = new Float32Array(T * N);
     const ws = new Uint8Array(256);
-    const addr = (a: ArrayBufferView) => BigInt(ptr(a));
+    const addr = (a: Uint8Array | Uint16Array | Float32Array) => BigInt(ptr(a));
     lt.matmul(
       plan as NonNullable<typeof plan>,
       { w: addr(wb), x: addr(xb), y: addr(y), bias: addr(bias) },
