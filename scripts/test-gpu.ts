@@ -1,17 +1,21 @@
 /**
  * `bun run test:gpu`: the one script the offline NVIDIA host runs (../shared/GPU.md). In one call it
- * 1. starts the ptx backend and records the device (or why it cannot start);
- * 2. runs the shared conformance suite on ptx (each case against the suite's independent references,
- *    the same cases the cpu backend passes) and the ptx package's own tests (ptxas, driver layer);
+ * 0. finds PyTorch's NVIDIA wheels (python3: nvidia/cublas, nvidia/cudnn) and points TP_CUDA_LIB_DIR,
+ *    LD_LIBRARY_PATH and TP_CUDA_INCLUDE_DIR at their lib / include folders (kept when already set);
+ * 1. starts the ptx and cuda backends and records each device (or why it cannot start);
+ * 2. runs the shared conformance suite on ptx and on cuda (each case against the suite's independent
+ *    references, the same cases the cpu backend passes) and both packages' own tests (ptxas, driver
+ *    layer; cuBLASLt plans, the C probe of cublasLt.h / cudnn.h against the TS constants);
  * 3. times matmul GEMV for decode-shaped weights (Qwen3-8B's [12288, 4096] in Q8_0, Q4_0, f16) and
- *    reports the fraction of the HBM bandwidth reached;
+ *    reports the fraction of the HBM bandwidth reached; and prefill-shaped GEMMs (4096 tokens ×
+ *    [4096, 4096] in bf16 and INT8 ConvRot) on ptx and cuda side by side (TFLOP/s);
  * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
  * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files, the
  * Krea 2 / LLM benchmarks against PyTorch; the summary lists them under `notRun`.
  *
  * Usage: TP_GPU_OUT=$OUT bun run test:gpu   (TP_GPU_STEP_TIMEOUT_S bounds each test step; default 240)
  */
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { loadBackend, Weight, weightBytes } from "@tp/tensor";
 
@@ -77,17 +81,47 @@ function bunTest(label: string, args: string[], only?: (suite: string, name: str
   return { exitCode: r.exitCode, seconds: (performance.now() - t0) / 1000, ...junit(report, only) };
 }
 
-// 1. the backend
-let device: string | null = null;
-try {
-  const b = await loadBackend("ptx");
-  device = b.device;
-  summary.backend = { ok: true, device, capabilities: b.capabilities() };
-  b.dispose();
-} catch (e) {
-  summary.backend = { ok: false, reason: e instanceof Error ? e.message : String(e) };
+// 0. the NVIDIA wheels' libraries and headers (cuBLASLt, cuDNN) for the cuda backend and its C probe
+{
+  const py = Bun.spawnSync(["python3", "-c", "import nvidia, os; print(list(nvidia.__path__)[0])"], {
+    stderr: "pipe",
+  });
+  const root = py.exitCode === 0 ? py.stdout.toString().trim() : "";
+  const found = (sub: string[]) => (root === "" ? [] : sub.map((s) => join(root, s)).filter(existsSync));
+  const libs = found(["cublas/lib", "cudnn/lib", "cuda_runtime/lib", "cuda_nvrtc/lib"]);
+  const includes = found(["cublas/include", "cudnn/include", "cuda_runtime/include"]);
+  const join2 = (a: string | undefined, b: string[]) => [...(a ? [a] : []), ...b].join(":");
+  if (process.env.TP_CUDA_LIB_DIR === undefined && libs.length > 0)
+    process.env.TP_CUDA_LIB_DIR = libs.join(":");
+  if (libs.length > 0) process.env.LD_LIBRARY_PATH = join2(process.env.LD_LIBRARY_PATH, libs);
+  if (process.env.TP_CUDA_INCLUDE_DIR === undefined)
+    process.env.TP_CUDA_INCLUDE_DIR = [...includes, "/usr/local/cuda/include"].join(":");
+  summary.nvidiaWheels = {
+    root: root || null,
+    why: root === "" ? py.stderr.toString().trim().split("\n").at(-1) : undefined,
+    TP_CUDA_LIB_DIR: process.env.TP_CUDA_LIB_DIR,
+    TP_CUDA_INCLUDE_DIR: process.env.TP_CUDA_INCLUDE_DIR,
+  };
 }
-process.stdout.write(`ptx: ${device ?? (summary.backend as { reason: string }).reason}\n`);
+
+// 1. the backends
+const devices: Record<string, string | null> = {};
+const backends: Record<string, unknown> = {};
+for (const name of ["ptx", "cuda"] as const) {
+  try {
+    const b = await loadBackend(name);
+    devices[name] = b.device;
+    backends[name] = { ok: true, device: b.device, capabilities: b.capabilities() };
+    b.dispose();
+  } catch (e) {
+    devices[name] = null;
+    backends[name] = { ok: false, reason: e instanceof Error ? e.message : String(e) };
+  }
+  process.stdout.write(`${name}: ${devices[name] ?? (backends[name] as { reason: string }).reason}\n`);
+}
+summary.backend = backends.ptx;
+summary.cudaBackend = backends.cuda;
+const device = devices.ptx ?? null;
 
 // 2. conformance on ptx (its describe block is labelled "ptx"), then the package's tests
 summary.conformance = bunTest(
@@ -96,6 +130,12 @@ summary.conformance = bunTest(
   (suite, name) => suite === "ptx" || name.startsWith("ptx:"),
 );
 summary.ptxPackage = bunTest("backend-ptx", ["packages/backend-ptx/src"]);
+summary.conformanceCuda = bunTest(
+  "conformance-cuda",
+  ["packages/conformance/src/conformance.test.ts", "-t", "cuda"],
+  (suite, name) => suite === "cuda" || name.startsWith("cuda:"),
+);
+summary.cudaPackage = bunTest("backend-cudalibs", ["packages/backend-cudalibs/src"]);
 
 // 3. decode GEMV bandwidth (random bytes with finite f16 block scales; timing only)
 const HBM_BYTES_PER_S: Record<string, number> = {
@@ -144,9 +184,66 @@ if (device !== null) {
   summary.bench = bench;
 }
 
+// 4. prefill GEMM: 4096 tokens × [4096, 4096], bf16 and INT8 ConvRot, ptx and cuda side by side
+{
+  const gemm: unknown[] = [];
+  const [m, n, k] = [4096, 4096, 4096];
+  const x = new Float32Array(m * k);
+  for (let i = 0; i < x.length; i++) x[i] = (((i * 2654435761) >>> 20) % 255) / 255 - 0.5;
+  const weights = [
+    (() => {
+      const data = new Uint8Array(weightBytes("bf16", [n, k]));
+      for (let i = 0; i < data.length; i += 2) {
+        data[i] = (i * 7) & 0xff;
+        data[i + 1] = 0x3c | ((i >> 1) & 0x80); // bf16 ±[2^-7, 2^-6): finite, small
+      }
+      return new Weight({ name: "bench.bf16", format: "bf16", shape: [n, k], data });
+    })(),
+    (() => {
+      const data = new Uint8Array(n * k);
+      for (let i = 0; i < data.length; i++) data[i] = (i * 2654435761) >>> 24;
+      return new Weight({
+        name: "bench.int8_convrot",
+        format: "int8_convrot",
+        shape: [n, k],
+        data,
+        scale: { kind: "row", values: new Float32Array(n).fill(1 / 127) },
+        rotationGroup: 256,
+      });
+    })(),
+  ];
+  for (const name of ["ptx", "cuda"] as const) {
+    if (devices[name] === null) continue;
+    const b = await loadBackend(name);
+    const xt = b.upload(x, [m, k], "f32");
+    for (const w of weights) {
+      (b as { makeResident?: (w: Weight) => void }).makeResident?.(w);
+      const run = () => b.scope(() => void b.matmul(xt, w));
+      run();
+      await b.synchronize();
+      const iters = 10;
+      const t0 = performance.now();
+      for (let i = 0; i < iters; i++) run();
+      await b.synchronize();
+      const s = (performance.now() - t0) / 1000 / iters;
+      gemm.push({
+        backend: name,
+        op: "matmul gemm",
+        format: w.format,
+        shape: [m, n, k],
+        ms: s * 1000,
+        tflops: (2 * m * n * k) / s / 1e12,
+      });
+    }
+    b.dispose();
+  }
+  summary.gemm = gemm;
+}
+
 summary.notRun = [
   "Krea 2 tiny goldens (../shared/testdata/krea2-tiny) in every DiT format on ptx",
   "LLM parity files on ptx",
+  "cuda: cuDNN attention (not bound yet; attention runs on the PTX kernel), fp8 e4m3 through cuBLASLt (not routed yet)",
   "bun run bench gpu: Krea 2 1024² s/step per format and LLM decode tok/s vs PyTorch",
 ];
 summary.finished = new Date().toISOString();

@@ -192,10 +192,16 @@ export function cuResultError(
   return new TpError(cuResultCode(result), `${call} failed: ${what}${detail === "" ? "" : `; ${detail}`}`);
 }
 
-/** The library paths {@link loadCudaDriver} tries, in order: TP_CUDA_LIB_DIR's, then the loader path's. */
+/**
+ * The library paths {@link loadCudaDriver} tries, in order: each TP_CUDA_LIB_DIR folder's (a
+ * ':'-separated list, shared with the cuda backend's libraries), then the loader path's.
+ */
 export function cudaLibraryCandidates(env: Record<string, string | undefined> = process.env): string[] {
-  const dir = env.TP_CUDA_LIB_DIR?.trim();
-  return [...(dir ? [join(dir, CUDA_LIBRARY)] : []), CUDA_LIBRARY];
+  const dirs = (env.TP_CUDA_LIB_DIR ?? "")
+    .split(":")
+    .map((d) => d.trim())
+    .filter((d) => d !== "");
+  return [...dirs.map((d) => join(d, CUDA_LIBRARY)), CUDA_LIBRARY];
 }
 
 const HOW_TO_GET =

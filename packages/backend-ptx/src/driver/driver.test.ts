@@ -42,6 +42,11 @@ describe("loading libcuda.so.1", () => {
       "libcuda.so.1",
     ]);
     expect(cudaLibraryCandidates({})).toEqual(["libcuda.so.1"]);
+    expect(cudaLibraryCandidates({ TP_CUDA_LIB_DIR: "/a:/b" })).toEqual([
+      "/a/libcuda.so.1",
+      "/b/libcuda.so.1",
+      "libcuda.so.1",
+    ]);
   });
   test.skipIf(hasDriver)(
     "absent: E_UNSUPPORTED naming the library, the places tried and how to get it",
