@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ptx } from "@tp/backend-ptx";
-import { dequantInt32Kernel } from "./kernels.ts";
+import { absMaxKernel, dequantInt32Kernel, quantizeFp8Kernel } from "./kernels.ts";
 
 const ptxas =
   process.env.TP_PTXAS ??
@@ -18,11 +18,12 @@ describe("ptxas assembles the cuda backend's kernels", () => {
     return;
   }
   for (const sm of [80, 86, 89, 90]) {
-    test(`dequant_i32 (with and without bias), sm_${sm}`, () => {
+    test(`dequant_i32 (with and without bias), absmax${sm >= 89 ? ", quantize_fp8" : ""}: sm_${sm}`, () => {
       const dir = mkdtempSync(join(tmpdir(), "tp-cudalibs-ptx-"));
       try {
         const file = join(dir, "k.ptx");
-        writeFileSync(file, ptx.ptxModule(sm, [dequantInt32Kernel(false), dequantInt32Kernel(true)]));
+        const fp8 = sm >= 89 ? [absMaxKernel(), quantizeFp8Kernel()] : [absMaxKernel()];
+        writeFileSync(file, ptx.ptxModule(sm, [dequantInt32Kernel(false), dequantInt32Kernel(true), ...fp8]));
         const r = Bun.spawnSync([ptxas as string, `-arch=sm_${sm}`, "-o", join(dir, "k.cubin"), file]);
         expect(r.stderr.toString().trim()).toBe("");
         expect(r.exitCode).toBe(0);
@@ -31,6 +32,9 @@ describe("ptxas assembles the cuda backend's kernels", () => {
       }
     });
   }
+  test("the fp8 quantizer needs sm_89 (cvt e4m3x2)", () => {
+    expect(() => ptx.ptxModule(86, [quantizeFp8Kernel()])).toThrow("needs sm_89 or newer");
+  });
   test("parameters in launch order", () => {
     expect(dequantInt32Kernel(true).params.map((p) => p.name)).toEqual([
       "out",

@@ -10,7 +10,8 @@ import { mmaKernel } from "./matmul.ts";
 describe("PTX emitter", () => {
   test("header: .version by target, .target sm_XX, .address_size 64; below sm_80 E_UNSUPPORTED", () => {
     expect(ptxHeader(86)).toBe(".version 7.8\n.target sm_86\n.address_size 64\n");
-    expect(ptxHeader(90)).toBe(".version 8.0\n.target sm_90\n.address_size 64\n");
+    expect(ptxHeader(90)).toBe(".version 8.1\n.target sm_90\n.address_size 64\n");
+    expect(ptxHeader(89)).toBe(".version 8.1\n.target sm_89\n.address_size 64\n");
     expect(() => ptxHeader(75)).toThrow("sm_75 is older than sm_80");
   });
   test("float immediates are the exact IEEE bits", () => {

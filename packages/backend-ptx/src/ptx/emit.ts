@@ -16,9 +16,12 @@ export type SmVersion = number;
 /** The oldest compute capability the kernels target (bf16 conversions, mma.sync, NaN-aware min/max). */
 export const MIN_SM = 80;
 
-/** The `.version` for a target: the oldest PTX ISA that has every instruction the kernels use there. */
+/**
+ * The `.version` for a target: the oldest PTX ISA that has every instruction the kernels use there
+ * (8.1 from sm_89: `cvt….e4m3x2.f32` on sm_89 needs it, used by @tp/backend-cudalibs's fp8 quantizer).
+ */
 export function ptxVersion(sm: SmVersion): string {
-  return sm >= 90 ? "8.0" : "7.8";
+  return sm >= 89 ? "8.1" : "7.8";
 }
 
 /** `.version`, `.target sm_XX` and `.address_size 64`. @throws TpError E_UNSUPPORTED below {@link MIN_SM} */
