@@ -9,7 +9,7 @@ import { BackendBase, dtypeBytes, type KernelTable, type Tensor, Weight } from "
 import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
 import { CublasLt } from "./cublaslt.ts";
 import { bf16Bits, fakeCublasLt } from "./fake-cublaslt.ts";
-import { CUDA_DATA_TYPE } from "./nvidia-h.ts";
+import { CUBLASLT_MATMUL_DESC, CUDA_DATA_TYPE } from "./nvidia-h.ts";
 
 interface FakeStorage {
   readonly bytes: Uint8Array;
@@ -106,14 +106,18 @@ function setup(noAlgoFor?: number) {
 
 describe("routing", () => {
   test("bf16 / f16 from 9 tokens, INT8 ConvRot from 16 (K a multiple of 16); the rest stays on PTX", () => {
-    expect(cublasLtRoute("bf16", 9, 64, 90)).toBe("bf16");
-    expect(cublasLtRoute("f16", 4096, 64, 80)).toBe("f16");
-    expect(cublasLtRoute("bf16", 8, 64, 90)).toBeNull(); // decode: the PTX gemv reads f32 x directly
-    expect(cublasLtRoute("int8_convrot", 16, 256, 90)).toBe("int8");
-    expect(cublasLtRoute("int8_convrot", 15, 256, 90)).toBeNull();
-    expect(cublasLtRoute("int8_convrot", 64, 24, 90)).toBeNull();
-    for (const f of ["f32", "q8_0", "q4_0", "int4_convrot", "f8_e4m3fn", "f8_e5m2"])
-      expect(cublasLtRoute(f, 1024, 256, 90)).toBeNull();
+    expect(cublasLtRoute("bf16", 9, 64, 64, 90)).toBe("bf16");
+    expect(cublasLtRoute("f16", 4096, 64, 64, 80)).toBe("f16");
+    expect(cublasLtRoute("bf16", 8, 64, 64, 90)).toBeNull(); // decode: the PTX gemv reads f32 x directly
+    expect(cublasLtRoute("int8_convrot", 16, 256, 64, 90)).toBe("int8");
+    expect(cublasLtRoute("int8_convrot", 15, 256, 64, 90)).toBeNull();
+    expect(cublasLtRoute("int8_convrot", 64, 24, 64, 90)).toBeNull();
+    expect(cublasLtRoute("f8_e4m3fn", 16, 256, 64, 89)).toBe("fp8_e4m3");
+    expect(cublasLtRoute("f8_e4m3fn", 16, 256, 64, 86)).toBeNull(); // no fp8 tensor cores before Ada
+    expect(cublasLtRoute("f8_e4m3fn", 24, 256, 64, 90)).toBeNull(); // tokens not a multiple of 16
+    expect(cublasLtRoute("f8_e4m3fn", 32, 256, 72, 90)).toBeNull();
+    for (const f of ["f32", "q8_0", "q4_0", "int4_convrot", "f8_e5m2"])
+      expect(cublasLtRoute(f, 1024, 256, 256, 90)).toBeNull();
   });
 });
 
@@ -170,6 +174,32 @@ describe("matmul through cuBLASLt", () => {
     ]);
     expect(host.launches[2]?.args).toEqual(["acc", "bias", "cols", "out", "rows", "w_scale", "x_scale"]);
     expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(1);
+  });
+  test("fp8 e4m3: absmax, per-tensor quantization, fp8 GEMM with the weight's and x's scales, bias added after", () => {
+    for (const scaled of [true, false]) {
+      const { host, ptxCalls, run } = setup();
+      const [T, K, N] = [16, 32, 16];
+      const weight = new Weight({
+        name: "blk.0.ffn_down.weight",
+        format: "f8_e4m3fn",
+        shape: [N, K],
+        data: new Uint8Array(N * K).fill(0x38),
+        ...(scaled ? { scale: { kind: "tensor" as const, value: 0.5 } } : {}),
+      });
+      run(host.alloc([T, N], "f32"), host.alloc([T, K], "f32"), weight, host.alloc([N], "f32"));
+      expect(ptxCalls).toEqual([]);
+      expect(host.launches.map((l) => [l.name, l.grid.join("x")])).toEqual([
+        ["cudalibs_absmax_f32", "2x1x1"],
+        ["cudalibs_quantize_fp8_e4m3", "1x1x1"],
+        ["map_add_f32_f32_to_f32_r2", "1x1x1"],
+      ]);
+      const desc = [...host.fake.descs.values()][0];
+      expect(desc?.attrs.get(CUBLASLT_MATMUL_DESC.CUBLASLT_MATMUL_DESC_B_SCALE_POINTER)).toBeGreaterThan(0n);
+      const a = desc?.attrs.get(CUBLASLT_MATMUL_DESC.CUBLASLT_MATMUL_DESC_A_SCALE_POINTER);
+      if (scaled) expect(a).toBeGreaterThan(0n);
+      else expect(a).toBe(0n);
+      expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(1);
+    }
   });
   test("decode-sized bf16, q8_0 and shapes without a cuBLASLt algorithm stay on the PTX kernels", () => {
     const { host, ptxCalls, run } = setup();

@@ -6,12 +6,13 @@
  * |--------------------------|---------|--------------------------------------------------------------|
  * | bf16, f16                | > 8     | x cast to the weight's type (PTX), cuBLASLt GEMM, f32 accumulate and out, bias in its epilogue |
  * | int8_convrot             | ≥ 16    | rotation + per-row int8 quantization (PTX), cuBLASLt int8 GEMM (int32), dequant + bias (PTX) |
+ * | f8_e4m3fn (sm_89+)       | > 8     | amax + per-tensor e4m3 quantization of x (PTX), cuBLASLt fp8 GEMM with both scales, bias (PTX) |
  * | everything else, decode  | any     | the PTX kernels (gemv, mma, tiled) as on `ptx`               |
  *
  * A shape cuBLASLt's heuristic has no algorithm for stays on the PTX kernels too (cached, asked once).
- * fp8 e4m3 with a tensor scale is planned in ./cublaslt.ts but not routed yet: it needs an on-device
- * per-tensor activation scale (amax) kernel first; it runs on the PTX kernels. Attention stays on the
- * PTX kernel (cuDNN's graph API is not bound yet; ./cudnn.ts loads the library and makes a handle).
+ * fp8 quantizes the activations too (per tensor, like the weight), so it is W8A8 rather than the PTX
+ * kernels' weight-only product. Attention stays on the PTX kernel (cuDNN's graph API is not bound yet;
+ * ./cudnn.ts loads the library and makes a handle).
  *
  * Environment: as ptx (TP_CUDA_DEVICE, TP_CUDA_LIB_DIR — here a ':'-separated list of folders, searched
  * for libcublasLt.so.13/.12 and libcudnn.so.9 before the loader path).
@@ -20,7 +21,7 @@ import { PtxBackend, type PtxBackendOptions, type PtxOpHost, ptx, ptxKernelTable
 import { type KernelTable, type Tensor, TpError, type Weight } from "@tp/tensor";
 import { CublasLt, type GemmKind, type GemmShape, loadCublasLt, WORKSPACE_BYTES } from "./cublaslt.ts";
 import { type Cudnn, loadCudnn } from "./cudnn.ts";
-import { DEQUANT_BLOCK, dequantInt32Kernel } from "./kernels.ts";
+import { absMaxKernel, DEQUANT_BLOCK, dequantInt32Kernel, FP8_BLOCK, quantizeFp8Kernel } from "./kernels.ts";
 
 /** What the cuBLASLt matmul path needs of its backend (a PtxBackend, or a fake in tests). */
 export interface CudaOpHost extends PtxOpHost {
@@ -37,11 +38,15 @@ export function cublasLtRoute(
   format: string,
   tokens: number,
   inFeatures: number,
+  outFeatures: number,
   sm: number,
 ): GemmKind | null {
   if ((format === "bf16" || format === "f16") && tokens > 8) return format;
   // int8 IMMA: the rotation group divides K; K a multiple of 16 keeps every row 16-byte aligned
   if (format === "int8_convrot" && tokens >= 16 && inFeatures % 16 === 0 && sm >= 80) return "int8";
+  // fp8 (Ada / Hopper tensor cores): cuBLASLt wants every dimension a multiple of 16
+  const by16 = [tokens, inFeatures, outFeatures].every((d) => d % 16 === 0);
+  if (format === "f8_e4m3fn" && tokens > 8 && sm >= 89 && by16) return "fp8_e4m3";
   return null;
 }
 
@@ -58,14 +63,15 @@ export function cublasLtMatmul(
 ): boolean {
   const [N, K] = w.shape;
   const M = x.numel / Math.max(1, K);
-  const kind = cublasLtRoute(w.format, M, K, host.sm);
+  const kind = cublasLtRoute(w.format, M, K, N, host.sm);
   if (kind === null || out.numel === 0) return false;
   const shape: GemmShape = {
     kind,
     tokens: M,
     inFeatures: K,
     outFeatures: N,
-    bias: bias !== null && kind !== "int8",
+    // the epilogue adds the bias for bf16 / f16; int8 and fp8 add it in a PTX pass
+    bias: bias !== null && (kind === "bf16" || kind === "f16"),
   };
   const plan = host.lt.plan(shape);
   if (plan === null) return false;
@@ -85,6 +91,37 @@ export function cublasLtMatmul(
         host.workspace(),
         host.stream,
       );
+      return;
+    }
+    if (kind === "fp8_e4m3") {
+      // y = (s_w·s_x)·(q_x·q_wᵀ): q_x = e4m3(x / s_x), s_x = max|x| / 448 (per tensor, on the device)
+      const xf = contiguousF32(host, x, M, K);
+      const amax = host.alloc([1], "u32", "x_amax");
+      host.fill(amax, 0);
+      host.launch(host.kernel("absmax", absMaxKernel), [Math.ceil((M * K) / FP8_BLOCK), 1, 1], {
+        amax,
+        x: xf,
+        n: M * K,
+      });
+      const q = host.alloc([M, K], "f8_e4m3fn", "x_fp8");
+      const sx = host.alloc([1], "f32", "x_scale");
+      const pairs = (M * K) / 2;
+      host.launch(host.kernel("quant_fp8", quantizeFp8Kernel), [Math.ceil(pairs / FP8_BLOCK), 1, 1], {
+        out: q,
+        x: xf,
+        amax,
+        x_scale: sx,
+        pairs,
+      });
+      // no scale on the weight: a null A scale pointer, which cuBLASLt reads as 1
+      const wScale = w.scale?.kind === "tensor" ? host.address(host.weightScale(w)) : 0n;
+      host.lt.matmul(
+        plan,
+        { w: host.address(wb), x: host.address(q), y: host.address(out), wScale, xScale: host.address(sx) },
+        host.workspace(),
+        host.stream,
+      );
+      if (bias !== null) addBias(host, out, bias, M, N);
       return;
     }
     // int8 ConvRot (krea2.md §1.7): rotate, quantize rows to int8, q_x · q_wᵀ in int32, dequantize
@@ -125,9 +162,29 @@ export function cublasLtMatmul(
   return true;
 }
 
-/** `x` as a contiguous f32 [M, K] (a copy in the scope when it is a strided view). */
+/** out[M, N] += bias[N] in place (the ptx map kernel, bias broadcast over rows). */
+function addBias(host: CudaOpHost, out: Tensor, bias: Tensor, M: number, N: number): void {
+  const k = host.kernel("map:add:f32,f32:f32:2:false", () =>
+    ptx.mapKernel({ op: "add", inputs: ["f32", "f32"], out: "f32", rank: 2 }),
+  );
+  host.launch(k, [Math.max(1, Math.ceil((M * N) / ptx.ELEMENTWISE_BLOCK)), 1, 1], {
+    out,
+    in0: out,
+    in1: bias,
+    n: M * N,
+    size0: M,
+    size1: N,
+    stride1_0: N,
+    stride1_1: 1,
+    stride2_0: 0,
+    stride2_1: bias.strides[0] as number,
+  });
+}
+
+/** `x` as a contiguous, 8-byte aligned f32 [M, K] (a copy in the scope when it is not). */
 function contiguousF32(host: CudaOpHost, x: Tensor, M: number, K: number): Tensor {
-  if (x.isContiguous) return x;
+  // the fp8 quantizer reads x in 8-byte pairs: a view starting at an odd element is copied too
+  if (x.isContiguous && x.layout.offset % 2 === 0) return x;
   const c = host.alloc([M, K], "f32", "x");
   castInto(host, c, x);
   return c;

@@ -193,7 +193,7 @@ export interface GemmOperands {
   readonly y: bigint;
   /** f32 [outFeatures], when the shape has a bias. */
   readonly bias?: bigint;
-  /** fp8: f32 scalars on the device, w = f32(w_fp8)·wScale, x = f32(x_fp8)·xScale. */
+  /** fp8: f32 scalars on the device, w = f32(w_fp8)·wScale, x = f32(x_fp8)·xScale; 0n (null) reads as 1. */
   readonly wScale?: bigint;
   readonly xScale?: bigint;
 }

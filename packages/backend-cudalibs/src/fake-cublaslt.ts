@@ -203,7 +203,7 @@ export function fakeCublasLt(options: { failCreate?: number; failMatmul?: number
       const biasAddr = d.attrs.get(D.CUBLASLT_MATMUL_DESC_BIAS_POINTER);
       const scaleOf = (attr: number) => {
         const p = d.attrs.get(attr);
-        return p === undefined ? 1 : view(p).getFloat32(0, true);
+        return p === undefined || p === 0n ? 1 : view(p).getFloat32(0, true);
       };
       const s =
         scaleOf(D.CUBLASLT_MATMUL_DESC_A_SCALE_POINTER) * scaleOf(D.CUBLASLT_MATMUL_DESC_B_SCALE_POINTER);
