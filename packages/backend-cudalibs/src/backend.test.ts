@@ -22,6 +22,7 @@ class FakeHost extends BackendBase implements CudaOpHost {
   readonly sm = 90;
   readonly w4a4 = false;
   readonly stream = 7;
+  fp8Activations = true;
   readonly fake: ReturnType<typeof fakeCublasLt>;
   readonly lt: CublasLt;
   readonly launches: { name: string; grid: readonly number[]; args: string[] }[] = [];
@@ -92,7 +93,7 @@ function setup(noAlgoFor?: number) {
   const base: KernelTable = {
     matmul: {
       dtypes: ["f32"],
-      weightFormats: ["f32", "bf16", "f16", "q8_0", "int8_convrot"],
+      weightFormats: ["f32", "bf16", "f16", "q8_0", "int8_convrot", "f8_e4m3fn"],
       run: (_o, _x, w) => {
         ptxCalls.push(w.format);
       },
@@ -200,6 +201,14 @@ describe("matmul through cuBLASLt", () => {
       else expect(a).toBe(0n);
       expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(1);
     }
+  });
+  test("fp8 without the opt-in stays on the PTX kernels", () => {
+    const { host, ptxCalls, run } = setup();
+    host.fp8Activations = false;
+    const weight = new Weight({ name: "w", format: "f8_e4m3fn", shape: [16, 32], data: new Uint8Array(512) });
+    run(host.alloc([16, 16], "f32"), host.alloc([16, 32], "f32"), weight, null);
+    expect(ptxCalls).toEqual(["f8_e4m3fn"]);
+    expect(host.lt.heuristicQueries).toBe(0);
   });
   test("decode-sized bf16, q8_0 and shapes without a cuBLASLt algorithm stay on the PTX kernels", () => {
     const { host, ptxCalls, run } = setup();
