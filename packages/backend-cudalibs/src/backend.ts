@@ -238,6 +238,7 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
   /** Why cuDNN is not loaded, when it is not. */
   readonly cudnnMissing: string | null;
   #workspace: Tensor | null = null;
+  #libsClosed = false;
   override readonly kernelTable: KernelTable = cudaKernelTable(this, ptxKernelTable(this));
 
   /** @throws TpError as PtxBackend, and as loadCublasLt / cublasLtCreate */
@@ -271,7 +272,11 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
     return { ptr: this.address(this.#workspace), bytes: WORKSPACE_BYTES };
   }
 
+  /** Wait for queued work, release cuBLASLt's plans and handle, cuDNN's handle, then the ptx backend. */
   override dispose(): void {
+    if (this.#libsClosed) return;
+    this.#libsClosed = true;
+    this.driver.streamSynchronize(this.stream);
     this.lt.destroy();
     this.cudnn?.destroy();
     super.dispose();
