@@ -215,27 +215,33 @@ if (device !== null) {
   for (const name of ["ptx", "cuda"] as const) {
     if (devices[name] === null) continue;
     const b = await loadBackend(name);
-    const xt = b.upload(x, [m, k], "f32");
-    for (const w of weights) {
-      (b as { makeResident?: (w: Weight) => void }).makeResident?.(w);
-      const run = () => b.scope(() => void b.matmul(xt, w));
-      run();
-      await b.synchronize();
-      const iters = 10;
-      const t0 = performance.now();
-      for (let i = 0; i < iters; i++) run();
-      await b.synchronize();
-      const s = (performance.now() - t0) / 1000 / iters;
-      gemm.push({
-        backend: name,
-        op: "matmul gemm",
-        format: w.format,
-        shape: [m, n, k],
-        ms: s * 1000,
-        tflops: (2 * m * n * k) / s / 1e12,
-      });
+    try {
+      const xt = b.upload(x, [m, k], "f32");
+      for (const w of weights) {
+        (b as { makeResident?: (w: Weight) => void }).makeResident?.(w);
+        const run = () => b.scope(() => void b.matmul(xt, w));
+        run();
+        await b.synchronize();
+        const iters = 10;
+        const t0 = performance.now();
+        for (let i = 0; i < iters; i++) run();
+        await b.synchronize();
+        const s = (performance.now() - t0) / 1000 / iters;
+        const tflops = (2 * m * n * k) / s / 1e12;
+        gemm.push({
+          backend: name,
+          op: "matmul gemm",
+          format: w.format,
+          shape: [m, n, k],
+          ms: s * 1000,
+          tflops,
+        });
+      }
+    } catch (e) {
+      gemm.push({ backend: name, op: "matmul gemm", error: e instanceof Error ? e.message : String(e) });
+    } finally {
+      b.dispose();
     }
-    b.dispose();
   }
   summary.gemm = gemm;
 }
