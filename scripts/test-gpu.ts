@@ -8,7 +8,8 @@
  *    layer; cuBLASLt plans, the C probe of cublasLt.h / cudnn.h against the TS constants);
  * 3. times matmul GEMV for decode-shaped weights (Qwen3-8B's [12288, 4096] in Q8_0, Q4_0, f16) and
  *    reports the fraction of the HBM bandwidth reached; and prefill-shaped GEMMs (4096 tokens ×
- *    [4096, 4096] in bf16 and INT8 ConvRot) on ptx and cuda side by side (TFLOP/s);
+ *    [4096, 4096] in bf16 and INT8 ConvRot) on ptx and cuda side by side (TFLOP/s, and the NMSE of
+ *    cuda's output against ptx's);
  * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
  * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files, the
  * Krea 2 / LLM benchmarks against PyTorch; the summary lists them under `notRun`.
@@ -212,6 +213,7 @@ if (device !== null) {
       });
     })(),
   ];
+  const outputs = new Map<string, Float32Array>();
   for (const name of ["ptx", "cuda"] as const) {
     if (devices[name] === null) continue;
     const b = await loadBackend(name);
@@ -228,6 +230,20 @@ if (device !== null) {
         await b.synchronize();
         const s = (performance.now() - t0) / 1000 / iters;
         const tflops = (2 * m * n * k) / s / 1e12;
+        // the same product on both backends: cuda's output against ptx's (NMSE)
+        const t = b.matmul(xt, w);
+        const y = (await b.read(t)) as Float32Array;
+        b.free(t);
+        const ref = outputs.get(w.format);
+        if (ref === undefined) outputs.set(w.format, y);
+        let num = 0;
+        let den = 0;
+        if (ref !== undefined)
+          for (let i = 0; i < y.length; i++) {
+            num += ((y[i] as number) - (ref[i] as number)) ** 2;
+            den += (ref[i] as number) ** 2;
+          }
+        const nmseVsPtx = ref === undefined ? null : num / Math.max(den, 1e-30);
         gemm.push({
           backend: name,
           op: "matmul gemm",
@@ -235,6 +251,7 @@ if (device !== null) {
           shape: [m, n, k],
           ms: s * 1000,
           tflops,
+          nmseVsPtx,
         });
       }
     } catch (e) {
