@@ -1,10 +1,11 @@
 // The cuda backend's matmul routing without a GPU: a host whose "device memory" is the fake cuBLASLt's
-// (./fake-cublaslt.ts), PTX launches recorded (the f32 → bf16 cast emulated on the host), and the ptx
+// (./fake-cublaslt.ts), PTX launches checked against each kernel's .param list (packLaunch, as the real
+// launch does) and recorded (the f32 → bf16 cast emulated on the host), and the ptx
 // table's matmul as the fallback. Checks which path each format and token count takes, the launches
 // around the int8 GEMM, one heuristic query per shape, and — bf16 — the numbers: y = x·wᵀ + b summed
 // in float64 here (inputs exact in bf16, so the comparison is exact).
 import { describe, expect, test } from "bun:test";
-import type { LaunchArg, ptx } from "@tp/backend-ptx";
+import { type LaunchArg, packLaunch, type ptx } from "@tp/backend-ptx";
 import { BackendBase, dtypeBytes, type KernelTable, type Tensor, Weight } from "@tp/tensor";
 import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
 import { CublasLt } from "./cublaslt.ts";
@@ -65,6 +66,8 @@ class FakeHost extends BackendBase implements CudaOpHost {
     grid: readonly [number, number, number],
     args: Record<string, LaunchArg>,
   ): void {
+    // the arguments must match the kernel's .param list exactly (as the real launch checks)
+    packLaunch(kernel, grid, args, (t) => this.address(t));
     this.launches.push({ name: kernel.name, grid, args: Object.keys(args).sort() });
     if (kernel.name.startsWith("map_cast_f32_to_bf16")) {
       const src = new Float32Array(this.bytesOf(args.in0 as Tensor).buffer);
