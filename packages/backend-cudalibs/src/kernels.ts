@@ -63,9 +63,10 @@ export const FP8_BLOCK = 256;
 export const E4M3_MAX = 448;
 
 /**
- * amax |= max |x[i]| over n f32 (one element per thread, a block reduction, then one atomic max of
- * the result's bits per block: for non-negative floats the u32 order is the float order, and a NaN
- * wins as the largest pattern). `amax` (u32, the f32 bits) starts at 0 (the caller clears it).
+ * amax = max(amax, max |x[i]|) over n f32: one element per thread, a block reduction, then one atomic
+ * max of the result's bits per block (for non-negative floats the u32 order is the float order).
+ * max.f32 skips NaN operands, so a NaN in x does not set the scale (it stays NaN through the
+ * quantizer). `amax` (u32, the f32 bits) starts at 0 (the caller clears it).
  * Parameters: amax, x, n. Grid: ⌈n / 256⌉ blocks.
  */
 export function absMaxKernel(): ptx.KernelSource {
