@@ -131,6 +131,9 @@ function matmulCases(): ConformanceCase[] {
     { x: [1, 256], n: 17, bias: false },
     { x: [5, 512], n: 9, bias: true },
     { x: [2, 3, 256], n: 16, bias: false },
+    // prefill-sized (32 tokens, every dimension a multiple of 16): the GEMM paths (ptx's mma kernels,
+    // the cuda backend's cuBLASLt) rather than the decode GEMV
+    { x: [32, 256], n: 48, bias: true },
   ];
   const out: ConformanceCase[] = [];
   MATMUL_FORMATS.forEach((fc, f) => {
