@@ -8,8 +8,8 @@
  *    layer; cuBLASLt plans, the C probe of cublasLt.h / cudnn.h against the TS constants);
  * 3. times matmul GEMV for decode-shaped weights (Qwen3-8B's [12288, 4096] in Q8_0, Q4_0, f16) and
  *    reports the fraction of the HBM bandwidth reached; and prefill-shaped GEMMs (4096 tokens ×
- *    [4096, 4096] in bf16 and INT8 ConvRot) on ptx and cuda side by side (TFLOP/s, and the NMSE of
- *    cuda's output against ptx's);
+ *    [4096, 4096] in bf16, INT8 ConvRot and fp8 e4m3 — on cuda as W8A8, its opt-in) on ptx and cuda side
+ *    by side (TFLOP/s, and the NMSE of cuda's output against ptx's);
  * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
  * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files, the
  * Krea 2 / LLM benchmarks against PyTorch; the summary lists them under `notRun`.
@@ -18,7 +18,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { loadBackend, Weight, weightBytes } from "@tp/tensor";
+import { type BackendOptions, loadBackend, Weight, weightBytes } from "@tp/tensor";
 
 const out = resolve(process.env.TP_GPU_OUT ?? "gpu-out");
 mkdirSync(out, { recursive: true });
@@ -185,7 +185,7 @@ if (device !== null) {
   summary.bench = bench;
 }
 
-// 4. prefill GEMM: 4096 tokens × [4096, 4096], bf16 and INT8 ConvRot, ptx and cuda side by side
+// 4. prefill GEMM: 4096 tokens × [4096, 4096], bf16, INT8 ConvRot and fp8, ptx and cuda side by side
 {
   const gemm: unknown[] = [];
   const [m, n, k] = [4096, 4096, 4096];
@@ -212,11 +212,23 @@ if (device !== null) {
         rotationGroup: 256,
       });
     })(),
+    (() => {
+      // fp8 e4m3 with a tensor scale; on cuda as W8A8 through cuBLASLt (the opt-in), on ptx weight-only
+      const data = new Uint8Array(n * k);
+      for (let i = 0; i < data.length; i++) data[i] = ((i * 2654435761) >>> 24) & 0xb7; // exponent < 15: finite
+      return new Weight({
+        name: "bench.f8_e4m3fn",
+        format: "f8_e4m3fn",
+        shape: [n, k],
+        data,
+        scale: { kind: "tensor", value: 0.01 },
+      });
+    })(),
   ];
   const outputs = new Map<string, Float32Array>();
   for (const name of ["ptx", "cuda"] as const) {
     if (devices[name] === null) continue;
-    const b = await loadBackend(name);
+    const b = await loadBackend(name, name === "cuda" ? ({ fp8Activations: true } as BackendOptions) : {});
     try {
       const xt = b.upload(x, [m, k], "f32");
       for (const w of weights) {
