@@ -26,7 +26,12 @@ class FakeHost extends BackendBase implements CudaOpHost {
   fp8Activations = true;
   readonly fake: ReturnType<typeof fakeCublasLt>;
   readonly lt: CublasLt;
-  readonly launches: { name: string; grid: readonly number[]; args: string[] }[] = [];
+  readonly launches: {
+    name: string;
+    grid: readonly number[];
+    args: string[];
+    numbers: Record<string, number>;
+  }[] = [];
   readonly #kernels = new Map<string, ptx.KernelSource>();
   constructor(noAlgoFor?: number) {
     super("fake-cuda");
@@ -68,7 +73,10 @@ class FakeHost extends BackendBase implements CudaOpHost {
   ): void {
     // the arguments must match the kernel's .param list exactly (as the real launch checks)
     packLaunch(kernel, grid, args, (t) => this.address(t));
-    this.launches.push({ name: kernel.name, grid, args: Object.keys(args).sort() });
+    const numbers = Object.fromEntries(
+      Object.entries(args).filter((e): e is [string, number] => typeof e[1] === "number"),
+    );
+    this.launches.push({ name: kernel.name, grid, args: Object.keys(args).sort(), numbers });
     if (kernel.name.startsWith("map_cast_f32_to_bf16")) {
       const src = new Float32Array(this.bytesOf(args.in0 as Tensor).buffer);
       const dst = new Uint16Array(this.bytesOf(args.out as Tensor).buffer);
@@ -156,6 +164,35 @@ describe("matmul through cuBLASLt", () => {
         want.push(s);
       }
     expect([...y]).toEqual(want);
+  });
+  test("a strided bias view: no epilogue; the ptx add kernel adds it with its stride", async () => {
+    const { host, run } = setup();
+    const [T, K, N] = [16, 16, 4];
+    const weight = new Weight({
+      name: "w",
+      format: "bf16",
+      shape: [N, K],
+      data: new Uint8Array(new Uint16Array(N * K).fill(bf16Bits(0.5)).buffer),
+    });
+    const bias = host.upload(new Float32Array([1, 9, 2, 9, 3, 9, 4, 9]), [8], "f32").slice(0, 0, 8, 2);
+    expect(bias.isContiguous).toBe(false);
+    run(host.alloc([T, N], "f32"), host.upload(new Float32Array(T * K).fill(1), [T, K], "f32"), weight, bias);
+    expect(host.launches.map((l) => l.name)).toEqual([
+      "map_cast_f32_to_bf16_r2",
+      "map_add_f32_f32_to_f32_r2",
+    ]);
+    const desc = [...host.fake.descs.values()][0];
+    expect(desc?.attrs.has(CUBLASLT_MATMUL_DESC.CUBLASLT_MATMUL_DESC_BIAS_POINTER)).toBe(false);
+    // out [16, 4] walked as rows × columns; the bias broadcast over rows with its element stride 2
+    expect(host.launches[1]?.numbers).toEqual({
+      n: 64,
+      size0: 16,
+      size1: 4,
+      stride1_0: 4,
+      stride1_1: 1,
+      stride2_0: 0,
+      stride2_1: 2,
+    });
   });
   test("INT8 ConvRot: rotate, quantize rows, int8 GEMM into int32, dequantize with both scales and the bias", () => {
     const { host, ptxCalls, run } = setup();

@@ -74,8 +74,8 @@ export function cublasLtMatmul(
     tokens: M,
     inFeatures: K,
     outFeatures: N,
-    // the epilogue adds the bias for bf16 / f16; int8 and fp8 add it in a PTX pass
-    bias: bias !== null && (kind === "bf16" || kind === "f16"),
+    // the epilogue adds a contiguous bias for bf16 / f16; otherwise a PTX pass adds it
+    bias: bias?.isContiguous === true && (kind === "bf16" || kind === "f16"),
   };
   const plan = host.lt.plan(shape);
   if (plan === null) return false;
@@ -95,6 +95,7 @@ export function cublasLtMatmul(
         host.workspace(),
         host.stream,
       );
+      if (bias !== null && !shape.bias) addBias(host, out, bias, M, N);
       return;
     }
     if (kind === "fp8_e4m3") {
@@ -152,16 +153,18 @@ export function cublasLtMatmul(
       host.workspace(),
       host.stream,
     );
-    const k = host.kernel(`dequant_i32:${bias !== null}`, () => dequantInt32Kernel(bias !== null));
+    const fused = bias?.isContiguous === true;
+    const k = host.kernel(`dequant_i32:${fused}`, () => dequantInt32Kernel(fused));
     host.launch(k, [Math.max(1, Math.ceil((M * N) / DEQUANT_BLOCK)), 1, 1], {
       out,
       acc,
       x_scale: sx,
       w_scale: host.weightScale(w),
-      ...(bias === null ? {} : { bias }),
+      ...(fused ? { bias: bias as Tensor } : {}),
       rows: M,
       cols: N,
     });
+    if (bias !== null && !fused) addBias(host, out, bias, M, N);
   });
   return true;
 }
