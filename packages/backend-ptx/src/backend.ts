@@ -4,8 +4,8 @@
  * the driver for the device's compute capability and queued on one stream; `read` and `synchronize`
  * wait. `loadBackend("ptx")` in @tp/tensor imports this package and calls {@link createBackend}.
  *
- * Environment: TP_CUDA_DEVICE (device ordinal, default 0), TP_CUDA_LIB_DIR (folder of libcuda.so.1,
- * before the loader path).
+ * Environment: TP_CUDA_DEVICE (device ordinal, default 0), TP_CUDA_LIB_DIR (folders of libcuda.so.1,
+ * ':'-separated, before the loader path).
  *
  * Source: ./driver (CUDA driver API), @tp/tensor backend.ts (op contracts), kernels.ts (the table).
  */

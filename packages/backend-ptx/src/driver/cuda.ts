@@ -540,8 +540,8 @@ export function packKernelArgs(args: readonly KernelArg[]): { values: Uint8Array
 const drivers = new Map<string, CudaDriver>();
 
 /**
- * Load the CUDA driver library: `$TP_CUDA_LIB_DIR/libcuda.so.1` when that variable is set and the
- * file exists, else `libcuda.so.1` from the loader path (LD_LIBRARY_PATH, ld.so.cache). Memoised.
+ * Load the CUDA driver library: `libcuda.so.1` in the first TP_CUDA_LIB_DIR folder (':'-separated)
+ * that has it, else from the loader path (LD_LIBRARY_PATH, ld.so.cache). Memoised.
  * @throws TpError E_UNSUPPORTED naming the library, where it was looked for and how to get it, when it
  *   is absent or lacks a driver entry point; E_IO when TP_CUDA_LIB_DIR's file is not a usable library
  */
