@@ -15,14 +15,15 @@
  * penalties). So P(token) = P_i(d)·[token = d] + (1 − P_i(d))·P_i(token)/(1 − P_i(d))·[token ≠ d]
  * = P_i(token): the same law as vanilla.
  *
- * Draft length per round: min(k, max_draft = 16, budget − 1, room in the context window − 1), with k
- * adapted (llm.md §7.4's caps; the adaptive rule is ours): after a fully accepted round k grows by 1
- * (up to `draftMax`), after a rejection it becomes accepted + 1; two rounds in a row with nothing
- * accepted pause drafting for a number of rounds that doubles on each further pause (up to 64) and
- * resets on a success. A cost rule does the same when drafted rounds take more wall time per token
- * produced than rounds without drafts (EMAs of both, the first two rounds drafting nothing to time
- * vanilla decoding; three drafted rounds before a verdict): a draft model as slow as the target — or a
- * machine where the verify forward of m + 1 rows costs m + 1 decode steps — falls back to vanilla.
+ * Draft length per round: at most min(max_draft = 16, budget − 1, room in the context window − 1)
+ * (llm.md §7.4's caps), chosen by the adaptive rule of ./draft-policy.ts (ours): k follows acceptance,
+ * and a cost model (moving averages of the wall time of a plain decode step, of the drafter per token
+ * and of a verify row, with the running acceptance) drafts only when the expected speed-up pays, else
+ * pauses drafting and probes again later — a draft model as slow as the target, or a verify forward
+ * of m + 1 rows as dear as m + 1 decode steps, falls back to vanilla decoding. Timing changes how
+ * many tokens are drafted, never which are accepted: greedy output is vanilla's whatever the clock;
+ * with sampling the law is vanilla's, but which sample a seed gives may vary from run to run (the
+ * acceptance draws follow the drafts) unless `adaptive` is false.
  *
  * Drafters: prompt lookup ({@link NgramDrafter}), a draft model ({@link DraftModelDrafter}) and an
  * EAGLE-3 head ({@link Eagle3Drafter}), which reads the target's hidden states: a drafter with `taps`
@@ -34,6 +35,7 @@
  */
 import { type Tensor, TpError } from "@tp/tensor";
 import type { Tokenizer } from "@tp/tokenizer";
+import { DraftPolicy } from "./draft-policy.ts";
 import { KvCache } from "./kv-cache.ts";
 import type { CausalLM } from "./model.ts";
 import { type Eagle3Head, eagle3Taps } from "./models/eagle3.ts";
@@ -41,8 +43,6 @@ import { argmax, type Sampler, splitmix64, Xoshiro128 } from "./sampling.ts";
 
 /** Hard cap on drafts per verify step (llm.md §7.4 `max_draft`). */
 export const MAX_DRAFT = 16;
-/** Longest pause (in tokens) of the adaptive rule after repeated misses. */
-const MAX_COOLDOWN = 64;
 
 /**
  * Proposes tokens that may follow a context. Deterministic given the context (the acceptance rule
@@ -78,7 +78,10 @@ export interface SpeculativeOptions {
   draftMax?: number;
   /** A proposal shorter than this is dropped (llama.cpp `--draft-min`); 0 … draftMax. Default 0. */
   draftMin?: number;
-  /** Adapt the draft length and pause drafting when acceptance falls (see the module doc). Default true. */
+  /**
+   * Adapt the draft length, and pause drafting when acceptance falls or drafting costs more than it
+   * gains (./draft-policy.ts). Default true.
+   */
   adaptive?: boolean;
 }
 
@@ -592,15 +595,7 @@ export async function speculativeDecode(
     acceptanceRate: 0,
     tokensPerStep: 0,
   };
-  let k = draftMax;
-  let misses = 0;
-  // the first rounds run without drafts, to time vanilla decoding for the cost rule
-  let cooldown = adaptive ? 2 : 0;
-  /** EMA of wall ms per token of rounds without drafts, and of drafted rounds (undefined: not seen yet). */
-  let vanillaMs: number | undefined;
-  let draftedMs: number | undefined;
-  let draftedRounds = 0;
-  let pause = 0;
+  const policy = new DraftPolicy(draftMax, adaptive);
   let pending = h.first;
   /** Tokens emitted and committed but not in the cache (a snapshot restore went back past them). */
   let replay: number[] = [];
@@ -611,16 +606,16 @@ export async function speculativeDecode(
       h.feed(replay);
       replay = [];
     }
-    const roundStart = performance.now();
     const room = model.maxContext - model.cached - 1; // drafts that fit after the pending token
-    const m = Math.min(k, h.remaining() - 1, room);
+    const m = policy.plan(Math.min(h.remaining() - 1, room));
     let drafts: number[] = [];
-    if (m > 0 && cooldown === 0) {
+    if (m > 0) {
       drafts = (await options.drafter.propose(h.context, m)).slice(0, m);
       const bad = drafts.findIndex((d) => !Number.isInteger(d) || d < 0 || d >= vocab);
       if (bad >= 0) drafts.length = bad;
       if (drafts.length < draftMin) drafts = [];
-    } else if (cooldown > 0) cooldown--;
+    }
+    policy.proposed(drafts.length);
     const base = model.cached;
     // a model with recurrent state keeps a snapshot here, the point a rejection returns to
     if (drafts.length > 0) model.snapshot?.();
@@ -667,46 +662,13 @@ export async function speculativeDecode(
       // positions are context indices: the cache holds a prefix of the context
       if (kept < keep) replay = h.context.slice(kept, keep);
     }
-    if (adaptive) {
-      const perToken = (performance.now() - roundStart) / (accepted + 1);
-      if (drafts.length === 0) vanillaMs = ema(vanillaMs, perToken);
-      else {
-        draftedMs = ema(draftedMs, perToken);
-        draftedRounds++;
-      }
-    }
-    if (adaptive && drafts.length > 0) {
-      // the cost rule: drafted rounds slower per token than plain ones ⇒ pause drafting
-      if (vanillaMs !== undefined && draftedMs !== undefined && draftedRounds >= 3 && draftedMs > vanillaMs) {
-        pause = pause === 0 ? 4 : Math.min(MAX_COOLDOWN, pause * 2);
-        cooldown = pause;
-        draftedMs = undefined;
-        draftedRounds = 0;
-      }
-      if (accepted === drafts.length) k = Math.min(draftMax, k + 1);
-      else k = Math.max(1, accepted + 1);
-      if (accepted === 0) {
-        misses++;
-        if (misses >= 2 && cooldown === 0) {
-          pause = pause === 0 ? 4 : Math.min(MAX_COOLDOWN, pause * 2);
-          cooldown = pause;
-        }
-      } else {
-        misses = 0;
-        if (cooldown === 0) pause = 0;
-      }
-    }
+    policy.verified(accepted);
     if (ended) break;
     pending = next;
   }
   stats.acceptanceRate = stats.drafted > 0 ? stats.accepted / stats.drafted : 0;
   stats.tokensPerStep = stats.verifySteps > 0 ? (stats.accepted + stats.verifySteps) / stats.verifySteps : 0;
   return stats;
-}
-
-/** Exponential moving average with weight 0.3 on the new value. */
-function ema(prev: number | undefined, x: number): number {
-  return prev === undefined ? x : 0.7 * prev + 0.3 * x;
 }
 
 /**
