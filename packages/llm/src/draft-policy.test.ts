@@ -93,13 +93,13 @@ describe("DraftPolicy (fake clock)", () => {
     });
     expect(policy.gain(1)).toBeCloseTo(20 / 21, 12);
     // the first probe's loss: (90 + 14) − 5 · 10 = 54, then (40 + 14) − 50 = 4; 58 ms ⇒ the pause is
-    // max(8, ⌈58 / (0.03 · 10)⌉ = 194) = 194 rounds
+    // ⌈58 / (0.03 · 10)⌉ = 194 rounds
     const paused = Array.from({ length: 194 }, go);
     expect(paused.every((j) => j === 0)).toBe(true);
     // the probe: two rounds of j = 1 whatever the gain
     expect([go(), go()]).toEqual([1, 1]);
     // its loss: round 1 = (10 + 50) + 11 ms for 2 tokens of 10 ms → 51; round 2 = 21 − 20 → 1; 52 ms.
-    // The pause is max(min(64, 2 · 194) = 64, ⌈52 / 0.3⌉ = 174) = 174 rounds.
+    // The pause is ⌈52 / 0.3⌉ = 174 rounds.
     expect(policy.estimates.draftMs).toBeCloseTo(10, 12);
     const next = Array.from({ length: 175 }, go);
     expect(next.slice(0, 174).every((j) => j === 0)).toBe(true);
@@ -136,9 +136,30 @@ describe("DraftPolicy (fake clock)", () => {
     const r = { verifyMs: (n: number) => 10 + n, accepted: () => 0 };
     expect([round(r), round(r), round(r), round(r)]).toEqual([0, 0, FIRST_PROBE, 1]);
     expect(policy.gain(1)).toBeCloseTo(10 / 11, 12);
-    // the probe lost 14 − 10 + 11 − 10 = 5 ms: a pause of max(8, ⌈5 / 0.3⌉ = 17) rounds, then a probe
+    // the probe lost 14 − 10 + 11 − 10 = 5 ms: a pause of ⌈5 / 0.3⌉ = 17 rounds (≥ 8), then a probe
     const after = Array.from({ length: 18 }, () => round(r));
     expect(after).toEqual([...Array(17).fill(0), 1]);
+  });
+
+  test("a cheap drafter's probe slowed down by 50 ms (a GC pause) pauses it 32 rounds, not ⌈50 / 0.3⌉", () => {
+    const { round } = harness(8);
+    let hiccup = false;
+    const r = {
+      proposeMs: () => (hiccup ? 50 : 0),
+      verifyMs: (n: number) => 10 + n,
+      accepted: () => 0,
+    };
+    expect([round(r), round(r), round(r), round(r)]).toEqual([0, 0, FIRST_PROBE, 1]);
+    // α = 0: paused 17 rounds (as above), then the probe: its first round takes 50 ms more
+    expect(Array.from({ length: 17 }, () => round(r)).every((j) => j === 0)).toBe(true);
+    hiccup = true;
+    expect(round(r)).toBe(1);
+    hiccup = false;
+    expect(round(r)).toBe(1);
+    // the probe lost 50 + 1 + 1 = 52 ms ⇒ ⌈52 / 0.3⌉ = 174, but the drafter's calls cost 0 ms (its
+    // slow round followed plain ones: not timed) < 0.25 · 10: a cheap drafter pauses at most 32 rounds
+    const after = Array.from({ length: 33 }, () => round(r));
+    expect(after).toEqual([...Array(32).fill(0), 1]);
   });
 
   test("a costly drafter whose proposals are always empty (q = 0) is paused", () => {

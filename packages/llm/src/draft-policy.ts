@@ -20,9 +20,12 @@
  *   when that gain reaches {@link MIN_GAIN} or the round's predicted extra cost is within
  *   {@link CHEAP} of a step (a free drafter's misses cost nothing), and pauses drafting otherwise.
  *
- * A pause lasts `pause` rounds: 8 at first, doubled on each further pause (up to 64), and at least
- * long enough that the loss of the probe that follows stays under {@link PROBE_SHARE} of the paused
- * time; a round that pays resets it. A probe is two drafted rounds whatever the estimates say: the
+ * A pause is long enough that the probe ending it loses at most {@link PROBE_SHARE} of the paused
+ * time, taking the last probe's loss (wall time beyond plain decoding of the tokens it produced) as
+ * the next one's: ⌈loss / (PROBE_SHARE · stepMs)⌉ rounds, at least 8 and at most 1024 — at most 32
+ * for a cheap drafter (a call under a quarter of a step: prompt lookup), whose probe loses time only
+ * to noise such as a garbage-collection pause. So a cheap drafter is probed often and a dear one (a
+ * draft model, whose probe after a pause prefills every token it skipped) rarely. A probe is two drafted rounds whatever the estimates say: the
  * first two rounds of an answer draft nothing (they time a plain step), the next two are the first
  * probe, and each pause ends with one. The first drafted round after a plain one may carry a draft
  * model's catch-up prefill of the tokens it skipped (the whole prompt, the first time), so it does not
@@ -41,10 +44,15 @@ export const CHEAP = 0.02;
 export const FIRST_PROBE = 4;
 /** Share of a pause that the following probe may lose (its wall time beyond plain decoding). */
 export const PROBE_SHARE = 0.03;
-const FIRST_PAUSE = 8;
-const MAX_PAUSE = 64;
-/** Longest pause the probe-loss bound may ask for. */
-const MAX_LOSS_PAUSE = 1024;
+/** Shortest and longest pause (rounds). */
+const MIN_PAUSE = 8;
+const MAX_PAUSE = 1024;
+/**
+ * A drafter whose call costs less than this share of a decode step is cheap: its pauses stay within
+ * {@link CHEAP_MAX_PAUSE} (a garbage-collection pause during a probe is not its cost).
+ */
+const DEAR = 0.25;
+const CHEAP_MAX_PAUSE = 32;
 const DECAY = 0.8;
 /** Samples behind each duration's median. */
 const WINDOW = 5;
@@ -113,7 +121,6 @@ export class DraftPolicy {
   #acc = 0;
   #trials = 0;
   #cooldown = 0;
-  #pause = 0;
   /** Drafted rounds of the current probe still due (2 after a pause, and the first two drafted). */
   #probe = 0;
   /** Wall ms of the probe so far beyond plain decoding of the tokens it produced. */
@@ -251,10 +258,7 @@ export class DraftPolicy {
     this.#acc = DECAY * this.#acc + accepted;
     this.#trials = DECAY * this.#trials + accepted + (accepted < n ? 1 : 0);
     this.k = accepted === n ? Math.min(this.draftMax, this.k + 1) : Math.max(1, accepted + 1);
-    if (this.#probe === 0 && this.pays(this.best(this.k).j)) {
-      this.#pause = 0;
-      this.#probeLoss = 0;
-    }
+    if (this.#probe === 0 && this.pays(this.best(this.k).j)) this.#probeLoss = 0;
   }
 
   /** Book a drafted round's loss against the running probe. */
@@ -264,16 +268,13 @@ export class DraftPolicy {
     this.#probe--;
   }
 
-  /** Pause drafting: the next `pause` rounds are plain, then a probe of two drafted rounds. */
+  /** Pause drafting: the next rounds are plain (see the module doc), then a probe of two drafted rounds. */
   #startPause(): void {
-    const doubling = this.#pause === 0 ? FIRST_PAUSE : Math.min(MAX_PAUSE, this.#pause * 2);
     const step = this.#stepMs.value;
-    const byLoss =
-      step !== undefined && step > 0
-        ? Math.min(MAX_LOSS_PAUSE, Math.ceil(this.#probeLoss / (PROBE_SHARE * step)))
-        : 0;
-    this.#pause = Math.max(doubling, byLoss);
-    this.#cooldown = this.#pause;
+    const byLoss = step !== undefined && step > 0 ? Math.ceil(this.#probeLoss / (PROBE_SHARE * step)) : 0;
+    const perCall = this.#draftMs.value ?? this.#emptyMs.value;
+    const cheap = step !== undefined && perCall !== undefined && perCall < DEAR * step;
+    this.#cooldown = Math.min(cheap ? CHEAP_MAX_PAUSE : MAX_PAUSE, Math.max(MIN_PAUSE, byLoss));
     this.#probe = 2;
     this.#probeLoss = 0;
   }
