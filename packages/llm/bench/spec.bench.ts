@@ -4,7 +4,7 @@
  * own Q4_0 copy, written with the project's GGUF writer and quantizer (src/testing/block-types.ts
  * `rewriteGguf`) under TP_BENCH_DIR — each on two workloads, a story prompt and a repetitive listing,
  * for two targets: (a) the real trained stories260K (../shared/models/real, f32), tg256; (b) the
- * Qwen3-0.6B-shaped random model of the llm bench (./model.ts, Q8_0), tg48 with 3 runs (a decode step
+ * Qwen3-0.6B-shaped random model of the llm bench (./model.ts, Q8_0), tg128 with 3 runs (a decode step
  * is ~100× dearer on 2 cores). Each side is one in-process `GenerationSession.generate` of TG tokens
  * (the same ids: greedy speculation is lossless, checked on every run); the peer is vanilla, so
  * ratio = speed-up. Acceptance rate and tokens per verify step are rows of their own (from the last
@@ -52,7 +52,7 @@ const TARGETS: Target[] = [
     name: "qwen3-0.6b-shapes Q8_0",
     path: () => benchModel("Q8_0"),
     absent: TOKENIZER_SOURCE,
-    tg: 48,
+    tg: 128,
     runs: 3,
   },
 ];
@@ -94,7 +94,7 @@ function models(t: Target, path: string): { target: LoadedModel; draft: LoadedMo
 
 export default {
   description:
-    `speculative decoding on stories260K (real weights, tg256) and the Qwen3-0.6B-shaped random model (Q8_0, tg48), greedy tok/s at ${THREADS} threads: n-gram and ` +
+    `speculative decoding on stories260K (real weights, tg256) and the Qwen3-0.6B-shaped random model (Q8_0, tg128), greedy tok/s at ${THREADS} threads: n-gram and ` +
     "the target's Q4_0 copy as draft model vs vanilla decoding (the peer); ratio = speed-up",
   usage:
     "  TP_BENCH_THREADS  threads (default 2)\n  TP_BENCH_DIR      where the Q4_0 drafts (and the 0.6B model) are written",
