@@ -134,11 +134,13 @@ describe("DraftPolicy (fake clock)", () => {
   test("drafts never accepted pause drafting even when they are free: α = 0 ⇒ gain(1) = 10 / 11", () => {
     const { policy, round } = harness(8);
     const r = { verifyMs: (n: number) => 10 + n, accepted: () => 0 };
-    expect([round(r), round(r), round(r), round(r)]).toEqual([0, 0, FIRST_PROBE, 1]);
+    // the first probe runs to MIN_TRIALS = 4 rejections (one a round)
+    const first = Array.from({ length: 6 }, () => round(r));
+    expect(first).toEqual([0, 0, FIRST_PROBE, 1, 1, 1]);
     expect(policy.gain(1)).toBeCloseTo(10 / 11, 12);
-    // the probe lost 14 − 10 + 11 − 10 = 5 ms: a pause of ⌈5 / 0.3⌉ = 17 rounds (≥ 8), then a probe
-    const after = Array.from({ length: 18 }, () => round(r));
-    expect(after).toEqual([...Array(17).fill(0), 1]);
+    // the probe lost 14 − 10 + 3 · (11 − 10) = 7 ms: a pause of ⌈7 / 0.3⌉ = 24 rounds (≥ 8), then a probe
+    const after = Array.from({ length: 25 }, () => round(r));
+    expect(after).toEqual([...Array(24).fill(0), 1]);
   });
 
   test("a cheap drafter's probe slowed down by 50 ms (a GC pause) pauses it 32 rounds, not ⌈50 / 0.3⌉", () => {
@@ -149,9 +151,9 @@ describe("DraftPolicy (fake clock)", () => {
       verifyMs: (n: number) => 10 + n,
       accepted: () => 0,
     };
-    expect([round(r), round(r), round(r), round(r)]).toEqual([0, 0, FIRST_PROBE, 1]);
-    // α = 0: paused 17 rounds (as above), then the probe: its first round takes 50 ms more
-    expect(Array.from({ length: 17 }, () => round(r)).every((j) => j === 0)).toBe(true);
+    expect(Array.from({ length: 6 }, () => round(r))).toEqual([0, 0, FIRST_PROBE, 1, 1, 1]);
+    // α = 0: paused 24 rounds (as above), then the probe: its first round takes 50 ms more
+    expect(Array.from({ length: 24 }, () => round(r)).every((j) => j === 0)).toBe(true);
     hiccup = true;
     expect(round(r)).toBe(1);
     hiccup = false;

@@ -27,7 +27,8 @@
  * to noise such as a garbage-collection pause. So a cheap drafter is probed often and a dear one (a
  * draft model, whose probe after a pause prefills every token it skipped) rarely. A probe is two drafted rounds whatever the estimates say: the
  * first two rounds of an answer draft nothing (they time a plain step), the next two are the first
- * probe, and each pause ends with one. The first drafted round after a plain one may carry a draft
+ * probe (longer, one round at a time, until {@link MIN_TRIALS} acceptance trials when proposals
+ * come), and each pause ends with one. The first drafted round after a plain one may carry a draft
  * model's catch-up prefill of the tokens it skipped (the whole prompt, the first time), so it does not
  * update draftMs / emptyMs, but its loss counts towards the next pause. Until the drafter's cost is
  * known the rule asks for at most {@link FIRST_PROBE} drafts.
@@ -44,6 +45,8 @@ export const CHEAP = 0.02;
 export const FIRST_PROBE = 4;
 /** Share of a pause that the following probe may lose (its wall time beyond plain decoding). */
 export const PROBE_SHARE = 0.03;
+/** Acceptance trials the first probe gathers (when proposals come) before its verdict. */
+export const MIN_TRIALS = 4;
 /** Shortest and longest pause (rounds). */
 const MIN_PAUSE = 8;
 const MAX_PAUSE = 1024;
@@ -123,6 +126,10 @@ export class DraftPolicy {
   #cooldown = 0;
   /** Drafted rounds of the current probe still due (2 after a pause, and the first two drafted). */
   #probe = 0;
+  /** Acceptance trials seen (undecayed), for {@link MIN_TRIALS}. */
+  #trialCount = 0;
+  /** No pause yet: the first probe runs until MIN_TRIALS. */
+  #first = true;
   /** Wall ms of the probe so far beyond plain decoding of the tokens it produced. */
   #probeLoss = 0;
   /** The last round drafted nothing (a draft model then catches up on the skipped tokens). */
@@ -247,6 +254,7 @@ export class DraftPolicy {
       return;
     }
     this.#yield = ema(this.#yield, n > 0 ? 1 : 0);
+    if (n > 0) this.#trialCount += accepted + (accepted < n ? 1 : 0);
     this.#afterProbeRound(end - this.#start, accepted + 1);
     if (n === 0) {
       if (!catchUp) this.#emptyMs.push(draftMs);
@@ -266,6 +274,9 @@ export class DraftPolicy {
     if (this.#probe === 0) return;
     this.#probeLoss += Math.max(0, wallMs - tokens * (this.#stepMs.value ?? wallMs / tokens));
     this.#probe--;
+    // the first verdict rests on a few acceptance trials, not on one unlucky round
+    if (this.#probe === 0 && this.#first && (this.#yield ?? 0) > 0 && this.#trialCount < MIN_TRIALS)
+      this.#probe = 1;
   }
 
   /** Pause drafting: the next rounds are plain (see the module doc), then a probe of two drafted rounds. */
@@ -275,6 +286,7 @@ export class DraftPolicy {
     const perCall = this.#draftMs.value ?? this.#emptyMs.value;
     const cheap = step !== undefined && perCall !== undefined && perCall < DEAR * step;
     this.#cooldown = Math.min(cheap ? CHEAP_MAX_PAUSE : MAX_PAUSE, Math.max(MIN_PAUSE, byLoss));
+    this.#first = false;
     this.#probe = 2;
     this.#probeLoss = 0;
   }
