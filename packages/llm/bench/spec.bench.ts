@@ -13,6 +13,12 @@
  *
  * Targets (issue 27): ≥ 1.3× vanilla on the repetitive workload with n-gram; never below 0.95× on any
  * workload with the default settings.
+ *
+ * What the draft-model rows measure: stories260K's Q4_0 copy agrees with it but one forward of either
+ * costs about the same (both are dispatch-bound at 260 K parameters), and the random 0.6B's Q4_0 copy
+ * (about 0.55× a Q8_0 step) never reaches --draft-p-min 0.75 (a random model's top probability is
+ * tiny; with p-min 0 it agrees on 5% of drafts). So neither pays, and these rows measure the cost
+ * rule's fall-back to vanilla: one probe, whose price is the draft's prefill of the prompt.
  */
 import { existsSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
