@@ -8,7 +8,6 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createBackend } from "@tp/backend-cpu";
-import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import { openGguf } from "@tp/formats";
 import { type Backend, TpError } from "@tp/tensor";
 import { GenerationSession } from "./generate.ts";
@@ -25,6 +24,7 @@ import {
 } from "./speculative.ts";
 import { tinyEagle3, writeTinyEagle3 } from "./testing/eagle3.ts";
 import { SnapshotRollback } from "./testing/snapshot-rollback.ts";
+import { startVulkan } from "./testing/vulkan.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
@@ -32,15 +32,6 @@ const SKIP = HAVE_MODELS
   ? ""
   : `skipped: ${MODELS} is absent (the shared models folder is not beside this checkout)`;
 const backend = createBackend({ threads: 2 });
-/** The Vulkan backend, or why it cannot start here (its message's first line). */
-function startVulkan(): { backend?: Backend; reason?: string } {
-  try {
-    return { backend: createVulkan() };
-  } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    return { reason: why.split("\n")[0] ?? why };
-  }
-}
 const vk = HAVE_MODELS ? startVulkan() : {};
 const VK_SKIP = vk.backend === undefined ? `skipped: no Vulkan device starts (${vk.reason})` : "";
 afterAll(() => {
