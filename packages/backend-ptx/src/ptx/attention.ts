@@ -50,16 +50,7 @@ export function attentionKernel(s: AttentionSpec): KernelSource {
   const softcap = kb.ld("softcap", "f32");
   const qs = kb.shared("q", D * 4);
   const ps = kb.shared("p", T * 4);
-  const [tid, i, h, b, kvh, grp, qrow, kvBase] = kb.regs("b32", 8) as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [tid, i, h, b, kvh, grp, qrow, kvBase] = kb.regs("b32", 8);
   kb.op(
     `mov.u32 ${tid}, %tid.x;`,
     `mov.u32 ${i}, %ctaid.x;`,

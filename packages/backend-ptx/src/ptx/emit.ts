@@ -93,6 +93,12 @@ export function f64Imm(v: number): string {
 }
 
 /** Builds one `.entry`: parameters, registers, shared arrays, instructions. */
+/** `N` register names: a fixed-length tuple for a literal `N`, else an array. */
+export type Registers<N extends number> = number extends N ? string[] : RegisterTuple<N, []>;
+type RegisterTuple<N extends number, R extends string[]> = R["length"] extends N
+  ? R
+  : RegisterTuple<N, [...R, string]>;
+
 export class KernelBuilder {
   readonly name: string;
   readonly #params: string[] = [];
@@ -133,9 +139,9 @@ export class KernelBuilder {
     return `${PREFIX[c]}${this.#counts[c]++}`;
   }
 
-  /** `n` fresh registers. */
-  regs(c: RegClass, n: number): string[] {
-    return Array.from({ length: n }, () => this.reg(c));
+  /** `n` fresh registers (a tuple of `n` names when `n` is a literal, so they destructure as strings). */
+  regs<N extends number>(c: RegClass, n: N): Registers<N> {
+    return Array.from({ length: n }, () => this.reg(c)) as Registers<N>;
   }
 
   /** A fresh label. */

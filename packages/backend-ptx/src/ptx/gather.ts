@@ -113,7 +113,7 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
  * m · 2^−9.
  */
 function decodeE4m3(kb: KernelBuilder, row: string, k: string, q: string, f: string): string {
-  const [e, m, sign, bits] = kb.regs("b32", 4) as [string, string, string, string];
+  const [e, m, sign, bits] = kb.regs("b32", 4);
   const sub = kb.reg("pred");
   const nan = kb.reg("pred");
   const fs = kb.reg("f32");
@@ -374,7 +374,7 @@ export function conv2dKernel(s: Conv2dSpec): KernelSource {
   const [cin, H, W, cout, Ho, Wo] = ["c_in", "h", "w_in", "c_out", "h_out", "w_out"].map((n) =>
     kb.ld(n, "u32"),
   ) as [string, string, string, string, string, string];
-  const [ox, oy, co, b, t] = kb.regs("b32", 5) as [string, string, string, string, string];
+  const [ox, oy, co, b, t] = kb.regs("b32", 5);
   kb.op(
     `rem.u32 ${ox}, ${i}, ${Wo};`,
     `div.u32 ${t}, ${i}, ${Wo};`,
@@ -523,7 +523,7 @@ export function rotateKernel(group: number): KernelSource {
       kb.op(`ld.shared.f32 ${v}, [${ad}];`);
       return v;
     }) as [string, string, string, string];
-    const [ab, cd, r0, r1, r2, r3] = kb.regs("f32", 6) as [string, string, string, string, string, string];
+    const [ab, cd, r0, r1, r2, r3] = kb.regs("f32", 6);
     kb.op(
       `add.f32 ${ab}, ${a}, ${b};`,
       `add.f32 ${r0}, ${ab}, ${c};`,
@@ -576,17 +576,7 @@ export function gatedDeltaNetKernel(): KernelSource {
     string,
   ];
   const scale = kb.ld("scale", "f32");
-  const [b, j, kh, t, a, sBase, qkRow, vRow, idx] = kb.regs("b32", 9) as string[] as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [b, j, kh, t, a, sBase, qkRow, vRow, idx] = kb.regs("b32", 9);
   const end = kb.label("end");
   const p = kb.reg("pred");
   kb.op(
@@ -604,18 +594,7 @@ export function gatedDeltaNetKernel(): KernelSource {
   const tokensDone = kb.label("tokens_done");
   kb.place(tokens);
   kb.op(`setp.ge.u32 ${p}, ${t}, ${n};`, `@${p} bra ${tokensDone};`);
-  const [gv, bv, vv, eg, sk, delta, o, sv, kv, qv] = kb.regs("f32", 10) as string[] as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [gv, bv, vv, eg, sk, delta, o, sv, kv, qv] = kb.regs("f32", 10);
   const gi = kb.reg("b32");
   kb.op(
     `mad.lo.u32 ${gi}, ${t}, ${hv}, ${j};`,

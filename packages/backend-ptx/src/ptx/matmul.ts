@@ -79,7 +79,7 @@ export const GEMV_WARPS = 8;
 export function gemvKernel(s: MatmulSpec): KernelSource {
   const kb = new KernelBuilder(`matmul_gemv_${suffix(s)}`);
   const p = params(kb, s);
-  const [tid, lane, n, m, k] = kb.regs("b32", 5) as [string, string, string, string, string];
+  const [tid, lane, n, m, k] = kb.regs("b32", 5);
   const end = kb.label("end");
   const q = kb.reg("pred");
   kb.op(
@@ -136,7 +136,7 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
   const p = params(kb, s);
   const As = kb.shared("a", bk * bm * 4);
   const Bs = kb.shared("b", bk * bn * 4);
-  const [tid, tx, ty, m0, n0, k0] = kb.regs("b32", 6) as [string, string, string, string, string, string];
+  const [tid, tx, ty, m0, n0, k0] = kb.regs("b32", 6);
   kb.op(
     `mov.u32 ${tid}, %tid.x;`,
     `and.b32 ${tx}, ${tid}, 15;`,
@@ -157,7 +157,7 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
   kb.op(`setp.ge.u32 ${q}, ${k0}, ${p.K};`, `@${q} bra ${done};`);
   // stage: 1024 elements of each tile, 4 per thread; element e → (row e / 16, kk e % 16), stored [kk][row]
   for (let l = 0; l < 4; l++) {
-    const [e, r, kk, gk, gm, sa] = kb.regs("b32", 6) as [string, string, string, string, string, string];
+    const [e, r, kk, gk, gm, sa] = kb.regs("b32", 6);
     const ok = kb.reg("pred");
     kb.op(
       `add.u32 ${e}, ${tid}, ${l * 256};`,
@@ -221,7 +221,7 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
   kb.place(done);
   for (let i = 0; i < 4; i++) {
     for (let j = 0; j < 4; j++) {
-      const [m, n] = kb.regs("b32", 2) as [string, string];
+      const [m, n] = kb.regs("b32", 2);
       const ok = kb.reg("pred");
       const skip = kb.label("st");
       kb.op(
@@ -253,42 +253,7 @@ export function mmaKernel(s: MatmulSpec): KernelSource {
   const t16 = s.format;
   const kb = new KernelBuilder(`matmul_mma_${suffix(s)}`);
   const p = params(kb, s);
-  const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8) as string[] as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
-  kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${warp}, ${tid}, 5;`,
-    `shr.u32 ${g}, ${lane}, 2;`,
-    `and.b32 ${t}, ${lane}, 3;`,
-    `mov.u32 ${m0}, %ctaid.y;`,
-    `shl.b32 ${m0}, ${m0}, 4;`,
-    `mov.u32 ${n0}, %ctaid.x;`,
-    `mul.lo.u32 ${n0}, ${n0}, ${MMA_WARPS * 32};`,
-    `mad.lo.u32 ${n0}, ${warp}, 32, ${n0};`,
-    `mov.u32 ${k0}, 0;`,
-  );
-  // rows g and g + 8 of x, clamped validity
-  const rows = [0, 8].map((d) => {
-    const r = kb.reg("b32");
-    const ok = kb.reg("pred");
-    kb.op(`add.u32 ${r}, ${m0}, ${g};`, `add.u32 ${r}, ${r}, ${d};`, `setp.lt.u32 ${ok}, ${r}, ${p.M};`);
-    return { r, ok };
-  });
-  const cols = [0, 1, 2, 3].map((j) => {
-    const c = kb.reg("b32");
-    const ok = kb.reg("pred");
-    kb.op(`add.u32 ${c}, ${n0}, ${j * 8};`, `add.u32 ${c}, ${c}, ${g};`, `setp.lt.u32 ${ok}, ${c}, ${p.N};`);
-    return { c, ok };
-  });
+  const { t, n0, k0, rows, cols } = mmaFragmentIndices(kb, p);
   const acc = kb.regs("f32", 16);
   for (const a of acc) kb.op(`mov.f32 ${a}, 0f00000000;`);
   const top = kb.label("k");
@@ -342,6 +307,42 @@ export function mmaKernel(s: MatmulSpec): KernelSource {
   return kb.build([MMA_WARPS * 32, 1], 80);
 }
 
+/**
+ * The thread indices of the mma kernels: lane's group g = lane / 4 and t = lane % 4, the block's first
+ * row m0 = 16·%ctaid.y and the warp's first column n0, the k counter (0), rows g and g + 8 of x and
+ * columns g + 8j (j < 4) of w, each with its in-range predicate.
+ */
+function mmaFragmentIndices(kb: KernelBuilder, p: ReturnType<typeof params>) {
+  const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8);
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
+    `shr.u32 ${g}, ${lane}, 2;`,
+    `and.b32 ${t}, ${lane}, 3;`,
+    `mov.u32 ${m0}, %ctaid.y;`,
+    `shl.b32 ${m0}, ${m0}, 4;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${MMA_WARPS * 32};`,
+    `mad.lo.u32 ${n0}, ${warp}, 32, ${n0};`,
+    `mov.u32 ${k0}, 0;`,
+  );
+  // rows g and g + 8 of x, clamped validity
+  const rows = [0, 8].map((d) => {
+    const r = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${r}, ${m0}, ${g};`, `add.u32 ${r}, ${r}, ${d};`, `setp.lt.u32 ${ok}, ${r}, ${p.M};`);
+    return { r, ok };
+  });
+  const cols = [0, 1, 2, 3].map((j) => {
+    const c = kb.reg("b32");
+    const ok = kb.reg("pred");
+    kb.op(`add.u32 ${c}, ${n0}, ${j * 8};`, `add.u32 ${c}, ${c}, ${g};`, `setp.lt.u32 ${ok}, ${c}, ${p.N};`);
+    return { c, ok };
+  });
+  return { t, n0, k0, rows, cols };
+}
+
 /** Store the 4 n-tiles of C fragments (c0, c1: row g, cols 2t, 2t+1; c2, c3: row g+8). */
 function storeFragments(
   kb: KernelBuilder,
@@ -385,41 +386,7 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
   const kb = new KernelBuilder(`matmul_mma_s${bits}_${suffix(s)}`);
   const p = params(kb, s);
   const xs = kb.ld("x_scale", "u64");
-  const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8) as string[] as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
-  kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${warp}, ${tid}, 5;`,
-    `shr.u32 ${g}, ${lane}, 2;`,
-    `and.b32 ${t}, ${lane}, 3;`,
-    `mov.u32 ${m0}, %ctaid.y;`,
-    `shl.b32 ${m0}, ${m0}, 4;`,
-    `mov.u32 ${n0}, %ctaid.x;`,
-    `mul.lo.u32 ${n0}, ${n0}, ${MMA_WARPS * 32};`,
-    `mad.lo.u32 ${n0}, ${warp}, 32, ${n0};`,
-    `mov.u32 ${k0}, 0;`,
-  );
-  const rows = [0, 8].map((d) => {
-    const r = kb.reg("b32");
-    const ok = kb.reg("pred");
-    kb.op(`add.u32 ${r}, ${m0}, ${g};`, `add.u32 ${r}, ${r}, ${d};`, `setp.lt.u32 ${ok}, ${r}, ${p.M};`);
-    return { r, ok };
-  });
-  const cols = [0, 1, 2, 3].map((j) => {
-    const c = kb.reg("b32");
-    const ok = kb.reg("pred");
-    kb.op(`add.u32 ${c}, ${n0}, ${j * 8};`, `add.u32 ${c}, ${c}, ${g};`, `setp.lt.u32 ${ok}, ${c}, ${p.N};`);
-    return { c, ok };
-  });
+  const { t, n0, k0, rows, cols } = mmaFragmentIndices(kb, p);
   const acc = kb.regs("b32", 16);
   for (const a of acc) kb.op(`mov.b32 ${a}, 0;`);
   const top = kb.label("k");
@@ -500,16 +467,7 @@ export function gemvIdKernel(format: ElementFormat): KernelSource {
   const K = kb.ld("k", "u32");
   const experts = kb.ld("experts", "u32");
   const xDiv = kb.ld("x_div", "u32");
-  const [tid, lane, n, r, k, id, wrow, xrow] = kb.regs("b32", 8) as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [tid, lane, n, r, k, id, wrow, xrow] = kb.regs("b32", 8);
   const end = kb.label("end");
   const q = kb.reg("pred");
   const bad = kb.reg("pred");

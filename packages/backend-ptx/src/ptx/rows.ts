@@ -238,7 +238,7 @@ function blockArgmax(kb: KernelBuilder, tid: string, bv: string, bi: string): vo
   const warps = ROW_BLOCK / 32;
   const sv = kb.shared(`v${tid.slice(2)}_${bv.slice(2)}`, warps * 4, 4);
   const si = kb.shared(`i${tid.slice(2)}_${bv.slice(2)}`, warps * 4, 4);
-  const [lane, warp, av, ai] = kb.regs("b32", 4) as [string, string, string, string];
+  const [lane, warp, av, ai] = kb.regs("b32", 4);
   const p = kb.reg("pred");
   kb.op(
     `and.b32 ${lane}, ${tid}, 31;`,
@@ -293,8 +293,8 @@ export function topKKernel(): KernelSource {
   const { kb } = c;
   const indices = kb.ld("indices", "u64");
   const K = kb.ld("k", "u32");
-  const [lastV, bv] = kb.regs("f32", 2) as [string, string];
-  const [lastI, bi, pass, o] = kb.regs("b32", 4) as [string, string, string, string];
+  const [lastV, bv] = kb.regs("f32", 2);
+  const [lastI, bi, pass, o] = kb.regs("b32", 4);
   const top = kb.label("pass");
   const done = kb.label("passes_done");
   const pp = kb.reg("pred");
@@ -345,12 +345,11 @@ export function topKKernel(): KernelSource {
 }
 
 /**
- * ConvRot activation quantization of rotated rows (krea2.md §1.7 step 2): s_x = max(max|x| / 127,
- * 1e-30) into scales[row], q = clamp(round_half_even(x / s_x), −128, 127) as int8 into out.
- * Parameters: out (s8 [rows, d]), x (f32 [rows, d]), d, scales (f32 [rows]).
+ * The per-row scale of the ConvRot quantizers: the block's max |x| over the row (f32), the scale
+ * `scaleOf(s, absMax)` computes from it, stored by thread 0 into scales[row] (parameter `scales`, f32
+ * [rows]). Returns the scale's register.
  */
-export function quantizeRowsInt8Kernel(): KernelSource {
-  const c = rowPrologue("convrot_quantize_rows_int8");
+function rowScale(c: RowCtx, scaleOf: (s: string, absMax: string) => string[]): string {
   const { kb } = c;
   const scales = kb.ld("scales", "u64");
   const mx = kb.reg("f32");
@@ -361,7 +360,7 @@ export function quantizeRowsInt8Kernel(): KernelSource {
   });
   const a = kb.blockReduce(mx, "max", ROW_BLOCK);
   const s = kb.reg("f32");
-  kb.op(`div.rn.f32 ${s}, ${a}, ${f32Imm(127)};`, `max.f32 ${s}, ${s}, ${f32Imm(1e-30)};`);
+  kb.op(...scaleOf(s, a));
   const p = kb.reg("pred");
   const row = kb.reg("b32");
   kb.op(
@@ -369,6 +368,21 @@ export function quantizeRowsInt8Kernel(): KernelSource {
     `mov.u32 ${row}, %ctaid.x;`,
     `@${p} st.global.f32 [${kb.addr(scales, row, 4)}], ${s};`,
   );
+  return s;
+}
+
+/**
+ * ConvRot activation quantization of rotated rows (krea2.md §1.7 step 2): s_x = max(max|x| / 127,
+ * 1e-30) into scales[row], q = clamp(round_half_even(x / s_x), −128, 127) as int8 into out.
+ * Parameters: out (s8 [rows, d]), x (f32 [rows, d]), d, scales (f32 [rows]).
+ */
+export function quantizeRowsInt8Kernel(): KernelSource {
+  const c = rowPrologue("convrot_quantize_rows_int8");
+  const { kb } = c;
+  const s = rowScale(c, (s, a) => [
+    `div.rn.f32 ${s}, ${a}, ${f32Imm(127)};`,
+    `max.f32 ${s}, ${s}, ${f32Imm(1e-30)};`,
+  ]);
   rowLoop(c, (_j, g) => {
     const x = loadAt(kb, c.x, g);
     const q = kb.reg("b32");
@@ -391,33 +405,12 @@ export function quantizeRowsInt8Kernel(): KernelSource {
 export function quantizeRowsInt4Kernel(): KernelSource {
   const c = rowPrologue("convrot_quantize_rows_int4");
   const { kb } = c;
-  const scales = kb.ld("scales", "u64");
-  const mx = kb.reg("f32");
-  kb.op(`mov.f32 ${mx}, 0f00000000;`);
-  rowLoop(c, (_j, g) => {
-    const x = loadAt(kb, c.x, g);
-    kb.op(`abs.f32 ${x}, ${x};`, `max.f32 ${mx}, ${mx}, ${x};`);
-  });
-  const a = kb.blockReduce(mx, "max", ROW_BLOCK);
-  const s = kb.reg("f32");
-  kb.op(`max.f32 ${s}, ${a}, ${f32Imm(1e-10)};`, `div.rn.f32 ${s}, ${s}, ${f32Imm(7)};`);
-  const p = kb.reg("pred");
-  const row = kb.reg("b32");
-  kb.op(
-    `setp.eq.u32 ${p}, ${c.tid}, 0;`,
-    `mov.u32 ${row}, %ctaid.x;`,
-    `@${p} st.global.f32 [${kb.addr(scales, row, 4)}], ${s};`,
-  );
+  const s = rowScale(c, (s, a) => [
+    `max.f32 ${s}, ${a}, ${f32Imm(1e-10)};`,
+    `div.rn.f32 ${s}, ${s}, ${f32Imm(7)};`,
+  ]);
   // pairs: thread loop over k < d/2, elements 2k and 2k + 1
-  const [pair, pairs, e, byte, q0, q1, o] = kb.regs("b32", 7) as [
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [pair, pairs, e, byte, q0, q1, o] = kb.regs("b32", 7);
   const top = kb.label("pair");
   const done = kb.label("pairs_done");
   const q = kb.reg("pred");
