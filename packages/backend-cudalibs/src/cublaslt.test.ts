@@ -3,20 +3,10 @@
 // computes D from the layouts as cuBLASLt defines them and the test compares with y = x·wᵀ (+ b)
 // summed in float64 here — and status codes as TpError naming the call and the shape.
 import { describe, expect, test } from "bun:test";
-import { TpError } from "@tp/tensor";
+import { thrownTpError } from "@tp/tensor/testing";
 import { CublasLt, cublasError, cublasStatusCode, type GemmShape } from "./cublaslt.ts";
 import { bf16Bits, e4m3, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUBLAS_STATUS, CUDA_DATA_TYPE } from "./nvidia-h.ts";
-
-function thrown(fn: () => unknown): TpError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof TpError) return e;
-    throw e;
-  }
-  throw new Error("expected a throw");
-}
 
 const WS = { ptr: 0x1000n, bytes: 1 << 20 };
 /** Deterministic small integers in [-r, r]. */
@@ -74,7 +64,7 @@ describe("plans", () => {
   });
   test("bad shapes are E_ARG before any call", () => {
     const lt = new CublasLt(fakeCublasLt().symbols);
-    expect(thrown(() => lt.plan({ ...shape, tokens: 0 })).message).toBe(
+    expect(thrownTpError(() => lt.plan({ ...shape, tokens: 0 })).message).toBe(
       "cuBLASLt GEMM bf16:0x64x48:nobias: tokens = 0 is not a positive 32-bit size",
     );
     expect(lt.heuristicQueries).toBe(0);
@@ -139,7 +129,8 @@ describe("the linear layer through the TN layout", () => {
     lt.matmul(plan as NonNullable<typeof plan>, ops, WS, 0);
     expect([...y]).toEqual(linear(x, w, null, T, K, N).map((v) => v * 0.125));
     expect(
-      thrown(() => lt.matmul(plan as NonNullable<typeof plan>, { ...ops, wScale: undefined }, WS, 0)).code,
+      thrownTpError(() => lt.matmul(plan as NonNullable<typeof plan>, { ...ops, wScale: undefined }, WS, 0))
+        .code,
     ).toBe("E_ARG");
   });
 });
@@ -154,7 +145,7 @@ describe("cublasStatus_t → TpError", () => {
     expect(cublasError("cublasLtMatmul", 99).message).toBe("cublasLtMatmul failed: cublasStatus_t (99)");
   });
   test("a failing create names the call and status", () => {
-    const e = thrown(() => new CublasLt(fakeCublasLt({ failCreate: 3 }).symbols));
+    const e = thrownTpError(() => new CublasLt(fakeCublasLt({ failCreate: 3 }).symbols));
     expect(e.code).toBe("E_OOM");
     expect(e.message).toBe("cublasLtCreate failed: CUBLAS_STATUS_ALLOC_FAILED (3)");
   });
@@ -169,11 +160,13 @@ describe("cublasStatus_t → TpError", () => {
       bias: true,
     }) as NonNullable<ReturnType<CublasLt["plan"]>>;
     const ops = { w: 1n, x: 2n, y: 3n, bias: 4n };
-    const e = thrown(() => lt.matmul(plan, ops, WS, 0));
+    const e = thrownTpError(() => lt.matmul(plan, ops, WS, 0));
     expect(e.message).toBe("cublasLtMatmul failed: CUBLAS_STATUS_EXECUTION_FAILED (13); f16:9x16x16:bias");
-    expect(thrown(() => lt.matmul(plan, ops, { ptr: 1n, bytes: 100 }, 0)).message).toBe(
+    expect(thrownTpError(() => lt.matmul(plan, ops, { ptr: 1n, bytes: 100 }, 0)).message).toBe(
       "cuBLASLt GEMM f16:9x16x16:bias: needs 4096 B of workspace, given 100",
     );
-    expect(thrown(() => lt.matmul(plan, { w: 1n, x: 2n, y: 3n }, WS, 0)).message).toContain("bias missing");
+    expect(thrownTpError(() => lt.matmul(plan, { w: 1n, x: 2n, y: 3n }, WS, 0)).message).toContain(
+      "bias missing",
+    );
   });
 });

@@ -6,21 +6,11 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { loadCudaDriver } from "@tp/backend-ptx/driver";
-import { TpError } from "@tp/tensor";
+import { thrownTpError } from "@tp/tensor/testing";
 import { createBackend } from "./backend.ts";
 import { loadCublasLt } from "./cublaslt.ts";
 import { loadCudnn } from "./cudnn.ts";
 import { libraryCandidates } from "./libraries.ts";
-
-function thrown(fn: () => unknown): TpError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof TpError) return e;
-    throw e;
-  }
-  throw new Error("expected a throw");
-}
 
 const root = mkdtempSync(join(tmpdir(), "tp-cudalibs-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -64,7 +54,7 @@ describe("loading cuBLASLt and cuDNN", () => {
     "absent: E_UNSUPPORTED naming the library, the places tried and how to install it",
     () => {
       const dir = folder();
-      const e = thrown(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
+      const e = thrownTpError(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
       expect(e.code).toBe("E_UNSUPPORTED");
       expect(e.message).toStartWith("libcublasLt.so.13 (cuBLASLt) was not found: tried ");
       expect(e.message).toContain(
@@ -73,7 +63,7 @@ describe("loading cuBLASLt and cuDNN", () => {
       expect(e.message).toContain("nvidia-cublas wheel");
       expect(e.message).toContain("TP_CUDA_LIB_DIR");
       expect(e.message).not.toContain("\n");
-      const d = thrown(() => loadCudnn(0, { TP_CUDA_LIB_DIR: dir }));
+      const d = thrownTpError(() => loadCudnn(0, { TP_CUDA_LIB_DIR: dir }));
       expect(d.code).toBe("E_UNSUPPORTED");
       expect(d.message).toStartWith(
         `libcudnn.so.9 (cuDNN) was not found: tried ${dir}/libcudnn.so.9, libcudnn.so.9 on the loader path`,
@@ -84,7 +74,7 @@ describe("loading cuBLASLt and cuDNN", () => {
   test("a truncated file in TP_CUDA_LIB_DIR: E_IO naming it", () => {
     const dir = folder();
     writeFileSync(join(dir, "libcublasLt.so.13"), new Uint8Array([0x7f, 0x45, 0x4c, 0x46, 2, 1]));
-    const e = thrown(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
+    const e = thrownTpError(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
     expect(e.code).toBe("E_IO");
     expect(e.message).toContain(
       `${dir}/libcublasLt.so.13 (TP_CUDA_LIB_DIR) is not a usable cuBLASLt library`,
@@ -108,14 +98,14 @@ describe("loading cuBLASLt and cuDNN", () => {
         ]);
         expect(r.exitCode).toBe(0);
       }
-      const e = thrown(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
+      const e = thrownTpError(() => loadCublasLt({ TP_CUDA_LIB_DIR: dir }));
       expect(e.code).toBe("E_UNSUPPORTED");
       expect(e.message).toMatch(
         new RegExp(
           `^${dir}/libcublasLt\\.so\\.12 cannot serve as cuBLASLt: .*Symbol "cublasLt\\w+" not found`,
         ),
       );
-      const d = thrown(() => loadCudnn(0, { TP_CUDA_LIB_DIR: dir }));
+      const d = thrownTpError(() => loadCudnn(0, { TP_CUDA_LIB_DIR: dir }));
       expect(d.message).toMatch(/cannot serve as cuDNN: .*Symbol "cudnn\w+" not found/);
     },
   );
@@ -123,7 +113,7 @@ describe("loading cuBLASLt and cuDNN", () => {
 
 describe("the cuda backend without a driver", () => {
   test.skipIf(hasDriver)("one E_UNSUPPORTED line: backend cuda cannot start, naming libcuda.so.1", () => {
-    const e = thrown(() => createBackend({ env: { TP_CUDA_LIB_DIR: folder() } }));
+    const e = thrownTpError(() => createBackend({ env: { TP_CUDA_LIB_DIR: folder() } }));
     expect(e.code).toBe("E_UNSUPPORTED");
     expect(e.message).toStartWith("backend cuda cannot start: libcuda.so.1 (the CUDA driver) was not found");
     expect(e.message).not.toContain("\n");

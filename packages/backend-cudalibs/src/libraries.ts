@@ -8,7 +8,11 @@
 import { dlopen, type FFIFunction } from "bun:ffi";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { checkLibraryFile, TpError } from "@tp/tensor";
+import { checkLibDirFile, libraryDirs } from "@tp/backend-ptx/driver";
+import { TpError } from "@tp/tensor";
+
+/** The folders of TP_CUDA_LIB_DIR (the driver layer's, re-exported: one parser for both backends). */
+export { libraryDirs };
 
 /** What to load: a label for messages, sonames in order of preference, the symbols, how to get it. */
 export interface LibrarySpec<S extends Record<string, FFIFunction>> {
@@ -26,14 +30,6 @@ export interface LoadedLibrary<S extends Record<string, FFIFunction>> {
   readonly path: string;
   // biome-ignore lint/suspicious/noExplicitAny: bun:ffi functions are typed by their declarations at run time
   readonly symbols: { [K in keyof S]: (...args: any[]) => any };
-}
-
-/** The folders of TP_CUDA_LIB_DIR, in order (empty entries dropped). */
-export function libraryDirs(env: Record<string, string | undefined>): string[] {
-  return (env.TP_CUDA_LIB_DIR ?? "")
-    .split(":")
-    .map((d) => d.trim())
-    .filter((d) => d !== "");
 }
 
 /** The paths {@link loadLibrary} tries: every TP_CUDA_LIB_DIR folder × soname, then every soname. */
@@ -67,15 +63,7 @@ export function loadLibrary<S extends Record<string, FFIFunction>>(
     if (explicit) {
       tried.push(path);
       if (!existsSync(path)) continue;
-      try {
-        checkLibraryFile(path);
-      } catch (e) {
-        const why = (e as Error).message.replace(/^.*?: /, "").replace(/; rebuild.*$/, "");
-        throw new TpError("E_IO", `${path} (TP_CUDA_LIB_DIR) is not a usable ${spec.label} library: ${why}`, {
-          file: path,
-          cause: e,
-        });
-      }
+      checkLibDirFile(path, `${spec.label} library`);
     } else tried.push(`${path} on the loader path`);
     let lib: ReturnType<typeof dlopen<S>>;
     try {

@@ -54,15 +54,21 @@ export class HostBackend extends BackendBase {
   }
 }
 
-/** The code and message of the TpError `fn` throws (another exception, or none, fails the test). */
-export function thrown(fn: () => unknown): { code: TpErrorCode; message: string } {
+/** The TpError `fn` throws, with its file / tensor fields (another exception, or none, fails the test). */
+export function thrownTpError(fn: () => unknown): TpError {
   try {
     fn();
   } catch (e) {
-    if (isTpError(e)) return { code: e.code, message: e.message };
+    if (isTpError(e)) return e;
     throw e;
   }
   throw new Error("expected a TpError");
+}
+
+/** The code and message of the TpError `fn` throws (another exception, or none, fails the test). */
+export function thrown(fn: () => unknown): { code: TpErrorCode; message: string } {
+  const e = thrownTpError(fn);
+  return { code: e.code, message: e.message };
 }
 
 /** The TpError code `fn` throws (another exception fails the test). */

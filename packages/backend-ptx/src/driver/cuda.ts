@@ -197,11 +197,32 @@ export function cuResultError(
  * ':'-separated list, shared with the cuda backend's libraries), then the loader path's.
  */
 export function cudaLibraryCandidates(env: Record<string, string | undefined> = process.env): string[] {
-  const dirs = (env.TP_CUDA_LIB_DIR ?? "")
+  return [...libraryDirs(env).map((d) => join(d, CUDA_LIBRARY)), CUDA_LIBRARY];
+}
+
+/** The folders of TP_CUDA_LIB_DIR, in order (empty entries dropped). */
+export function libraryDirs(env: Record<string, string | undefined>): string[] {
+  return (env.TP_CUDA_LIB_DIR ?? "")
     .split(":")
     .map((d) => d.trim())
     .filter((d) => d !== "");
-  return [...dirs.map((d) => join(d, CUDA_LIBRARY)), CUDA_LIBRARY];
+}
+
+/**
+ * Check that `path`, a file found through TP_CUDA_LIB_DIR, is a usable shared library (checkLibraryFile).
+ * @param what the library named in the message, e.g. "libcuda.so.1" or "cuBLASLt library"
+ * @throws TpError E_IO `<path> (TP_CUDA_LIB_DIR) is not a usable <what>: <why>` naming the file
+ */
+export function checkLibDirFile(path: string, what: string): void {
+  try {
+    checkLibraryFile(path);
+  } catch (e) {
+    const why = (e as Error).message.replace(/^.*?: /, "").replace(/; rebuild.*$/, "");
+    throw new TpError("E_IO", `${path} (TP_CUDA_LIB_DIR) is not a usable ${what}: ${why}`, {
+      file: path,
+      cause: e,
+    });
+  }
 }
 
 const HOW_TO_GET =
@@ -554,15 +575,7 @@ export function loadCudaDriver(env: Record<string, string | undefined> = process
     if (explicit) {
       tried.push(path);
       if (!existsSync(path)) continue;
-      try {
-        checkLibraryFile(path);
-      } catch (e) {
-        throw new TpError(
-          "E_IO",
-          `${path} (TP_CUDA_LIB_DIR) is not a usable ${CUDA_LIBRARY}: ${(e as Error).message.replace(/^.*?: /, "").replace(/; rebuild.*$/, "")}`,
-          { file: path, cause: e },
-        );
-      }
+      checkLibDirFile(path, CUDA_LIBRARY);
     } else tried.push(`${path} on the loader path`);
     let lib: ReturnType<typeof dlopen<Record<string, FFIFunction>>>;
     try {

@@ -6,6 +6,7 @@ import { copyFileSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TpError } from "@tp/tensor";
+import { thrownTpError } from "@tp/tensor/testing";
 import { CachingAllocator, PinnedStaging, type StagingDriver, sizeClass } from "./allocator.ts";
 import {
   CU_RESULT,
@@ -25,16 +26,6 @@ const hasDriver = (() => {
   }
 })();
 
-function thrown(fn: () => unknown): TpError {
-  try {
-    fn();
-  } catch (e) {
-    if (e instanceof TpError) return e;
-    throw e;
-  }
-  throw new Error("expected a throw");
-}
-
 describe("loading libcuda.so.1", () => {
   test("candidates: TP_CUDA_LIB_DIR first, then the loader path", () => {
     expect(cudaLibraryCandidates({ TP_CUDA_LIB_DIR: "/opt/nv" })).toEqual([
@@ -53,7 +44,7 @@ describe("loading libcuda.so.1", () => {
     () => {
       const dir = mkdtempSync(join(tmpdir(), "tp-nocuda-"));
       try {
-        const e = thrown(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
+        const e = thrownTpError(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
         expect(e.code).toBe("E_UNSUPPORTED");
         expect(e.message).toContain(`tried ${dir}/libcuda.so.1, libcuda.so.1 on the loader path`);
         expect(e.message).toContain("comes with the NVIDIA driver");
@@ -67,7 +58,7 @@ describe("loading libcuda.so.1", () => {
     const dir = mkdtempSync(join(tmpdir(), "tp-badcuda-"));
     try {
       writeFileSync(join(dir, "libcuda.so.1"), new Uint8Array([0x7f, 0x45, 0x4c, 0x46, 2, 1]));
-      const e = thrown(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
+      const e = thrownTpError(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
       expect(e.code).toBe("E_IO");
       expect(e.message).toContain(`${dir}/libcuda.so.1 (TP_CUDA_LIB_DIR) is not a usable libcuda.so.1`);
       expect(e.message).toContain("truncated");
@@ -86,7 +77,7 @@ describe("loading libcuda.so.1", () => {
       const dir = mkdtempSync(join(tmpdir(), "tp-notcuda-"));
       try {
         copyFileSync(libm as string, join(dir, "libcuda.so.1"));
-        const e = thrown(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
+        const e = thrownTpError(() => loadCudaDriver({ TP_CUDA_LIB_DIR: dir }));
         expect(e.code).toBe("E_UNSUPPORTED");
         expect(e.message).toMatch(/cannot serve as libcuda\.so\.1: Symbol "cu\w+" not found/);
       } finally {
@@ -139,8 +130,8 @@ describe("kernel arguments", () => {
     expect(pointers[1] as bigint).toBe((pointers[0] as bigint) + 8n);
   });
   test("values that do not fit are E_ARG", () => {
-    expect(thrown(() => packKernelArgs([{ u32: -1 }])).code).toBe("E_ARG");
-    expect(thrown(() => packKernelArgs([{ i32: 2 ** 31 }])).message).toContain("not a 32-bit integer");
+    expect(thrownTpError(() => packKernelArgs([{ u32: -1 }])).code).toBe("E_ARG");
+    expect(thrownTpError(() => packKernelArgs([{ i32: 2 ** 31 }])).message).toContain("not a 32-bit integer");
   });
 });
 
@@ -203,7 +194,7 @@ describe("caching allocator", () => {
     const c = a.alloc(5 << 20); // 6 MiB class: does not fit beside the cached 4 MiB → empty, retry
     expect(raw.log).toContain(`free ${big.ptr}`);
     expect(a.stats()).toMatchObject({ inUse: 6 << 20, cached: 0 });
-    const e = thrown(() => a.alloc(1 << 20));
+    const e = thrownTpError(() => a.alloc(1 << 20));
     expect(e.code).toBe("E_OOM");
     expect(e.message).toContain("device allocation of 1.00 MiB failed with 6.00 MiB in use and 0 B cached");
     a.free(c);
