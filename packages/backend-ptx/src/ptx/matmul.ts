@@ -75,6 +75,47 @@ function epilogue(kb: KernelBuilder, p: ReturnType<typeof params>, acc: string, 
 /** Warps per block of the GEMV kernel (one output column each). */
 export const GEMV_WARPS = 8;
 
+/**
+ * The k loop of the GEMV kernels: lane `lane` of the warp sums w_row[k] · x[xrow + k] (f32) over
+ * k = lane, lane + 32, … < K into `acc`, jumping to `done` at the end, then the butterfly reduction
+ * leaves the row's dot product in every lane's `acc`. `row`: the weight row's address; `q` a free pred.
+ */
+function warpDot(
+  kb: KernelBuilder,
+  a: {
+    format: ElementFormat;
+    row: string;
+    x: string;
+    xrow: string;
+    k: string;
+    K: string;
+    lane: string;
+    acc: string;
+    top: string;
+    done: string;
+    q: string;
+  },
+): void {
+  const { format, row, x, xrow, k, K, lane, acc, top, done, q } = a;
+  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k}, ${K};`, `@${q} bra ${done};`);
+  const wv = loadElement(kb, format, row, k);
+  const xi = kb.reg("b32");
+  const xv = kb.reg("f32");
+  kb.op(
+    `add.u32 ${xi}, ${xrow}, ${k};`,
+    `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
+    `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
+    `add.u32 ${k}, ${k}, 32;`,
+    `bra ${top};`,
+  );
+  kb.place(done);
+  const t = kb.reg("f32");
+  for (let o = 16; o >= 1; o >>= 1)
+    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+}
+
 /** GEMV: grid (ceil(N / 8), M), 256 threads; warp w of block (bx, m) computes out[m, bx·8 + w]. */
 export function gemvKernel(s: MatmulSpec): KernelSource {
   const kb = new KernelBuilder(`matmul_gemv_${suffix(s)}`);
@@ -100,23 +141,7 @@ export function gemvKernel(s: MatmulSpec): KernelSource {
   const acc = kb.reg("f32");
   const top = kb.label("k");
   const done = kb.label("k_done");
-  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
-  kb.place(top);
-  kb.op(`setp.ge.u32 ${q}, ${k}, ${p.K};`, `@${q} bra ${done};`);
-  const wv = loadElement(kb, s.format, row, k);
-  const xi = kb.reg("b32");
-  const xv = kb.reg("f32");
-  kb.op(
-    `add.u32 ${xi}, ${xrow}, ${k};`,
-    `ld.global.f32 ${xv}, [${kb.addr(p.x, xi, 4)}];`,
-    `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
-    `add.u32 ${k}, ${k}, 32;`,
-    `bra ${top};`,
-  );
-  kb.place(done);
-  const t = kb.reg("f32");
-  for (let o = 16; o >= 1; o >>= 1)
-    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+  warpDot(kb, { format: s.format, row, x: p.x, xrow, k, K: p.K, lane, acc, top, done, q });
   const lead = kb.reg("pred");
   const skip = kb.label("skip");
   kb.op(`setp.ne.u32 ${lead}, ${lane}, 0;`, `@${lead} bra ${skip};`);
@@ -493,24 +518,7 @@ export function gemvIdKernel(format: ElementFormat): KernelSource {
   const row = kb.reg("b64");
   kb.op(`mul.wide.u32 ${row}, ${wrow}, ${rb};`, `add.u64 ${row}, ${row}, ${w};`);
   const top = kb.label("k");
-  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
-  kb.place(top);
-  const qk = kb.reg("pred");
-  kb.op(`setp.ge.u32 ${qk}, ${k}, ${K};`, `@${qk} bra ${done};`);
-  const wv = loadElement(kb, format, row, k);
-  const xi = kb.reg("b32");
-  const xv = kb.reg("f32");
-  kb.op(
-    `add.u32 ${xi}, ${xrow}, ${k};`,
-    `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
-    `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
-    `add.u32 ${k}, ${k}, 32;`,
-    `bra ${top};`,
-  );
-  kb.place(done);
-  const t = kb.reg("f32");
-  for (let o = 16; o >= 1; o >>= 1)
-    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+  warpDot(kb, { format, row, x, xrow, k, K, lane, acc, top, done, q: kb.reg("pred") });
   const lead = kb.reg("pred");
   const oi = kb.reg("b32");
   kb.op(

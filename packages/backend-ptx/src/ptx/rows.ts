@@ -114,13 +114,12 @@ export function rmsNormKernel(weight: "none" | "weight" | "unit_offset"): Kernel
   return kb.build([ROW_BLOCK, 1]);
 }
 
-/** LayerNorm: out = (x − mean) / sqrt(var + eps) · w + b. Parameters: out, x, d, [w], [b], eps. */
-export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSource {
-  const c = rowPrologue(`layer_norm_f32${hasWeight ? "_w" : ""}${hasBias ? "_b" : ""}`);
+/**
+ * The row's mean and 1 / sqrt(var + eps) (f32; var the biased mean of (x − mean)², two passes over the
+ * row), as LayerNorm and GroupNorm normalise with them. `eps`: the f32 register of the epsilon.
+ */
+function rowMoments(c: RowCtx, eps: string): { mean: string; r: string } {
   const { kb } = c;
-  const w = hasWeight ? kb.ld("w", "u64") : null;
-  const b = hasBias ? kb.ld("b", "u64") : null;
-  const eps = kb.ld("eps", "f32");
   const n = dF32(c);
   const mean = kb.reg("f32");
   kb.op(`div.rn.f32 ${mean}, ${rowSum(c, (x) => x)}, ${n};`);
@@ -132,6 +131,17 @@ export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
   const v = kb.reg("f32");
   kb.op(`div.rn.f32 ${v}, ${vs}, ${n};`, `add.f32 ${v}, ${v}, ${eps};`);
   const r = rsqrt(kb, v);
+  return { mean, r };
+}
+
+/** LayerNorm: out = (x − mean) / sqrt(var + eps) · w + b. Parameters: out, x, d, [w], [b], eps. */
+export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSource {
+  const c = rowPrologue(`layer_norm_f32${hasWeight ? "_w" : ""}${hasBias ? "_b" : ""}`);
+  const { kb } = c;
+  const w = hasWeight ? kb.ld("w", "u64") : null;
+  const b = hasBias ? kb.ld("b", "u64") : null;
+  const eps = kb.ld("eps", "f32");
+  const { mean, r } = rowMoments(c, eps);
   rowLoop(c, (j, g) => {
     const y = loadAt(kb, c.x, g);
     kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
@@ -155,17 +165,7 @@ export function groupNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
   const w = hasWeight ? kb.ld("w", "u64") : null;
   const b = hasBias ? kb.ld("b", "u64") : null;
   const eps = kb.ld("eps", "f32");
-  const n = dF32(c);
-  const mean = kb.reg("f32");
-  kb.op(`div.rn.f32 ${mean}, ${rowSum(c, (x) => x)}, ${n};`);
-  const vs = rowSum(c, (x) => {
-    const t = kb.reg("f32");
-    kb.op(`sub.f32 ${t}, ${x}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
-    return t;
-  });
-  const v = kb.reg("f32");
-  kb.op(`div.rn.f32 ${v}, ${vs}, ${n};`, `add.f32 ${v}, ${v}, ${eps};`);
-  const r = rsqrt(kb, v);
+  const { mean, r } = rowMoments(c, eps);
   const group = kb.reg("b32");
   kb.op(`mov.u32 ${group}, %ctaid.x;`, `rem.u32 ${group}, ${group}, ${groups};`);
   rowLoop(c, (j, g) => {
