@@ -134,6 +134,14 @@ export class KernelBuilder {
     return r;
   }
 
+  /** {@link ld} of each name in order, all of one type; the registers as a tuple matching `names`. */
+  lds<const N extends readonly string[]>(
+    type: "u64" | "u32" | "s32" | "f32",
+    ...names: N
+  ): { -readonly [K in keyof N]: string } {
+    return names.map((n) => this.ld(n, type)) as { -readonly [K in keyof N]: string };
+  }
+
   /** A fresh register of class `c`. */
   reg(c: RegClass): string {
     return `${PREFIX[c]}${this.#counts[c]++}`;

@@ -565,16 +565,8 @@ export function rotateKernel(group: number): KernelSource {
  */
 export function gatedDeltaNetKernel(): KernelSource {
   const kb = new KernelBuilder("gated_delta_net_f32");
-  const [out, q, k, v, g, beta, state] = ["out", "q", "k", "v", "g", "beta", "state"].map((p) =>
-    kb.ld(p, "u64"),
-  ) as string[] as [string, string, string, string, string, string, string];
-  const [n, hk, hv, dk, dv] = ["n", "hk", "hv", "dk", "dv"].map((p) => kb.ld(p, "u32")) as [
-    string,
-    string,
-    string,
-    string,
-    string,
-  ];
+  const [out, q, k, v, g, beta, state] = kb.lds("u64", "out", "q", "k", "v", "g", "beta", "state");
+  const [n, hk, hv, dk, dv] = kb.lds("u32", "n", "hk", "hv", "dk", "dv");
   const scale = kb.ld("scale", "f32");
   const [b, j, kh, t, a, sBase, qkRow, vRow, idx] = kb.regs("b32", 9);
   const end = kb.label("end");
