@@ -11,6 +11,7 @@ import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
 import { CublasLt } from "./cublaslt.ts";
 import { bf16Bits, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUBLASLT_MATMUL_DESC, CUDA_DATA_TYPE } from "./nvidia-h.ts";
+import { referenceLinear } from "./testing.ts";
 
 interface FakeStorage {
   readonly bytes: Uint8Array;
@@ -156,14 +157,7 @@ describe("matmul through cuBLASLt", () => {
     expect(host.lt.heuristicQueries).toBe(1);
     expect(host.fake.calls.filter((c) => c === "matmul").length).toBe(2);
     const y = new Float32Array((await host.read(out)).buffer);
-    const want: number[] = [];
-    for (let t = 0; t < T; t++)
-      for (let n = 0; n < N; n++) {
-        let s = b[n] as number;
-        for (let k = 0; k < K; k++) s += (x[t * K + k] as number) * (w[n * K + k] as number);
-        want.push(s);
-      }
-    expect([...y]).toEqual(want);
+    expect([...y]).toEqual(referenceLinear(x, w, b, T, K, N));
   });
   test("a strided bias view: no epilogue; the ptx add kernel adds it with its stride", async () => {
     const { host, run } = setup();

@@ -7,22 +7,12 @@ import { thrownTpError } from "@tp/tensor/testing";
 import { CublasLt, cublasError, cublasStatusCode, type GemmShape } from "./cublaslt.ts";
 import { bf16Bits, e4m3, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUBLAS_STATUS, CUDA_DATA_TYPE } from "./nvidia-h.ts";
+import { referenceLinear } from "./testing.ts";
 
 const WS = { ptr: 0x1000n, bytes: 1 << 20 };
 /** Deterministic small integers in [-r, r]. */
 const ints = (n: number, r: number, seed: number) =>
   Array.from({ length: n }, (_, i) => ((((i + 1) * 2654435761 + seed * 40503) >>> 0) % (2 * r + 1)) - r);
-/** y[t, o] = Σ_k x[t, k]·w[o, k] (+ b[o]) in float64. */
-function linear(x: number[], w: number[], b: number[] | null, T: number, K: number, N: number): number[] {
-  const y: number[] = [];
-  for (let t = 0; t < T; t++)
-    for (let o = 0; o < N; o++) {
-      let s = b === null ? 0 : (b[o] as number);
-      for (let k = 0; k < K; k++) s += (x[t * K + k] as number) * (w[o * K + k] as number);
-      y.push(s);
-    }
-  return y;
-}
 /** The e4m3 code of a value it holds exactly (found by decoding all 256 codes). */
 const e4m3Code = (v: number) => {
   for (let c = 0; c < 256; c++) if (e4m3(c) === v) return c;
@@ -89,7 +79,7 @@ describe("the linear layer through the TN layout", () => {
     };
     lt.matmul(plan as NonNullable<typeof plan>, ops, WS, 0);
     // exact: every product and partial sum is a small multiple of 1/32 (f32 holds it)
-    expect([...y]).toEqual(linear(x, w, b, T, K, N));
+    expect([...y]).toEqual(referenceLinear(x, w, b, T, K, N));
   });
   test("int8 → int32: q_x·q_wᵀ exactly", () => {
     const [T, K, N] = [16, 32, 4];
@@ -109,7 +99,7 @@ describe("the linear layer through the TN layout", () => {
       WS,
       0,
     );
-    expect([...y]).toEqual(linear(x, w, null, T, K, N));
+    expect([...y]).toEqual(referenceLinear(x, w, null, T, K, N));
   });
   test("fp8 e4m3 with per-tensor scales: y = (s_w·s_x)·(x_fp8·w_fp8ᵀ)", () => {
     const [T, K, N] = [4, 16, 2];
@@ -127,7 +117,7 @@ describe("the linear layer through the TN layout", () => {
       xScale: f.device(new Uint8Array(new Float32Array([0.25]).buffer)),
     };
     lt.matmul(plan as NonNullable<typeof plan>, ops, WS, 0);
-    expect([...y]).toEqual(linear(x, w, null, T, K, N).map((v) => v * 0.125));
+    expect([...y]).toEqual(referenceLinear(x, w, null, T, K, N).map((v) => v * 0.125));
     expect(
       thrownTpError(() => lt.matmul(plan as NonNullable<typeof plan>, { ...ops, wScale: undefined }, WS, 0))
         .code,

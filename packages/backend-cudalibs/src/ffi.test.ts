@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { TpError } from "@tp/tensor";
 import { CublasLt, loadCublasLt } from "./cublaslt.ts";
 import { bf16Bits } from "./fake-cublaslt.ts";
+import { referenceLinear } from "./testing.ts";
 
 const cc = Bun.which("cc") ?? Bun.which("gcc");
 const dir = mkdtempSync(join(tmpdir(), "tp-fake-lt-"));
@@ -60,14 +61,7 @@ describe("cuBLASLt through bun:ffi (a stand-in library built with cc)", () => {
       { ptr: addr(ws), bytes: ws.byteLength },
       5,
     );
-    const want: number[] = [];
-    for (let t = 0; t < T; t++)
-      for (let n = 0; n < N; n++) {
-        let s = b[n] as number;
-        for (let k = 0; k < K; k++) s += (x[t * K + k] as number) * (w[n * K + k] as number);
-        want.push(s);
-      }
-    expect([...y]).toEqual(want);
+    expect([...y]).toEqual(referenceLinear(x, w, b, T, K, N));
     const live = dlopen(so, { tp_fake_live: { args: [], returns: "i32" } });
     expect(live.symbols.tp_fake_live()).toBe(4); // one descriptor and three layouts kept by the plan
     lt.destroy();
