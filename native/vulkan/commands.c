@@ -207,7 +207,18 @@ int32_t tp_vk_wait(tp_vk_ctx *ctx) {
 /* Wait until the batch `serial` (and every one before it) has finished. */
 int tp_vk_wait_serial(tp_vk_ctx *ctx, uint64_t serial) {
   if (serial <= ctx->done_serial) return TP_VK_OK;
-  return tp_vk_wait(ctx);
+  /* Only the batches up to `serial`: a later batch in flight keeps running (a write into a buffer that
+   * an earlier batch read overlaps the work after it). The recording batch is submitted first. */
+  tp_vk_frame *rec = &ctx->frames[ctx->current];
+  int s;
+  if (rec->recording && rec->serial <= serial && (s = tp_vk_submit(ctx)) != TP_VK_OK) return s;
+  for (uint32_t i = 0; i < TP_VK_FRAMES; i++) {
+    tp_vk_frame *f = &ctx->frames[i];
+    if (f->in_flight && f->serial <= serial && (s = frame_wait(ctx, f)) != TP_VK_OK) return s;
+  }
+  if (serial > ctx->done_serial) return tp_vk_wait(ctx); /* not expected: every batch up to it was waited */
+  tp_vk_sweep(ctx);
+  return TP_VK_OK;
 }
 
 int32_t tp_vk_pipeline_create(tp_vk_ctx *ctx, const void *spirv, uint64_t spirv_bytes, uint32_t n_buffers,

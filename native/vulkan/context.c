@@ -331,6 +331,23 @@ static int create_device(tp_vk_ctx *ctx) {
     if (f12.storageBuffer8BitAccess) e12.storageBuffer8BitAccess = VK_TRUE, info->features |= TP_VK_FEATURE_STORAGE8;
     e16.pNext = &e12;
   }
+  /* VK_EXT_memory_budget, when the device offers it: the heap budget and usage (tp_vk_memory_budget). */
+  const char *extensions[1];
+  uint32_t n_extensions = 0;
+  uint32_t n_props = 0;
+  if (ctx->vk.vkEnumerateDeviceExtensionProperties(ctx->physical, NULL, &n_props, NULL) == VK_SUCCESS && n_props > 0) {
+    VkExtensionProperties *props = calloc(n_props, sizeof *props);
+    if (props != NULL &&
+        ctx->vk.vkEnumerateDeviceExtensionProperties(ctx->physical, NULL, &n_props, props) >= VK_SUCCESS) {
+      for (uint32_t i = 0; i < n_props; i++)
+        if (strcmp(props[i].extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME) == 0) {
+          extensions[n_extensions++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+          ctx->memory_budget_ext = 1;
+          break;
+        }
+    }
+    free(props);
+  }
   float priority = 1.0f;
   VkDeviceQueueCreateInfo qci = {
       .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
@@ -344,6 +361,8 @@ static int create_device(tp_vk_ctx *ctx) {
       .queueCreateInfoCount = 1,
       .pQueueCreateInfos = &qci,
       .pEnabledFeatures = &e10,
+      .enabledExtensionCount = n_extensions,
+      .ppEnabledExtensionNames = n_extensions ? extensions : NULL,
   };
   VkResult r = ctx->vk.vkCreateDevice(ctx->physical, &dci, NULL, &ctx->device);
   if (r != VK_SUCCESS) return tp_vk_check(ctx, r, "vkCreateDevice");
@@ -365,7 +384,7 @@ static void print_info(const tp_vk_ctx *ctx) {
           "%.2f MiB, offset alignment %llu\n"
           "vulkan:   compute: %llu invocations per workgroup (%llu x %llu x %llu), groups up to %llu x %llu x %llu, "
           "%llu KiB shared memory, %llu B push constants, subgroup %llu\n"
-          "vulkan:   features:%s%s%s%s%s%s%s%s\n",
+          "vulkan:   features:%s%s%s%s%s%s%s%s%s\n",
           (unsigned long long)i->device_index, (unsigned long long)i->device_count, i->name, type_name(i->device_type),
           VK_API_VERSION_MAJOR(i->api_version), VK_API_VERSION_MINOR(i->api_version),
           VK_API_VERSION_PATCH(i->api_version), i->driver[0] ? ", " : "", i->driver,
@@ -381,7 +400,8 @@ static void print_info(const tp_vk_ctx *ctx) {
           i->features & TP_VK_FEATURE_FLOAT16 ? " float16" : "", i->features & TP_VK_FEATURE_INT8 ? " int8" : "",
           i->features & TP_VK_FEATURE_STORAGE16 ? " storage16" : "",
           i->features & TP_VK_FEATURE_STORAGE8 ? " storage8" : "", i->features & TP_VK_FEATURE_FLOAT64 ? " float64" : "",
-          i->features & TP_VK_FEATURE_INT64 ? " int64" : "", i->features & TP_VK_FEATURE_TIMESTAMPS ? " timestamps" : "");
+          i->features & TP_VK_FEATURE_INT64 ? " int64" : "", i->features & TP_VK_FEATURE_TIMESTAMPS ? " timestamps" : "",
+          ctx->memory_budget_ext ? " memory-budget" : "");
 }
 
 int32_t tp_vk_create(const char *loader, int32_t device_index, const char *device_name, uint32_t flags,
@@ -434,5 +454,31 @@ const char *tp_vk_error(const tp_vk_ctx *ctx) { return ctx ? ctx->error : "no co
 int32_t tp_vk_info(const tp_vk_ctx *ctx, tp_vk_device_info *out, uint64_t out_bytes) {
   if (ctx == NULL || out == NULL || out_bytes != sizeof *out) return TP_VK_ERR_ARG;
   *out = ctx->info;
+  return TP_VK_OK;
+}
+
+int32_t tp_vk_memory_budget(tp_vk_ctx *ctx, uint64_t *out, uint32_t n) {
+  if (ctx == NULL || out == NULL || n == 0) return TP_VK_ERR_ARG;
+  uint64_t v[4] = {ctx->memory_budget_ext ? 1u : 0u, 0, 0, 0};
+  VkPhysicalDeviceMemoryBudgetPropertiesEXT budget = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+  VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                          .pNext = ctx->memory_budget_ext ? &budget : NULL};
+  ctx->vk.vkGetPhysicalDeviceMemoryProperties2(ctx->physical, &m2);
+  const VkPhysicalDeviceMemoryProperties *m = &m2.memoryProperties;
+  /* The heaps buffers are allocated from: those of the buffer memory types (device-local, or the
+   * host-visible heaps of a CPU device without device-local memory). */
+  uint32_t heaps = 0;
+  for (uint32_t t = 0; t < m->memoryTypeCount && t < 32; t++)
+    if (ctx->buffer_type_bits & (1u << t)) heaps |= 1u << m->memoryTypes[t].heapIndex;
+  for (uint32_t h = 0; h < m->memoryHeapCount && h < VK_MAX_MEMORY_HEAPS; h++) {
+    if (!(heaps & (1u << h))) continue;
+    v[3] += m->memoryHeaps[h].size;
+    if (ctx->memory_budget_ext) {
+      v[1] += budget.heapBudget[h];
+      v[2] += budget.heapUsage[h];
+    }
+  }
+  for (uint32_t i = 0; i < n && i < 4; i++) out[i] = v[i];
   return TP_VK_OK;
 }

@@ -24,6 +24,8 @@
   X(vkGetPhysicalDeviceFeatures)            \
   X(vkGetPhysicalDeviceFeatures2)           \
   X(vkGetPhysicalDeviceMemoryProperties)    \
+  X(vkGetPhysicalDeviceMemoryProperties2)   \
+  X(vkEnumerateDeviceExtensionProperties)   \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkCreateDevice)                         \
   X(vkGetDeviceProcAddr)
@@ -155,6 +157,7 @@ struct tp_vk_ctx {
   uint32_t buffer_type_bits;  /* memory types buffers may use (unified or device-local) */
   uint32_t staging_type_bits; /* host-visible coherent types for staging */
   int coherent;               /* unified memory is host-coherent */
+  int memory_budget_ext;      /* VK_EXT_memory_budget is enabled on the device */
 
   VkCommandPool command_pool;
   tp_vk_frame frames[TP_VK_FRAMES];

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /** Bumped on every change of a signature or struct below; @tp/backend-vulkan refuses other versions. */
-#define TP_VK_ABI_VERSION 2
+#define TP_VK_ABI_VERSION 3
 
 /** Status codes. */
 typedef enum {
@@ -217,6 +217,15 @@ TP_VK_API int32_t tp_vk_profile(tp_vk_ctx *ctx, int32_t enable);
  */
 TP_VK_API int32_t tp_vk_pipeline_stats(const tp_vk_ctx *ctx, const tp_vk_pipeline *pipeline, uint64_t *out,
                                        uint32_t n);
+
+/**
+ * The device memory the buffers come from, as the device reports it: out[0] 1 when VK_EXT_memory_budget
+ * is enabled (else 0 and out[1], out[2] are 0), out[1] the heaps' budget (bytes this process may use in
+ * all, VkPhysicalDeviceMemoryBudgetPropertiesEXT.heapBudget), out[2] their usage by this process
+ * (heapUsage), out[3] the heaps' size. Sums over the heaps of the buffers' memory types.
+ * @param n number of entries of out (at most 4 are written)
+ */
+TP_VK_API int32_t tp_vk_memory_budget(tp_vk_ctx *ctx, uint64_t *out, uint32_t n);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
 import {
+  defaultVramBudget,
   f16ToF32,
   f32ToBf16,
   f32ToF16,
@@ -311,6 +312,72 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     expect(b().memory.current - before).toBe(16 + 8);
     for (const t of [x, y1, y2, y3]) b().free(t);
   });
+
+  test("the stream ring: streamed weights go through its 2 slots in turn (accounted, no per-op copy); a weight past a slot is copied per op", async () => {
+    const f32w = (name: string, rows: number, values: number[]) =>
+      new Weight({
+        name,
+        format: "f32",
+        shape: [rows, 4],
+        data: new Uint8Array(Float32Array.from(values).buffer),
+      });
+    const w1 = f32w("w1", 2, [1, 2, 3, 4, 5, 6, 7, 8]);
+    const w2 = f32w("w2", 3, [1, 0, 0, 0, 0, 1, 0, 0, -1, -1, -1, -1]);
+    const big = f32w("big", 4, [...Array(16).keys()]); // 64 bytes: past a 48-byte slot
+    const x = b().upload(Float32Array.from([1, 2, 3, 4]), [1, 4], "f32");
+    // x · Wᵀ by hand
+    const want = { w1: [30, 70], w2: [1, 2, -10], big: [20, 60, 100, 140] };
+    expect(errorOf(() => b().setStreamRing(-1, 48, 0)).code).toBe("E_ARG");
+    const before = b().memory.current;
+    const s0 = b().streamStats;
+    b().setStreamRing(2, 48, 0);
+    expect(b().streamRingBytes).toBe(96);
+    expect(b().memory.current - before).toBe(96);
+    const ys = [w1, w2, w1, w2, w1].map((w) => b().matmul(x, w));
+    const s1 = b().streamStats;
+    expect([s1.uploads - s0.uploads, s1.bytes - s0.bytes]).toEqual([5, 32 * 3 + 48 * 2]);
+    // the outputs (8 + 12 + 8 + 12 + 8 bytes) and the ring: no copy of its own per op
+    expect(b().memory.current - before).toBe(96 + 48);
+    const yBig = b().matmul(x, big);
+    expect(b().streamStats.uploads).toBe(s1.uploads); // copied per op, not through the ring
+    const got = await Promise.all([...ys, yBig].map(async (y) => [...((await b().read(y)) as Float32Array)]));
+    expect(got).toEqual([want.w1, want.w2, want.w1, want.w2, want.w1, want.big]);
+    b().setStreamRing(0, 0, 0);
+    expect(b().streamRingBytes).toBe(0);
+    expect(b().memory.current - before).toBe(48 + 16);
+    for (const t of [x, ...ys, yBig]) b().free(t);
+  });
+
+  test("device memory: the heap size where the device lacks VK_EXT_memory_budget; the default budget is that less the margin", () => {
+    const m = b().deviceMemory();
+    expect(m.totalBytes).toBe(b().info.deviceLocalBytes);
+    const d = defaultVramBudget(b(), 0.1, 256 * 2 ** 20);
+    if (d === null) throw new Error("vulkan reports device memory");
+    const margin = Math.max(256 * 2 ** 20, Math.floor(m.totalBytes * 0.1));
+    expect(d.bytes).toBe(b().memory.current + Math.max(0, m.freeBytes - margin));
+    if (!m.reported) {
+      expect(m.freeBytes).toBe(m.totalBytes);
+      expect(d.note).toContain("no VK_EXT_memory_budget");
+    }
+  });
+
+  test.skipIf(backend !== null && !b().ctx.memoryBudget().extension)(
+    `device memory from VK_EXT_memory_budget: usage rises by what is allocated${backend !== null && !b().ctx.memoryBudget().extension ? ` (skipped: ${b().info.name} ${b().info.driver} lacks the extension)` : ""}`,
+    () => {
+      const m0 = b().ctx.memoryBudget();
+      expect(m0.budget).toBeGreaterThan(0);
+      expect(m0.budget).toBeLessThanOrEqual(m0.heapBytes);
+      const bytes = 64 * 2 ** 20;
+      const t = b().alloc([bytes], "u8", "budget probe");
+      const m1 = b().ctx.memoryBudget();
+      b().free(t);
+      // the driver may round or allocate in blocks: at least the bytes, at most a few MiB more
+      expect(m1.usage - m0.usage).toBeGreaterThanOrEqual(bytes);
+      expect(m1.usage - m0.usage).toBeLessThan(bytes + 16 * 2 ** 20);
+      const info = b().deviceMemory();
+      expect([info.reported, info.source]).toEqual([true, "VK_EXT_memory_budget"]);
+    },
+  );
 
   test("views of a buffer past maxStorageBufferRange are bound in windows, work split to fit", async () => {
     const range = b().info.maxStorageBufferRange;

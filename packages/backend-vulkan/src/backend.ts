@@ -24,13 +24,17 @@ import { existsSync, readdirSync } from "node:fs";
 import {
   BackendBase,
   type BackendOptions,
+  type DeviceMemoryInfo,
+  type DeviceMemoryReport,
   dtypeBytes,
   type KernelTable,
   type Storage,
+  type StreamStats,
   storageSpan,
   type Tensor,
   TpError,
   type Weight,
+  type WeightStreaming,
 } from "@tp/tensor";
 import {
   type ContextOptions,
@@ -43,7 +47,7 @@ import {
 } from "./ffi.ts";
 import { KernelCache, type KernelFeatures } from "./kernels.ts";
 import type { BoundTensor, VkOpHost } from "./ops/common.ts";
-import { type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
+import { CONVROT_FORMATS, type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
 import { vulkanKernelTable } from "./ops/table.ts";
 
 /** A tensor's storage: a device buffer, or none for 0 bytes. */
@@ -171,7 +175,7 @@ export function parseDeviceSelector(
  * The Vulkan backend. Create it with {@link createBackend} or `loadBackend("vulkan", options)`.
  * @see BackendBase for memory semantics; Backend (in @tp/tensor) for the op contracts.
  */
-export class VulkanBackend extends BackendBase implements VkOpHost {
+export class VulkanBackend extends BackendBase implements VkOpHost, WeightStreaming, DeviceMemoryReport {
   readonly name = "vulkan";
   readonly device: string;
   /** The native context: device, buffers, pipelines, batches. */
@@ -187,6 +191,11 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
   /** Kernels read 16-bit weights through 16-bit storage (see {@link VulkanBackendOptions.storage16}). */
   readonly storage16: boolean;
   readonly #resident = new Map<Weight, ResidentWeight>();
+  /** The stream ring's slots ({@link setStreamRing}), used in turn. */
+  #ring: { data: Tensor; scale: Tensor | null }[] = [];
+  #ringNext = 0;
+  #streamUploads = 0;
+  #streamBytes = 0;
   #reportAtDispose = false;
   /** The ops of this backend: ./ops/*.ts, recorded into the context's command batches. */
   override readonly kernelTable: KernelTable = vulkanKernelTable(this);
@@ -417,6 +426,123 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
     return r;
   }
 
+  // ---- streaming ----------------------------------------------------------------------------------
+
+  /**
+   * Reserve a ring of `slots` device buffers (accounted, persisted) that streamed weights are uploaded
+   * into in turn, instead of a buffer per op: each slot holds `dataBytes` of weight data (u8) and
+   * `scaleBytes` of ConvRot row scales (f32). Before an upload into a slot the work recorded so far is
+   * submitted, and the upload waits only for the batch that read the slot last: with 2 slots, weight
+   * i + 1 is copied from its mapping while the batch holding weight i's matmul runs (double buffering on
+   * the one compute queue; on a device without host-visible device memory the copy goes through the
+   * staging buffer and waits, so there it does not overlap). `slots` 0 frees the ring.
+   * @throws TpError E_ARG for a bad count; E_OOM over the budget (no ring is left then)
+   */
+  setStreamRing(slots: number, dataBytes: number, scaleBytes: number): void {
+    this.assertUsable();
+    for (const [v, what] of [
+      [slots, "slots"],
+      [dataBytes, "dataBytes"],
+      [scaleBytes, "scaleBytes"],
+    ] as const) {
+      if (!Number.isSafeInteger(v) || v < 0)
+        throw new TpError("E_ARG", `setStreamRing: ${what} must be a non-negative integer, got ${v}`);
+    }
+    if (slots > 16) throw new TpError("E_ARG", `setStreamRing: at most 16 slots, got ${slots}`);
+    this.#freeRing();
+    if (slots === 0) return;
+    try {
+      for (let i = 0; i < slots; i++) {
+        const data = this.persist(
+          this.alloc([Math.max(1, dataBytes)], "u8", `stream ring slot ${i} (weight)`),
+        );
+        this.#ring.push({ data, scale: null });
+        if (scaleBytes > 0) {
+          const scale = this.alloc([Math.ceil(scaleBytes / 4)], "f32", `stream ring slot ${i} (row scales)`);
+          (this.#ring[i] as { scale: Tensor | null }).scale = this.persist(scale);
+        }
+      }
+    } catch (e) {
+      this.#freeRing();
+      throw e;
+    }
+  }
+
+  /** Bytes the stream ring holds (0 without one). */
+  get streamRingBytes(): number {
+    let n = 0;
+    for (const s of this.#ring) n += s.data.byteLength + (s.scale?.byteLength ?? 0);
+    return n;
+  }
+
+  /** Weights uploaded through the stream ring since the backend started, and their bytes. */
+  get streamStats(): StreamStats {
+    return { uploads: this.#streamUploads, bytes: this.#streamBytes };
+  }
+
+  #freeRing(): void {
+    for (const s of this.#ring) {
+      if (!s.data.storage.freed) this.free(s.data);
+      if (s.scale !== null && !s.scale.storage.freed) this.free(s.scale);
+    }
+    this.#ring = [];
+    this.#ringNext = 0;
+  }
+
+  /**
+   * @internal a streamed weight's device copy in the next ring slot (ops/matmul.ts), or undefined
+   * without a ring or when `w` does not fit a slot (the op then copies it into a buffer of its own).
+   */
+  streamWeight(w: Weight): ResidentWeight | undefined {
+    const slot = this.#ring[this.#ringNext];
+    if (slot === undefined) return undefined;
+    const rowScale = w.scale?.kind === "row" ? w.scale.values : null;
+    if (w.data.byteLength > slot.data.byteLength) return undefined;
+    if (rowScale !== null && (slot.scale === null || rowScale.byteLength > slot.scale.byteLength))
+      return undefined;
+    // ConvRot binds its weight whole: a slot past one binding would refuse what fits a buffer of its own.
+    if (
+      CONVROT_FORMATS.includes(w.format) &&
+      roundUp(slot.data.byteLength, 16) > this.info.maxStorageBufferRange
+    )
+      return undefined;
+    this.#ringNext = (this.#ringNext + 1) % this.#ring.length;
+    // Submit what was recorded (the previous weight's op among it), so that this copy, which waits
+    // for the batch that read the slot last, runs while the newer batch computes.
+    this.ctx.submit();
+    const bytes = (b: Uint8Array | Float32Array) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+    this.ctx.write(this.bufferOf(slot.data, "stream"), 0, w.data);
+    if (rowScale !== null) this.ctx.write(this.bufferOf(slot.scale as Tensor, "stream"), 0, bytes(rowScale));
+    this.#streamUploads++;
+    this.#streamBytes += w.data.byteLength + (rowScale?.byteLength ?? 0);
+    return { data: slot.data, scale: rowScale === null ? null : slot.scale, tensors: [] };
+  }
+
+  // ---- device memory ------------------------------------------------------------------------------
+
+  /**
+   * The device's free memory for this process: VK_EXT_memory_budget's heap budget less its heap usage
+   * where the device has the extension, else the heap size (other processes' use unseen).
+   */
+  deviceMemory(): DeviceMemoryInfo {
+    this.assertUsable();
+    const m = this.ctx.memoryBudget();
+    if (m.extension) {
+      return {
+        freeBytes: Math.max(0, m.budget - m.usage),
+        totalBytes: m.heapBytes,
+        source: "VK_EXT_memory_budget",
+        reported: true,
+      };
+    }
+    return {
+      freeBytes: m.heapBytes,
+      totalBytes: m.heapBytes,
+      source: `heap size; ${this.info.name} has no VK_EXT_memory_budget`,
+      reported: false,
+    };
+  }
+
   override dispose(): void {
     if (this.ctx.destroyed) return;
     if (this.#reportAtDispose) {
@@ -432,6 +558,7 @@ export class VulkanBackend extends BackendBase implements VkOpHost {
       );
     }
     this.#resident.clear();
+    this.#ring = [];
     super.dispose();
     this.ctx.destroy();
   }

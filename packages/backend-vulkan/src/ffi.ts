@@ -21,7 +21,7 @@ export type { Pointer } from "bun:ffi";
 export { checkLibraryFile };
 
 /** tp_vk.h TP_VK_ABI_VERSION this file was written for; libraries of another version are refused. */
-export const TP_VK_ABI_VERSION = 2;
+export const TP_VK_ABI_VERSION = 3;
 
 /** Status codes of tp_vk.h (`tp_vk_status`). */
 export const TP_VK_STATUS = { OK: 0, ERR_ARG: 1, ERR_OOM: 2, ERR_UNSUPPORTED: 3, ERR_INTERNAL: 4 } as const;
@@ -107,6 +107,8 @@ const SYMBOLS = {
   tp_vk_stats: { args: ["ptr", "ptr", "u32"], returns: "i32" },
   tp_vk_profile: { args: ["ptr", "i32"], returns: "i32" },
   tp_vk_pipeline_stats: { args: ["ptr", "ptr", "ptr", "u32"], returns: "i32" },
+  // memory
+  tp_vk_memory_budget: { args: ["ptr", "ptr", "u32"], returns: "i32" },
 } as const;
 
 /** The raw, unchecked bun:ffi functions of libtp_vulkan.so (tp_vk.h signatures). */
@@ -286,6 +288,21 @@ export interface VulkanStats {
   readonly pendingFrees: number;
   /** GPU nanoseconds of the batches waited for since profiling was turned on. */
   readonly gpuNs: number;
+}
+
+/**
+ * The device memory buffers come from, as the device reports it ({@link VulkanContext.memoryBudget},
+ * tp_vk_memory_budget). Bytes.
+ */
+export interface VulkanMemoryBudget {
+  /** VK_EXT_memory_budget is enabled: `budget` and `usage` are the device's figures. */
+  readonly extension: boolean;
+  /** Bytes this process may use in all on the heaps (heapBudget; 0 without the extension). */
+  readonly budget: number;
+  /** Bytes this process uses on the heaps now (heapUsage; 0 without the extension). */
+  readonly usage: number;
+  /** Size of the heaps. */
+  readonly heapBytes: number;
 }
 
 /** GPU time of one pipeline since profiling was turned on ({@link VulkanContext.pipelineStats}). */
@@ -589,6 +606,18 @@ export class VulkanContext {
     const out = new BigUint64Array(2);
     this.#check(this.lib.raw.tp_vk_pipeline_stats(this.handle, p.ptr, out, 2));
     return { dispatches: Number(out[0]), gpuNs: Number(out[1]) };
+  }
+
+  /** The device's memory budget and usage (VK_EXT_memory_budget where enabled) and heap size. */
+  memoryBudget(): VulkanMemoryBudget {
+    const out = new BigUint64Array(4);
+    this.#check(this.lib.raw.tp_vk_memory_budget(this.handle, out, 4));
+    return {
+      extension: out[0] === 1n,
+      budget: Number(out[1]),
+      usage: Number(out[2]),
+      heapBytes: Number(out[3]),
+    };
   }
 
   /** Counters of the context (tp_vk_stats). */

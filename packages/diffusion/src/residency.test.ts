@@ -4,13 +4,15 @@
 // bit for bit as the run with no planning (everything streamed) — placement changes where a weight's
 // bytes live, never the arithmetic — and matches ComfyUI's run (the same tolerances as vulkan.test.ts);
 // the account's peak over the run never passes the budget; a budget one byte below min fails before
-// the first step naming the bytes it needs. An int8 ConvRot file with CFG 2 covers row scales and the
+// the first step naming the bytes it needs. Under a plan the streamed weights go through the backend's
+// ring of two slots (the ring's upload counter shows each streamed weight once per pass), and the VAE
+// decode's peak is counted in the plan. An int8 ConvRot file with CFG 2 covers row scales and the
 // negative pass. Skipped with the reason when ../shared is absent or no Vulkan device starts.
 import { afterAll, describe, expect, test } from "bun:test";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
-import { createBackend as createVulkan } from "@tp/backend-vulkan";
+import { createBackend as createVulkan, type VulkanBackend } from "@tp/backend-vulkan";
 import { type Backend, type ResidencyPlan, TpError, type VramBudget } from "@tp/tensor";
 import { type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { loadWanVae } from "./models/wan-vae.ts";
@@ -53,6 +55,9 @@ interface Run {
   states: Float32Array[];
   plan: ResidencyPlan | null;
   peak: number;
+  /** Bytes uploaded through the stream ring from the plan to the end of sampling, and the ring's size then. */
+  ringBytes: number;
+  ringSize: number;
   r: Awaited<ReturnType<typeof generateKrea2>>;
 }
 
@@ -62,6 +67,10 @@ async function run(variant: string, mode: Krea2Mode, cfg: number, budget?: VramB
   const vae = loadWanVae(backend, VAE);
   const states: Float32Array[] = [];
   let plan: ResidencyPlan | null = null;
+  const vkb = backend as VulkanBackend;
+  let streamedAtPlan = vkb.streamStats.bytes;
+  let ringSize = 0;
+  let streamedAtEnd = -1;
   const end = backend.memory.peakWindow();
   try {
     const r = await generateKrea2({
@@ -79,12 +88,24 @@ async function run(variant: string, mode: Krea2Mode, cfg: number, budget?: VramB
       onResidencyPlan: (p) => {
         plan = p;
         expect(states.length).toBe(0); // planned before the first step
+        streamedAtPlan = vkb.streamStats.bytes;
+        ringSize = vkb.streamRingBytes;
       },
       onStep: async (s) => {
         states.push((await backend.read(s.x)) as Float32Array);
+        streamedAtEnd = vkb.streamStats.bytes;
       },
     });
-    return { latent: r.latent, modelLatent: r.modelLatent, states, plan, peak: end(), r };
+    return {
+      latent: r.latent,
+      modelLatent: r.modelLatent,
+      states,
+      plan,
+      peak: end(),
+      r,
+      ringBytes: streamedAtEnd - streamedAtPlan,
+      ringSize,
+    };
   } finally {
     end();
     dit.dispose();
@@ -109,8 +130,19 @@ describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny",
     ["int8_convrot", "native", 2],
   ] as const) {
     test(`${variant} ${mode} cfg ${cfg}: full / half / min give the streamed run's latents bit for bit, peak ≤ budget`, async () => {
+      const passes = cfg === 1 ? 1 : 2;
+      // The ring carries every streamed weight once per pass, and nothing else; the plan's ring
+      // (2 slots of the largest streamed weight) is in the account, so the peak bound covers it.
+      const expectRing = (x: Run) => {
+        const p = x.plan as unknown as ResidencyPlan;
+        expect(x.ringBytes).toBe(p.streamedBytesPerPass * passes * x.states.length);
+        expect(x.ringSize > 0).toBe(p.streamed.length > 0);
+        expect(x.peak).toBeLessThanOrEqual(p.expectedPeak);
+        expect(p.laterPeak).toBeGreaterThan(0); // the VAE decode was counted
+      };
       const streamed = await run(variant, mode, cfg);
       expect(streamed.plan).toBeNull();
+      expect(streamed.ringBytes).toBe(0); // no plan, no ring: per-op copies
       if (cfg === 1) {
         expectComfyRun(RUN, streamed.r, streamed.states, {
           latent: LATENT_TOL,
@@ -121,6 +153,7 @@ describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny",
       const fp = full.plan as unknown as ResidencyPlan;
       expect(fp.streamed).toEqual([]);
       expect(fp.residentBytes).toBeGreaterThan(0);
+      expectRing(full);
       expectSame(streamed, full);
       // half of the weights' bytes above what min needs; then min itself
       const halfBudget = fp.minBytes + Math.floor(fp.residentBytes / 2);
@@ -132,11 +165,15 @@ describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny",
       expect(hp.residentBytes).toBeLessThanOrEqual(halfBudget - hp.minBytes);
       expect(hp.minBytes).toBe(fp.minBytes); // the dry run counts the same bytes
       expect(half.peak).toBeLessThanOrEqual(halfBudget);
+      expectRing(half);
+      expect(half.ringBytes).toBeGreaterThan(0);
       expectSame(streamed, half);
       const min = await run(variant, mode, cfg, "min");
       const mp = min.plan as unknown as ResidencyPlan;
       expect([mp.min, mp.budget, mp.residentBytes]).toEqual([true, fp.minBytes, 0]);
       expect(min.peak).toBeLessThanOrEqual(mp.budget);
+      expectRing(min);
+      expect(min.ringBytes).toBe(fp.residentBytes * passes * min.states.length); // every weight streamed
       expectSame(streamed, min);
       // one byte below min: E_OOM before the first step, naming what it needs
       let err: unknown;

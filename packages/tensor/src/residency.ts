@@ -9,8 +9,9 @@
  * `residentBytes + workingPeak`; the planner keeps that sum within the budget, and the backend's
  * account (which refuses an allocation past its budget with E_OOM) proves it during the run.
  *
- * `min` keeps no weight resident: each matmul streams its one weight (the backend frees the copy when
- * the op returns), so the need is exactly `workingPeak`.
+ * `min` keeps no weight resident: every weight is streamed (through the backend's ring of two slots
+ * where it has one, see {@link WeightStreaming}: two weights in flight), so the need is exactly
+ * `workingPeak` (or the later phases' peak, the VAE decode, when that is larger).
  *
  * Source: ../shared/ARCHITECTURE.md "Weights and memory"; issue 26.
  */
@@ -42,6 +43,11 @@ export interface ResidencyInput {
    * the backend's accounting), including what was already held.
    */
   readonly workingPeak: number;
+  /**
+   * Peak bytes of the account during what runs after the passes with every weight evicted (the VAE
+   * decode), counted by a dry run the same way; default 0. The budget must cover it too.
+   */
+  readonly laterPeak?: number;
   /** Flag or option named in errors; default `--vram-budget`. */
   readonly flag?: string;
 }
@@ -52,8 +58,12 @@ export interface ResidencyPlan {
   readonly budget: number;
   /** Whether the budget was `min`. */
   readonly min: boolean;
-  /** The least budget that works: {@link ResidencyInput.workingPeak}. */
+  /** The least budget that works: the larger of the working peak and the later peak. */
   readonly minBytes: number;
+  /** {@link ResidencyInput.workingPeak}: a pass with nothing resident. */
+  readonly workingPeak: number;
+  /** {@link ResidencyInput.laterPeak} (0 when not given). */
+  readonly laterPeak: number;
   /** Indices into the input weights that stay resident. */
   readonly resident: readonly number[];
   /** Indices into the input weights that are streamed each pass. */
@@ -61,7 +71,7 @@ export interface ResidencyPlan {
   readonly residentBytes: number;
   /** Bytes copied from the mapping to the device per pass (the streamed weights, once each). */
   readonly streamedBytesPerPass: number;
-  /** Upper bound of the peak during a pass: residentBytes + workingPeak ≤ budget. */
+  /** Upper bound of the peak: max(residentBytes + workingPeak, laterPeak) ≤ budget. */
   readonly expectedPeak: number;
 }
 
@@ -87,16 +97,22 @@ export function planResidency(input: ResidencyInput): ResidencyPlan {
       throw new TpError("E_ARG", `${flag}: ${what} must be a non-negative whole number of bytes, got ${v}`);
   };
   whole(input.workingPeak, "the working peak");
+  const laterPeak = input.laterPeak ?? 0;
+  whole(laterPeak, "the later peak");
   for (const w of input.weights) whole(w.bytes, `the size of weight ${w.name}`);
+  const need = Math.max(input.workingPeak, laterPeak);
   const min = input.budget === "min";
-  const budget = min ? input.workingPeak : (input.budget as number);
+  const budget = min ? need : (input.budget as number);
   if (!min) whole(budget, "the budget");
-  if (budget < input.workingPeak) {
+  if (budget < need) {
+    const what =
+      input.workingPeak >= laterPeak
+        ? "one step needs with every weight streamed (activations, scratch, the streamed weights in flight"
+        : "the decode after sampling needs (its activations and weights with the DiT's evicted";
     throw new TpError(
       "E_OOM",
-      `${flag} ${formatBytes(budget)} (${budget} bytes) is below the ${formatBytes(input.workingPeak)} ` +
-        `(${input.workingPeak} bytes) one step needs with every weight streamed (activations, scratch, one ` +
-        `weight in flight, as counted by a dry run); raise it to at least ${input.workingPeak} bytes or use min`,
+      `${flag} ${formatBytes(budget)} (${budget} bytes) is below the ${formatBytes(need)} ` +
+        `(${need} bytes) ${what}, as counted by a dry run); raise it to at least ${need} bytes or use min`,
     );
   }
   let room = budget - input.workingPeak;
@@ -117,12 +133,14 @@ export function planResidency(input: ResidencyInput): ResidencyPlan {
   return {
     budget,
     min,
-    minBytes: input.workingPeak,
+    minBytes: need,
+    workingPeak: input.workingPeak,
+    laterPeak,
     resident,
     streamed,
     residentBytes,
     streamedBytesPerPass: streamedBytes,
-    expectedPeak: residentBytes + input.workingPeak,
+    expectedPeak: Math.max(residentBytes + input.workingPeak, laterPeak),
   };
 }
 
@@ -137,7 +155,9 @@ export function describeResidencyPlan(plan: ResidencyPlan, passes = 1): string {
   return (
     `residency: budget ${plan.min ? "min = " : ""}${mib(plan.budget)}; ${plan.resident.length} weights ` +
     `resident (${mib(plan.residentBytes)}), ${plan.streamed.length} streamed (${mib(plan.streamedBytesPerPass * passes)} ` +
-    `uploaded per step); working peak ${mib(plan.minBytes)}, expected peak ≤ ${mib(plan.expectedPeak)}`
+    `uploaded per step); working peak ${mib(plan.workingPeak)}` +
+    (plan.laterPeak > 0 ? `, decode peak ${mib(plan.laterPeak)}` : "") +
+    `, expected peak ≤ ${mib(plan.expectedPeak)}`
   );
 }
 
@@ -185,6 +205,84 @@ export interface WeightResidency {
   makeResident(w: Weight): void;
   /** Free the copy (no-op when not resident). */
   evict(w: Weight): void;
+}
+
+/** Uploads of streamed weights through a {@link WeightStreaming} ring since the backend started. */
+export interface StreamStats {
+  /** Weights uploaded into a ring slot. */
+  readonly uploads: number;
+  /** Their bytes (data and row scales). */
+  readonly bytes: number;
+}
+
+/**
+ * Overlapped streaming a device backend may offer: a ring of `slots` device buffers (accounted in its
+ * `memory`) that streamed weights are uploaded into in turn, each upload waiting only for the work that
+ * read the slot last, so that the upload of one weight overlaps the work on the one before it (double
+ * buffering with 2 slots). Without a ring, each op copies its weight into a buffer of its own.
+ */
+export interface WeightStreaming {
+  /**
+   * Reserve the ring: `slots` slots, each holding any weight of at most `dataBytes` bytes of data and
+   * `scaleBytes` bytes of row scales; `slots` 0 frees it. A weight that does not fit a slot is copied per op.
+   * @throws TpError E_OOM over the budget; E_ARG for a bad count
+   */
+  setStreamRing(slots: number, dataBytes: number, scaleBytes: number): void;
+  /** Bytes the ring holds now (0 without one). */
+  readonly streamRingBytes: number;
+  /** Uploads through the ring so far. */
+  readonly streamStats: StreamStats;
+}
+
+/** `b`'s {@link WeightStreaming}, or null where it has none. */
+export function weightStreaming(b: Backend): WeightStreaming | null {
+  const r = b as Partial<WeightStreaming>;
+  return typeof r.setStreamRing === "function" ? (b as unknown as WeightStreaming) : null;
+}
+
+/** The device memory a backend reports it may use ({@link DeviceMemoryInfo}). */
+export interface DeviceMemoryInfo {
+  /** Bytes free for this process: the device's budget less its usage, or the heap size without a report. */
+  readonly freeBytes: number;
+  /** Size of the device memory heaps. */
+  readonly totalBytes: number;
+  /** Where freeBytes comes from, e.g. "VK_EXT_memory_budget" or "heap size (no VK_EXT_memory_budget)". */
+  readonly source: string;
+  /** True when freeBytes is the device's own report of free memory (false: the heap size, a guess). */
+  readonly reported: boolean;
+}
+
+/** A device backend that reports its free memory. */
+export interface DeviceMemoryReport {
+  deviceMemory(): DeviceMemoryInfo;
+}
+
+/**
+ * The default `--vram-budget`: what the backend holds now plus the device's free memory, less a margin
+ * of `marginFraction` of the heap (at least `minMarginBytes`) for the driver, other processes and what
+ * the device reports late. Null on a backend that reports no device memory (cpu).
+ * @returns the budget in bytes (never below what the backend holds now) and a line saying where it comes from
+ */
+export function defaultVramBudget(
+  b: Backend,
+  marginFraction = 0.1,
+  minMarginBytes = 256 * MIB,
+): { bytes: number; note: string } | null {
+  const r = b as Partial<DeviceMemoryReport>;
+  if (typeof r.deviceMemory !== "function") return null;
+  const m = (b as unknown as DeviceMemoryReport).deviceMemory();
+  const margin = Math.max(minMarginBytes, Math.floor(m.totalBytes * marginFraction));
+  const bytes = b.memory.current + Math.max(0, m.freeBytes - margin);
+  const mib = (x: number) => `${(x / MIB).toFixed(0)} MiB`;
+  return {
+    bytes,
+    note:
+      `default --vram-budget ${mib(bytes)}: ${mib(m.freeBytes)} free of ${mib(m.totalBytes)} (${m.source}) ` +
+      `less a margin of ${mib(margin)} (max(${Math.round(marginFraction * 100)}% of the heap, ${mib(minMarginBytes)}))` +
+      (m.reported
+        ? ""
+        : "; the device does not report its free memory, so memory other processes hold is not seen"),
+  };
 }
 
 /** `b`'s {@link WeightResidency}, or null where ops read weights from the mapping directly (cpu). */

@@ -51,6 +51,8 @@ export interface VkOpHost {
   bufferOf(t: Tensor, op: string): VulkanBuffer;
   /** The resident device copy of a weight (VulkanBackend.makeResident), if any. */
   residentWeight(w: Weight): ResidentWeight | undefined;
+  /** A streamed weight's copy in the next slot of the stream ring (VulkanBackend.setStreamRing), if any. */
+  streamWeight(w: Weight): ResidentWeight | undefined;
   /**
    * The binding of a live tensor of this backend (the whole buffer, or the window of it the view spans
    * when the buffer is past maxStorageBufferRange).

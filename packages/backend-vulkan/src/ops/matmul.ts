@@ -208,9 +208,12 @@ export function uploadWeight(host: VkOpHost, w: Weight, op: string): ResidentWei
   });
 }
 
-/** The device copy of `w`: resident, or uploaded for this op (scratch of the current scope). */
+/**
+ * The device copy of `w`: resident, else in the next slot of the stream ring, else uploaded for this
+ * op (scratch of the current scope).
+ */
 function deviceWeight(host: VkOpHost, w: Weight, op: string): ResidentWeight {
-  return host.residentWeight(w) ?? uploadWeight(host, w, op);
+  return host.residentWeight(w) ?? host.streamWeight(w) ?? uploadWeight(host, w, op);
 }
 
 /**

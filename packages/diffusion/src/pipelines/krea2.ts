@@ -401,18 +401,46 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
       steps: info.steps,
       explain: weightsOf({ what: "DiT", path: dit.file }),
     });
-  // Under a budget: one dry step exactly as the loop runs it (same shapes, CFG, check) counts the peak.
+  /** To VAE space (§5.2) and decode (§5): z and the image, the caller's to free (freed on failure). */
+  const decode = async (latentModel: Tensor): Promise<{ z: Tensor; img: Tensor }> => {
+    const z = wan21ProcessOut(b, latentModel);
+    let img: Tensor | null = null;
+    try {
+      img = vae.decode(z, options.vaeDecode);
+      await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
+      return { z, img };
+    } catch (e) {
+      if (img !== null) b.free(img);
+      b.free(z);
+      throw e;
+    }
+  };
+  // Under a budget: one dry step exactly as the loop runs it (same shapes, CFG, check) counts the peak,
+  // and one dry decode (of the noise, with a latent-sized tensor held as the sampled latent will be)
+  // the decode's.
   const placement =
     options.vramBudget === undefined
       ? null
-      : await placeWeights(b, dit.samplingWeights(), options.vramBudget, async () => {
-          const dry = await sampleEuler(b, x0, denoiser, {
-            sigmas: [sigmas[0] as number, sigmas[1] as number],
-            cfg: settings.cfg,
-            onStep: checkStep,
-          });
-          b.free(dry);
-        });
+      : await placeWeights(
+          b,
+          dit.samplingWeights(),
+          options.vramBudget,
+          async () => {
+            const dry = await sampleEuler(b, x0, denoiser, {
+              sigmas: [sigmas[0] as number, sigmas[1] as number],
+              cfg: settings.cfg,
+              onStep: checkStep,
+            });
+            b.free(dry);
+          },
+          "--vram-budget",
+          async () => {
+            using held = b.copy(x0);
+            const dry = await decode(held);
+            b.free(dry.z);
+            b.free(dry.img);
+          },
+        );
   try {
     if (placement !== null) options.onResidencyPlan?.(placement.plan);
     let lastStep = performance.now();
@@ -434,9 +462,9 @@ export async function generateKrea2(options: Krea2GenerateOptions): Promise<Krea
 
     // To VAE space (§5.2), decode (§5), 8 bits (§5.5).
     const tDecode = performance.now();
-    using z = wan21ProcessOut(b, latentModel);
-    using img = vae.decode(z, options.vaeDecode);
-    await checkFinite(b, img, { stage: "VAE decode", explain: weightsOf({ what: "VAE", path: vae.file }) });
+    const decoded = await decode(latentModel);
+    using z = decoded.z;
+    using img = decoded.img;
     const modelLatent = (await b.read(latentModel)) as Float32Array;
     const latent = (await b.read(z)) as Float32Array;
     const raw = (await b.read(img)) as Float32Array;
