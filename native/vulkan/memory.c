@@ -132,6 +132,11 @@ int32_t tp_vk_buffer_create(tp_vk_ctx *ctx, uint64_t bytes, tp_vk_buffer **out) 
   return create(ctx, bytes, ctx->buffer_type_bits, ctx->info.unified_memory != 0, out);
 }
 
+int32_t tp_vk_buffer_create_host(tp_vk_ctx *ctx, uint64_t bytes, tp_vk_buffer **out) {
+  if (ctx == NULL || out == NULL) return TP_VK_ERR_ARG;
+  return create(ctx, bytes, ctx->staging_type_bits, 1, out);
+}
+
 uint64_t tp_vk_buffer_size(const tp_vk_buffer *b) { return b ? b->size : 0; }
 
 void tp_vk_buffer_free_now(tp_vk_ctx *ctx, tp_vk_buffer *b) {

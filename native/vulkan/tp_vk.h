@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /** Bumped on every change of a signature or struct below; @tp/backend-vulkan refuses other versions. */
-#define TP_VK_ABI_VERSION 3
+#define TP_VK_ABI_VERSION 4
 
 /** Status codes. */
 typedef enum {
@@ -138,6 +138,14 @@ TP_VK_API int32_t tp_vk_info(const tp_vk_ctx *ctx, tp_vk_device_info *out, uint6
  *         the device, the size and the limit)
  */
 TP_VK_API int32_t tp_vk_buffer_create(tp_vk_ctx *ctx, uint64_t bytes, tp_vk_buffer **out);
+
+/**
+ * A host-visible, host-coherent buffer of `bytes` (> 0), mapped: a staging buffer of the caller's
+ * (writes are a memcpy after the work that uses it; tp_vk_buffer_copy moves its bytes to a device
+ * buffer on the queue). Host memory on a discrete GPU; the same memory as other buffers where the
+ * device's memory is unified. Limits and errors as tp_vk_buffer_create.
+ */
+TP_VK_API int32_t tp_vk_buffer_create_host(tp_vk_ctx *ctx, uint64_t bytes, tp_vk_buffer **out);
 
 /** Free a buffer; when queued work still uses it, the memory is freed once that work is done. */
 TP_VK_API int32_t tp_vk_buffer_destroy(tp_vk_ctx *ctx, tp_vk_buffer *buffer);

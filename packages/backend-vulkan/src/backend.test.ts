@@ -313,40 +313,50 @@ describe.skipIf(backend === null)("vulkan backend", () => {
     for (const t of [x, y1, y2, y3]) b().free(t);
   });
 
-  test("the stream ring: streamed weights go through its 2 slots in turn (accounted, no per-op copy); a weight past a slot is copied per op", async () => {
-    const f32w = (name: string, rows: number, values: number[]) =>
-      new Weight({
-        name,
-        format: "f32",
-        shape: [rows, 4],
-        data: new Uint8Array(Float32Array.from(values).buffer),
-      });
-    const w1 = f32w("w1", 2, [1, 2, 3, 4, 5, 6, 7, 8]);
-    const w2 = f32w("w2", 3, [1, 0, 0, 0, 0, 1, 0, 0, -1, -1, -1, -1]);
-    const big = f32w("big", 4, [...Array(16).keys()]); // 64 bytes: past a 48-byte slot
-    const x = b().upload(Float32Array.from([1, 2, 3, 4]), [1, 4], "f32");
-    // x · Wᵀ by hand
-    const want = { w1: [30, 70], w2: [1, 2, -10], big: [20, 60, 100, 140] };
-    expect(errorOf(() => b().setStreamRing(-1, 48, 0)).code).toBe("E_ARG");
-    const before = b().memory.current;
-    const s0 = b().streamStats;
-    b().setStreamRing(2, 48, 0);
-    expect(b().streamRingBytes).toBe(96);
-    expect(b().memory.current - before).toBe(96);
-    const ys = [w1, w2, w1, w2, w1].map((w) => b().matmul(x, w));
-    const s1 = b().streamStats;
-    expect([s1.uploads - s0.uploads, s1.bytes - s0.bytes]).toEqual([5, 32 * 3 + 48 * 2]);
-    // the outputs (8 + 12 + 8 + 12 + 8 bytes) and the ring: no copy of its own per op
-    expect(b().memory.current - before).toBe(96 + 48);
-    const yBig = b().matmul(x, big);
-    expect(b().streamStats.uploads).toBe(s1.uploads); // copied per op, not through the ring
-    const got = await Promise.all([...ys, yBig].map(async (y) => [...((await b().read(y)) as Float32Array)]));
-    expect(got).toEqual([want.w1, want.w2, want.w1, want.w2, want.w1, want.big]);
-    b().setStreamRing(0, 0, 0);
-    expect(b().streamRingBytes).toBe(0);
-    expect(b().memory.current - before).toBe(48 + 16);
-    for (const t of [x, ...ys, yBig]) b().free(t);
-  });
+  for (const staged of [false, true]) {
+    test(`the stream ring${staged ? " through host staging buffers (TP_VULKAN_STAGING path)" : ""}: streamed weights go through its 2 slots in turn (accounted, no per-op copy); a weight past a slot is copied per op`, async () => {
+      const v = staged ? createBackend({ forceStaging: true }) : b();
+      try {
+        if (staged) expect(v.info.unifiedMemory).toBe(false);
+        const f32w = (name: string, rows: number, values: number[]) =>
+          new Weight({
+            name,
+            format: "f32",
+            shape: [rows, 4],
+            data: new Uint8Array(Float32Array.from(values).buffer),
+          });
+        const w1 = f32w("w1", 2, [1, 2, 3, 4, 5, 6, 7, 8]);
+        const w2 = f32w("w2", 3, [1, 0, 0, 0, 0, 1, 0, 0, -1, -1, -1, -1]);
+        const big = f32w("big", 4, [...Array(16).keys()]); // 64 bytes: past a 48-byte slot
+        const x = v.upload(Float32Array.from([1, 2, 3, 4]), [1, 4], "f32");
+        // x · Wᵀ by hand
+        const want = { w1: [30, 70], w2: [1, 2, -10], big: [20, 60, 100, 140] };
+        expect(errorOf(() => v.setStreamRing(-1, 48, 0)).code).toBe("E_ARG");
+        const before = v.memory.current;
+        const s0 = v.streamStats;
+        v.setStreamRing(2, 48, 0);
+        expect(v.streamRingBytes).toBe(96);
+        expect(v.memory.current - before).toBe(96); // staging buffers are host memory, not accounted
+        const ys = [w1, w2, w1, w2, w1].map((w) => v.matmul(x, w));
+        const s1 = v.streamStats;
+        expect([s1.uploads - s0.uploads, s1.bytes - s0.bytes]).toEqual([5, 32 * 3 + 48 * 2]);
+        // the outputs (8 + 12 + 8 + 12 + 8 bytes) and the ring: no copy of its own per op
+        expect(v.memory.current - before).toBe(96 + 48);
+        const yBig = v.matmul(x, big);
+        expect(v.streamStats.uploads).toBe(s1.uploads); // copied per op, not through the ring
+        const got = await Promise.all(
+          [...ys, yBig].map(async (y) => [...((await v.read(y)) as Float32Array)]),
+        );
+        expect(got).toEqual([want.w1, want.w2, want.w1, want.w2, want.w1, want.big]);
+        v.setStreamRing(0, 0, 0);
+        expect(v.streamRingBytes).toBe(0);
+        expect(v.memory.current - before).toBe(48 + 16);
+        for (const t of [x, ...ys, yBig]) v.free(t);
+      } finally {
+        if (staged) v.dispose();
+      }
+    });
+  }
 
   test("device memory: the heap size where the device lacks VK_EXT_memory_budget; the default budget is that less the margin", () => {
     const m = b().deviceMemory();

@@ -50,6 +50,13 @@ import type { BoundTensor, VkOpHost } from "./ops/common.ts";
 import { CONVROT_FORMATS, type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
 import { vulkanKernelTable } from "./ops/table.ts";
 
+/** One slot of the stream ring: weight data (u8), ConvRot row scales (f32), host staging where unmapped. */
+interface RingSlot {
+  readonly data: Tensor;
+  scale: Tensor | null;
+  stage: { data: VulkanBuffer; scale: VulkanBuffer | null } | null;
+}
+
 /** A tensor's storage: a device buffer, or none for 0 bytes. */
 interface DeviceStorage {
   readonly buffer: VulkanBuffer | null;
@@ -191,8 +198,11 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
   /** Kernels read 16-bit weights through 16-bit storage (see {@link VulkanBackendOptions.storage16}). */
   readonly storage16: boolean;
   readonly #resident = new Map<Weight, ResidentWeight>();
-  /** The stream ring's slots ({@link setStreamRing}), used in turn. */
-  #ring: { data: Tensor; scale: Tensor | null }[] = [];
+  /**
+   * The stream ring's slots ({@link setStreamRing}), used in turn: device tensors, and where the
+   * device's memory is not mapped, host staging buffers the uploads go through.
+   */
+  #ring: RingSlot[] = [];
   #ringNext = 0;
   #streamUploads = 0;
   #streamBytes = 0;
@@ -434,8 +444,10 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
    * `scaleBytes` of ConvRot row scales (f32). Before an upload into a slot the work recorded so far is
    * submitted, and the upload waits only for the batch that read the slot last: with 2 slots, weight
    * i + 1 is copied from its mapping while the batch holding weight i's matmul runs (double buffering on
-   * the one compute queue; on a device without host-visible device memory the copy goes through the
-   * staging buffer and waits, so there it does not overlap). `slots` 0 frees the ring.
+   * the one compute queue). Where the device's memory is not mapped (a discrete GPU), each slot has a
+   * host staging buffer of its size (host memory, outside the device budget): the weight is copied
+   * into it after the batch that last moved it on has finished, and the move to the slot is recorded
+   * on the queue ahead of the op. `slots` 0 frees the ring.
    * @throws TpError E_ARG for a bad count; E_OOM over the budget (no ring is left then)
    */
   setStreamRing(slots: number, dataBytes: number, scaleBytes: number): void {
@@ -456,10 +468,15 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
         const data = this.persist(
           this.alloc([Math.max(1, dataBytes)], "u8", `stream ring slot ${i} (weight)`),
         );
-        this.#ring.push({ data, scale: null });
+        const slot: RingSlot = { data, scale: null, stage: null };
+        this.#ring.push(slot);
         if (scaleBytes > 0) {
           const scale = this.alloc([Math.ceil(scaleBytes / 4)], "f32", `stream ring slot ${i} (row scales)`);
-          (this.#ring[i] as { scale: Tensor | null }).scale = this.persist(scale);
+          slot.scale = this.persist(scale);
+        }
+        if (!this.info.unifiedMemory) {
+          slot.stage = { data: this.ctx.createHostBuffer(data.byteLength), scale: null };
+          if (slot.scale !== null) slot.stage.scale = this.ctx.createHostBuffer(slot.scale.byteLength);
         }
       }
     } catch (e) {
@@ -484,6 +501,8 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
     for (const s of this.#ring) {
       if (!s.data.storage.freed) this.free(s.data);
       if (s.scale !== null && !s.scale.storage.freed) this.free(s.scale);
+      for (const h of [s.stage?.data, s.stage?.scale])
+        if (h && !h.destroyed && !this.ctx.destroyed) this.ctx.destroyBuffer(h);
     }
     this.#ring = [];
     this.#ringNext = 0;
@@ -510,9 +529,21 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
     // Submit what was recorded (the previous weight's op among it), so that this copy, which waits
     // for the batch that read the slot last, runs while the newer batch computes.
     this.ctx.submit();
-    const bytes = (b: Uint8Array | Float32Array) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
-    this.ctx.write(this.bufferOf(slot.data, "stream"), 0, w.data);
-    if (rowScale !== null) this.ctx.write(this.bufferOf(slot.scale as Tensor, "stream"), 0, bytes(rowScale));
+    const upload = (to: Tensor, stage: VulkanBuffer | null | undefined, src: Uint8Array) => {
+      if (src.byteLength === 0) return;
+      const dst = this.bufferOf(to, "stream");
+      if (stage === null || stage === undefined) {
+        this.ctx.write(dst, 0, src); // mapped: a memcpy once the slot's last reader is done
+        return;
+      }
+      this.ctx.write(stage, 0, src); // once the move recorded from it last has run
+      this.ctx.copy(stage, 0, dst, 0, src.byteLength); // on the queue, ordered after the slot's readers
+    };
+    upload(slot.data, slot.stage?.data, w.data);
+    if (rowScale !== null) {
+      const scaleBytes = new Uint8Array(rowScale.buffer, rowScale.byteOffset, rowScale.byteLength);
+      upload(slot.scale as Tensor, slot.stage?.scale, scaleBytes);
+    }
     this.#streamUploads++;
     this.#streamBytes += w.data.byteLength + (rowScale?.byteLength ?? 0);
     return { data: slot.data, scale: rowScale === null ? null : slot.scale, tensors: [] };

@@ -21,7 +21,7 @@ export type { Pointer } from "bun:ffi";
 export { checkLibraryFile };
 
 /** tp_vk.h TP_VK_ABI_VERSION this file was written for; libraries of another version are refused. */
-export const TP_VK_ABI_VERSION = 3;
+export const TP_VK_ABI_VERSION = 4;
 
 /** Status codes of tp_vk.h (`tp_vk_status`). */
 export const TP_VK_STATUS = { OK: 0, ERR_ARG: 1, ERR_OOM: 2, ERR_UNSUPPORTED: 3, ERR_INTERNAL: 4 } as const;
@@ -94,6 +94,7 @@ const SYMBOLS = {
   tp_vk_info: { args: ["ptr", "ptr", "u64"], returns: "i32" },
   // buffers
   tp_vk_buffer_create: { args: ["ptr", "u64", "ptr"], returns: "i32" },
+  tp_vk_buffer_create_host: { args: ["ptr", "u64", "ptr"], returns: "i32" },
   tp_vk_buffer_destroy: { args: ["ptr", "ptr"], returns: "i32" },
   tp_vk_buffer_write: { args: ["ptr", "ptr", "u64", "ptr", "u64"], returns: "i32" },
   tp_vk_buffer_read: { args: ["ptr", "ptr", "u64", "ptr", "u64"], returns: "i32" },
@@ -404,6 +405,19 @@ export class VulkanContext {
     if (bytes === 0) throw new TpError("E_ARG", "createBuffer: a buffer needs at least 1 byte");
     const out = new BigUint64Array(1);
     this.#check(this.lib.raw.tp_vk_buffer_create(this.handle, bytes, out));
+    return { ptr: Number(out[0]) as Pointer, bytes, destroyed: false };
+  }
+
+  /**
+   * A host-visible staging buffer of `bytes` (> 0), mapped (tp_vk_buffer_create_host): {@link write}
+   * is a memcpy into it, {@link copy} records the move to a device buffer. Host memory on a discrete GPU.
+   * @throws TpError E_OOM past the device's limits or memory; E_ARG for a bad size
+   */
+  createHostBuffer(bytes: number): VulkanBuffer {
+    checkCount("createHostBuffer", "bytes", bytes);
+    if (bytes === 0) throw new TpError("E_ARG", "createHostBuffer: a buffer needs at least 1 byte");
+    const out = new BigUint64Array(1);
+    this.#check(this.lib.raw.tp_vk_buffer_create_host(this.handle, bytes, out));
     return { ptr: Number(out[0]) as Pointer, bytes, destroyed: false };
   }
 
