@@ -54,6 +54,26 @@ describe("planResidency (hand-derived cases)", () => {
     expect((err as TpError).message).toMatch(/vramBudget .*999 bytes.* at least 1000 bytes or use min/);
   });
 
+  test("a later phase (the VAE decode) larger than the pass raises min; residents still fit budget − the pass's peak", () => {
+    // laterPeak 1200 > workingPeak 1000: min = 1200; at 1200 the room is 200: a (100), b (300 > 100:
+    // streamed), c (200 > 100: streamed), d (50, left 50)
+    const min = planResidency({ budget: "min", weights: W, workingPeak: 1000, laterPeak: 1200 });
+    expect([min.budget, min.minBytes, min.workingPeak, min.laterPeak, min.expectedPeak]).toEqual([
+      1200, 1200, 1000, 1200, 1200,
+    ]);
+    const p = planResidency({ budget: 1200, weights: W, workingPeak: 1000, laterPeak: 1200 });
+    expect(p.resident).toEqual([0, 3]);
+    expect([p.residentBytes, p.expectedPeak]).toEqual([150, 1200]); // max(150 + 1000, 1200)
+    let err: unknown;
+    try {
+      planResidency({ budget: 1199, weights: W, workingPeak: 1000, laterPeak: 1200 });
+    } catch (e) {
+      err = e;
+    }
+    expect((err as TpError).code).toBe("E_OOM");
+    expect((err as TpError).message).toMatch(/decode after sampling needs.* at least 1200 bytes/);
+  });
+
   test("bad sizes are E_ARG", () => {
     expect(() => planResidency({ budget: 1.5, weights: W, workingPeak: 0 })).toThrow(/budget/);
     expect(() => planResidency({ budget: 10, weights: [{ name: "x", bytes: -1 }], workingPeak: 0 })).toThrow(
