@@ -47,7 +47,7 @@ import {
 } from "./ffi.ts";
 import { KernelCache, type KernelFeatures } from "./kernels.ts";
 import type { BoundTensor, VkOpHost } from "./ops/common.ts";
-import { CONVROT_FORMATS, type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
+import { type ResidentWeight, uploadWeight } from "./ops/matmul.ts";
 import { vulkanKernelTable } from "./ops/table.ts";
 
 /** One slot of the stream ring: weight data (u8), ConvRot row scales (f32), host staging where unmapped. */
@@ -519,12 +519,6 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
     if (w.data.byteLength > slot.data.byteLength) return undefined;
     if (rowScale !== null && (slot.scale === null || rowScale.byteLength > slot.scale.byteLength))
       return undefined;
-    // ConvRot binds its weight whole: a slot past one binding would refuse what fits a buffer of its own.
-    if (
-      CONVROT_FORMATS.includes(w.format) &&
-      roundUp(slot.data.byteLength, 16) > this.info.maxStorageBufferRange
-    )
-      return undefined;
     this.#ringNext = (this.#ringNext + 1) % this.#ring.length;
     // Submit what was recorded (the previous weight's op among it), so that this copy, which waits
     // for the batch that read the slot last, runs while the newer batch computes.
@@ -546,7 +540,11 @@ export class VulkanBackend extends BackendBase implements VkOpHost, WeightStream
     }
     this.#streamUploads++;
     this.#streamBytes += w.data.byteLength + (rowScale?.byteLength ?? 0);
-    return { data: slot.data, scale: rowScale === null ? null : slot.scale, tensors: [] };
+    // Views of the weight's own bytes (they share the slot's persisted storage; no scope frees them),
+    // so a kernel that binds its weight whole binds only these bytes, as a buffer of its own would be.
+    const data = slot.data.slice(0, 0, Math.max(1, w.data.byteLength));
+    const scale = rowScale === null ? null : (slot.scale as Tensor).slice(0, 0, rowScale.length);
+    return { data, scale, tensors: [] };
   }
 
   // ---- device memory ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
 import { createBackend as createVulkan, type VulkanBackend } from "@tp/backend-vulkan";
-import { type Backend, type ResidencyPlan, TpError, type VramBudget } from "@tp/tensor";
+import { type Backend, type ResidencyPlan, TpError, type VramBudget, Weight } from "@tp/tensor";
 import { type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
@@ -188,6 +188,49 @@ describe.skipIf(SKIP !== "")("--vram-budget on the Vulkan backend: Krea 2 tiny",
     }, 600_000);
   }
 });
+
+test.skipIf(SKIP !== "")(
+  "placeWeights: the dry step's count (ring included) sets min; counted peaks are reused without a dry run",
+  async () => {
+    const f32w = (name: string, values: number[]) =>
+      new Weight({
+        name,
+        format: "f32",
+        shape: [values.length / 4, 4],
+        data: new Uint8Array(Float32Array.from(values).buffer),
+      });
+    const ws = [
+      { name: "a", weight: f32w("a", [1, 2, 3, 4, 5, 6, 7, 8]) },
+      { name: "b", weight: f32w("b", [1, 2, 3, 4]) },
+    ];
+    let dry = 0;
+    const held = backend.memory.current;
+    const first = await placeWeights(backend, ws, "min", async () => {
+      dry++;
+      using scratch = backend.alloc([256], "f32", "dry scratch"); // 1024 bytes
+      expect(scratch.numel).toBe(256);
+    });
+    // held + the ring (2 slots of the larger weight, 32 bytes) + the scratch
+    expect(first.plan.workingPeak).toBe(held + 2 * 32 + 1024);
+    expect((backend as VulkanBackend).streamRingBytes).toBe(64); // min: both streamed
+    first.restore();
+    expect((backend as VulkanBackend).streamRingBytes).toBe(0);
+    const again = await placeWeights(
+      backend,
+      ws,
+      "min",
+      async () => {
+        dry++;
+      },
+      "--vram-budget",
+      undefined,
+      { workingPeak: first.plan.workingPeak, laterPeak: first.plan.laterPeak },
+    );
+    expect(dry).toBe(1);
+    expect(again.plan).toEqual(first.plan);
+    again.restore();
+  },
+);
 
 test("--vram-budget on the cpu backend (weights read from the mapping) is E_UNSUPPORTED", async () => {
   const cpu = createCpu({ threads: 1 });

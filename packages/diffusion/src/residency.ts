@@ -58,6 +58,8 @@ export interface Placement {
  * @param dryRun  one sampling step exactly as the run will do it, freeing what it makes
  * @param dryLater what runs after sampling (the VAE decode) exactly as the run will do it, freeing what
  *   it makes; run with every weight evicted and no ring
+ * @param counted the peaks an earlier placement of the same step counted (its plan's workingPeak and
+ *   laterPeak): no dry run then
  * @throws TpError E_UNSUPPORTED on a backend that reads weights from the mapping (no makeResident);
  *   E_OOM when the budget is below what a step needs with every weight streamed (the bytes named)
  *   or below the backend's own budget's use; E_STATE when the uploads reserve other bytes than planned
@@ -69,6 +71,7 @@ export async function placeWeights(
   dryRun: () => Promise<void>,
   flag = "--vram-budget",
   dryLater?: () => Promise<void>,
+  counted?: { readonly workingPeak: number; readonly laterPeak: number },
 ): Promise<Placement> {
   const residency = weightResidency(b);
   if (residency === null) {
@@ -95,10 +98,15 @@ export async function placeWeights(
   let workingPeak: number;
   let laterPeak = 0;
   try {
-    if (dryLater !== undefined) laterPeak = await count(dryLater);
-    // The ring for every weight streamed: what min needs; planning can only shrink it.
-    setRing(weights.map((w) => w.weight));
-    workingPeak = await count(dryRun);
+    if (counted !== undefined) {
+      workingPeak = counted.workingPeak;
+      laterPeak = counted.laterPeak;
+    } else {
+      if (dryLater !== undefined) laterPeak = await count(dryLater);
+      // The ring for every weight streamed: what min needs; planning can only shrink it.
+      setRing(weights.map((w) => w.weight));
+      workingPeak = await count(dryRun);
+    }
   } catch (e) {
     streaming?.setStreamRing(0, 0, 0);
     throw e;
