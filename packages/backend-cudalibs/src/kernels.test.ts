@@ -1,5 +1,6 @@
 // The cuda backend's own PTX kernels assembled by ptxas for sm_80 / 86 / 89 / 90 (skips, with the
-// reason, without the CUDA toolkit), as @tp/backend-ptx's ptxas test does for its catalogue.
+// reason, without the CUDA toolkit), as @tp/backend-ptx's ptxas test does for its catalogue; and none reads a
+// register before writing it (@tp/backend-ptx's uninitialisedReads, no toolkit needed).
 import { describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -45,5 +46,20 @@ describe("ptxas assembles the cuda backend's kernels", () => {
       "rows",
       "cols",
     ]);
+  });
+});
+
+describe("the cuda backend's kernels", () => {
+  test("no kernel reads a register before writing it (@tp/backend-ptx's uninitialisedReads)", () => {
+    for (const sm of [80, 86, 89, 90]) {
+      const fp8 = sm >= 89 ? [absMaxKernel(), quantizeFp8Kernel()] : [absMaxKernel()];
+      const module = ptx.ptxModule(sm, [dequantInt32Kernel(false), dequantInt32Kernel(true), ...fp8]);
+      const reads = ptx
+        .uninitialisedReads(module)
+        .map(
+          (u) => `${u.kernel} sm_${sm}: ${u.register} read before written, line ${u.line}: ${u.instruction}`,
+        );
+      expect(reads).toEqual([]);
+    }
   });
 });

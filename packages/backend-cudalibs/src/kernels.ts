@@ -39,19 +39,24 @@ export function dequantInt32Kernel(bias: boolean): ptx.KernelSource {
   const v = kb.reg("f32");
   const sx = kb.reg("f32");
   const sw = kb.reg("f32");
+  const accAt = kb.addr(acc, i, 4);
+  const sxAt = kb.addr(xs, row, 4);
+  const swAt = kb.addr(ws, col, 4);
   kb.op(
-    `ld.global.s32 ${q}, [${kb.addr(acc, i, 4)}];`,
+    `ld.global.s32 ${q}, [${accAt}];`,
     `cvt.rn.f32.s32 ${v}, ${q};`,
-    `ld.global.f32 ${sx}, [${kb.addr(xs, row, 4)}];`,
-    `ld.global.f32 ${sw}, [${kb.addr(ws, col, 4)}];`,
+    `ld.global.f32 ${sx}, [${sxAt}];`,
+    `ld.global.f32 ${sw}, [${swAt}];`,
     `mul.f32 ${v}, ${v}, ${sx};`,
     `mul.f32 ${v}, ${v}, ${sw};`,
   );
   if (b !== null) {
     const bv = kb.reg("f32");
-    kb.op(`ld.global.f32 ${bv}, [${kb.addr(b, col, 4)}];`, `add.f32 ${v}, ${v}, ${bv};`);
+    const bAt = kb.addr(b, col, 4);
+    kb.op(`ld.global.f32 ${bv}, [${bAt}];`, `add.f32 ${v}, ${v}, ${bv};`);
   }
-  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${v};`);
+  const outAt = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${outAt}], ${v};`);
   kb.place(end);
   return kb.build([DEQUANT_BLOCK, 1]);
 }
@@ -77,11 +82,8 @@ export function absMaxKernel(): ptx.KernelSource {
   const i = kb.globalIndex();
   const v = kb.reg("f32");
   const p = kb.reg("pred");
-  kb.op(
-    `mov.f32 ${v}, 0f00000000;`,
-    `setp.lt.u32 ${p}, ${i}, ${n};`,
-    `@${p} ld.global.f32 ${v}, [${kb.addr(x, i, 4)}];`,
-  );
+  const xAt = kb.addr(x, i, 4);
+  kb.op(`mov.f32 ${v}, 0f00000000;`, `setp.lt.u32 ${p}, ${i}, ${n};`, `@${p} ld.global.f32 ${v}, [${xAt}];`);
   kb.op(`abs.f32 ${v}, ${v};`);
   const m = kb.blockReduce(v, "max", FP8_BLOCK);
   const t = kb.reg("b32");
@@ -132,7 +134,8 @@ export function quantizeFp8Kernel(): ptx.KernelSource {
     `div.rn.f32 ${b}, ${b}, ${s};`,
   );
   const q = kb.reg("b16");
-  kb.op(`cvt.rn.satfinite.e4m3x2.f32 ${q}, ${b}, ${a};`, `st.global.b16 [${kb.addr(out, i, 2)}], ${q};`);
+  const outAt = kb.addr(out, i, 2);
+  kb.op(`cvt.rn.satfinite.e4m3x2.f32 ${q}, ${b}, ${a};`, `st.global.b16 [${outAt}], ${q};`);
   kb.place(end);
   return kb.build([FP8_BLOCK, 1], 89);
 }

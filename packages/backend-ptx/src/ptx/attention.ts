@@ -62,9 +62,10 @@ export function attentionKernel(s: AttentionSpec): KernelSource {
     const x = kb.reg("f32");
     kb.op(`add.u32 ${d}, ${tid}, ${d0};`, `setp.lt.u32 ${ok}, ${d}, ${D};`);
     const gi = kb.reg("b32");
+    kb.op(`mad.lo.u32 ${gi}, ${qrow}, ${D}, ${d};`);
+    const qAt = kb.addr(q, gi, 4);
     kb.op(
-      `mad.lo.u32 ${gi}, ${qrow}, ${D}, ${d};`,
-      `@${ok} ld.global.f32 ${x}, [${kb.addr(q, gi, 4)}];`,
+      `@${ok} ld.global.f32 ${x}, [${qAt}];`,
       `mov.u32 ${sa}, ${qs};`,
       `mad.lo.u32 ${sa}, ${d}, 4, ${sa};`,
       `@${ok} st.shared.f32 [${sa}], ${x};`,
@@ -203,9 +204,9 @@ export function attentionKernel(s: AttentionSpec): KernelSource {
       `add.u32 ${vi}, ${vrow}, ${jj};`,
       `mad.lo.u32 ${vi}, ${vi}, ${Dv}, ${d};`,
       `mov.f32 ${vv}, 0f00000000;`,
-      `@${ok} ld.global.f32 ${vv}, [${kb.addr(v, vi, 4)}];`,
-      `fma.rn.f32 ${a}, ${pj}, ${vv}, ${a};`,
     );
+    const vAt = kb.addr(v, vi, 4);
+    kb.op(`@${ok} ld.global.f32 ${vv}, [${vAt}];`, `fma.rn.f32 ${a}, ${pj}, ${vv}, ${a};`);
   });
   kb.op(`add.u32 ${jj}, ${jj}, 1;`, `bra ${loop};`);
   kb.place(loopEnd);
@@ -229,8 +230,9 @@ export function attentionKernel(s: AttentionSpec): KernelSource {
       `setp.lt.u32 ${ok}, ${d}, ${Dv};`,
       `mad.lo.u32 ${oi}, ${qrow}, ${Dv}, ${d};`,
       `mul.f32 ${a}, ${a}, ${inv};`,
-      `@${ok} st.global.f32 [${kb.addr(out, oi, 4)}], ${a};`,
     );
+    const outAt = kb.addr(out, oi, 4);
+    kb.op(`@${ok} st.global.f32 [${outAt}], ${a};`);
   });
   return kb.build([T, 1]);
 }

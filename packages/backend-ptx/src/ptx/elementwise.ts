@@ -87,9 +87,11 @@ function expression(kb: KernelBuilder, op: MapOp, xs: string[], s: string | null
   const [a, b, c] = xs as [string, string, string];
   const r = kb.reg("f32");
   switch (op) {
-    case "silu":
-      kb.op(`mul.rn.f32 ${r}, ${a}, ${kb.sigmoid(a)};`);
+    case "silu": {
+      const sa = kb.sigmoid(a);
+      kb.op(`mul.rn.f32 ${r}, ${a}, ${sa};`);
       return r;
+    }
     case "sigmoid":
       return kb.sigmoid(a);
     case "gelu": {
@@ -139,9 +141,11 @@ function expression(kb: KernelBuilder, op: MapOp, xs: string[], s: string | null
     case "mul":
       kb.op(`mul.rn.f32 ${r}, ${a}, ${b};`);
       return r;
-    case "swiglu":
-      kb.op(`mul.rn.f32 ${r}, ${a}, ${kb.sigmoid(a)};`, `mul.rn.f32 ${r}, ${r}, ${b};`);
+    case "swiglu": {
+      const sa = kb.sigmoid(a);
+      kb.op(`mul.rn.f32 ${r}, ${a}, ${sa};`, `mul.rn.f32 ${r}, ${r}, ${b};`);
       return r;
+    }
     case "modulate":
       kb.op(
         `add.rn.f32 ${r}, ${b}, 0f3F800000;`,
@@ -264,8 +268,10 @@ export function moveKernel(s: MoveSpec): KernelSource {
   const t = s.bytes === 8 ? "b64" : s.bytes === 2 ? "b16" : "b32";
   const v = kb.reg(t);
   const ty = s.bytes === 1 ? "u8" : `b${s.bytes * 8}`;
-  kb.op(`ld.global.${ty} ${v}, [${kb.addr(src, offs[1] as string, s.bytes)}];`);
-  kb.op(`st.global.${ty} [${kb.addr(out, offs[0] as string, s.bytes)}], ${v};`);
+  const srcAt = kb.addr(src, offs[1] as string, s.bytes);
+  kb.op(`ld.global.${ty} ${v}, [${srcAt}];`);
+  const outAt = kb.addr(out, offs[0] as string, s.bytes);
+  kb.op(`st.global.${ty} [${outAt}], ${v};`);
   kb.place(end);
   return kb.build([ELEMENTWISE_BLOCK, 1]);
 }
@@ -288,10 +294,11 @@ export function countNonFiniteKernel(): KernelSource {
   const lane = kb.reg("b32");
   const lead = kb.reg("pred");
   const skip = kb.label("skip");
+  const srcAt = kb.addr(src, i, 4);
   kb.op(
     `setp.lt.u32 ${inb}, ${i}, ${n};`,
     `mov.u32 ${x}, 0;`,
-    `@${inb} ld.global.b32 ${x}, [${kb.addr(src, i, 4)}];`,
+    `@${inb} ld.global.b32 ${x}, [${srcAt}];`,
     // exponent all ones: NaN or ±∞ (IEEE 754)
     `and.b32 ${bits}, ${x}, 2139095040;`,
     `setp.eq.u32 ${bad}, ${bits}, 2139095040;`,

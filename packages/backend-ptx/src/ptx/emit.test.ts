@@ -45,6 +45,24 @@ describe("PTX emitter", () => {
     kb.param("x", "u64");
     expect(() => kb.param("x", "u32")).toThrow("parameter x twice");
   });
+  test("an emitting helper inside op's arguments is refused (its lines would precede the op's)", () => {
+    const kb = new KernelBuilder("misordered");
+    const [base, i] = [kb.reg("b64"), kb.reg("b32")];
+    const v = kb.reg("f32");
+    // the mad.wide of kb.addr would come out ahead of the div that computes i
+    expect(() => kb.op(`div.u32 ${i}, ${i}, 3;`, `ld.global.f32 ${v}, [${kb.addr(base, i, 4)}];`)).toThrow(
+      "instructions were emitted while evaluating the arguments of op('div.u32 %r0, %r0, 3;', …)",
+    );
+    const ok = new KernelBuilder("ordered");
+    const [b2, i2] = [ok.reg("b64"), ok.reg("b32")];
+    const v2 = ok.reg("f32");
+    ok.op(`div.u32 ${i2}, ${i2}, 3;`);
+    const at = ok.addr(b2, i2, 4);
+    ok.op(`ld.global.f32 ${v2}, [${at}];`);
+    const body = ok.build([32, 1]).body;
+    expect(body.indexOf("div.u32")).toBeLessThan(body.indexOf("mad.wide.u32"));
+    expect(body.indexOf("mad.wide.u32")).toBeLessThan(body.indexOf("ld.global.f32"));
+  });
   test("every catalogued kernel has a unique entry name", () => {
     const all = Object.values(kernelCatalogue()).flat();
     expect(new Set(all.map((k) => k.name)).size).toBe(all.length);

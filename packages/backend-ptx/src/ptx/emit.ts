@@ -164,9 +164,25 @@ export class KernelBuilder {
     return s;
   }
 
-  /** Instruction lines (each ends with ';'). */
-  op(...lines: string[]): void {
-    for (const l of lines) this.#lines.push(`\t${l}`);
+  /**
+   * Instruction lines (each ends with ';'), appended in order. A helper that emits instructions
+   * ({@link addr}, {@link exp}, `loadElement`, …) must be called as a statement before the `op` that
+   * uses its register, never inside `op`'s arguments: JavaScript evaluates the arguments first, so the
+   * helper's lines would come out ahead of this call's lines, including those computing the helper's
+   * inputs (a read of an unwritten register, which ptxas accepts). So `op` is a getter: it notes the
+   * line count when `kb.op` is read, before the arguments are evaluated, and the function it returns
+   * refuses (E_INTERNAL) when lines were emitted in between.
+   */
+  get op(): (...lines: string[]) => void {
+    const mark = this.#lines.length;
+    return (...lines: string[]): void => {
+      if (this.#lines.length !== mark)
+        throw new TpError(
+          "E_INTERNAL",
+          `kernel ${this.name}: instructions were emitted while evaluating the arguments of op('${lines[0]}', …); call the emitting helper as a statement first`,
+        );
+      for (const l of lines) this.#lines.push(`\t${l}`);
+    };
   }
 
   /** Place a label. */

@@ -51,8 +51,9 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
   if (format === "f8_e5m2") {
     // e5m2 is the top byte of an f16 (same exponent bias and width): widen and convert
     const h = kb.reg("b16");
+    const at = kb.addr(row, k, 1);
     kb.op(
-      `ld.global.u8 ${q}, [${kb.addr(row, k, 1)}];`,
+      `ld.global.u8 ${q}, [${at}];`,
       `shl.b32 ${q}, ${q}, 8;`,
       `cvt.u16.u32 ${h}, ${q};`,
       `cvt.f32.f16 ${f}, ${h};`,
@@ -61,15 +62,17 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
   }
   if (format === "f8_e4m3fn") return decodeE4m3(kb, row, k, q, f);
   if (format === "int8_convrot") {
-    kb.op(`ld.global.s8 ${q}, [${kb.addr(row, k, 1)}];`, `cvt.rn.f32.s32 ${f}, ${q};`);
+    const at = kb.addr(row, k, 1);
+    kb.op(`ld.global.s8 ${q}, [${at}];`, `cvt.rn.f32.s32 ${f}, ${q};`);
     return f;
   }
   if (format === "int4_convrot") {
     const byte = kb.reg("b32");
     const sh = kb.reg("b32");
     kb.op(`shr.u32 ${byte}, ${k}, 1;`);
+    const at = kb.addr(row, byte, 1);
     kb.op(
-      `ld.global.u8 ${q}, [${kb.addr(row, byte, 1)}];`,
+      `ld.global.u8 ${q}, [${at}];`,
       `and.b32 ${sh}, ${k}, 1;`,
       `shl.b32 ${sh}, ${sh}, 2;`,
       `shr.u32 ${q}, ${q}, ${sh};`,
@@ -88,7 +91,9 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
   const d = kb.reg("f32");
   kb.op(`ld.global.b16 ${h}, [${base}];`, `cvt.f32.f16 ${d}, ${h};`);
   if (format === "q8_0") {
-    kb.op(`add.u32 ${j}, ${j}, 2;`, `ld.global.s8 ${q}, [${kb.addr(base, j, 1)}];`);
+    kb.op(`add.u32 ${j}, ${j}, 2;`);
+    const at = kb.addr(base, j, 1);
+    kb.op(`ld.global.s8 ${q}, [${at}];`);
   } else {
     const hi = kb.reg("pred");
     const sh = kb.reg("b32");
@@ -97,7 +102,10 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
       `selp.b32 ${sh}, 4, 0, ${hi};`,
       `and.b32 ${j}, ${j}, 15;`,
       `add.u32 ${j}, ${j}, 2;`,
-      `ld.global.u8 ${q}, [${kb.addr(base, j, 1)}];`,
+    );
+    const at = kb.addr(base, j, 1);
+    kb.op(
+      `ld.global.u8 ${q}, [${at}];`,
       `shr.u32 ${q}, ${q}, ${sh};`,
       `and.b32 ${q}, ${q}, 15;`,
       `sub.s32 ${q}, ${q}, 8;`,
@@ -117,8 +125,9 @@ function decodeE4m3(kb: KernelBuilder, row: string, k: string, q: string, f: str
   const sub = kb.reg("pred");
   const nan = kb.reg("pred");
   const fs = kb.reg("f32");
+  const at = kb.addr(row, k, 1);
   kb.op(
-    `ld.global.u8 ${q}, [${kb.addr(row, k, 1)}];`,
+    `ld.global.u8 ${q}, [${at}];`,
     `shr.u32 ${e}, ${q}, 3;`,
     `and.b32 ${e}, ${e}, 15;`,
     `and.b32 ${m}, ${q}, 7;`,
@@ -178,11 +187,10 @@ export function embeddingKernel(format: ElementFormat): KernelSource {
   const v = kb.reg("f32");
   const skip = kb.label("bad");
   const store = kb.label("store");
+  kb.op(`div.u32 ${r}, ${i}, ${D};`, `mul.lo.u32 ${c}, ${r}, ${D};`, `sub.u32 ${c}, ${i}, ${c};`);
+  const idAt = kb.addr(ids, r, 4);
   kb.op(
-    `div.u32 ${r}, ${i}, ${D};`,
-    `mul.lo.u32 ${c}, ${r}, ${D};`,
-    `sub.u32 ${c}, ${i}, ${c};`,
-    `ld.global.u32 ${id}, [${kb.addr(ids, r, 4)}];`,
+    `ld.global.u32 ${id}, [${idAt}];`,
     `setp.ge.u32 ${bad}, ${id}, ${vocab};`,
     `mov.f32 ${v}, 0f7FC00000;`,
     `@${bad} bra ${skip};`,
@@ -196,10 +204,12 @@ export function embeddingKernel(format: ElementFormat): KernelSource {
   kb.op(...perRow);
   const rowAddr = kb.reg("b64");
   kb.op(`mul.wide.u32 ${rowAddr}, ${id}, ${rb};`, `add.u64 ${rowAddr}, ${rowAddr}, ${table};`);
-  kb.op(`mov.f32 ${v}, ${loadElement(kb, format, rowAddr, c)};`, `bra ${store};`);
+  const e = loadElement(kb, format, rowAddr, c);
+  kb.op(`mov.f32 ${v}, ${e};`, `bra ${store};`);
   kb.place(skip);
   kb.place(store);
-  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${v};`);
+  const outAt = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${outAt}], ${v};`);
   kb.place(end);
   return kb.build([ELEMENTWISE_BLOCK, 1]);
 }
@@ -275,11 +285,10 @@ export function ropeKernel(s: RopeSpec): KernelSource {
   const pass = kb.reg("pred");
   const copy = kb.label("copy");
   const xv = kb.reg("f32");
+  kb.op(`div.u32 ${row}, ${i}, ${D};`, `mul.lo.u32 ${d}, ${row}, ${D};`, `sub.u32 ${d}, ${i}, ${d};`);
+  const xAt = kb.addr(x, i, 4);
   kb.op(
-    `div.u32 ${row}, ${i}, ${D};`,
-    `mul.lo.u32 ${d}, ${row}, ${D};`,
-    `sub.u32 ${d}, ${i}, ${d};`,
-    `ld.global.f32 ${xv}, [${kb.addr(x, i, 4)}];`,
+    `ld.global.f32 ${xv}, [${xAt}];`,
     `setp.ge.u32 ${pass}, ${d}, ${s.ropeDims};`,
     `@${pass} bra ${copy};`,
     `div.u32 ${tok}, ${row}, ${H};`,
@@ -323,17 +332,20 @@ export function ropeKernel(s: RopeSpec): KernelSource {
   const pos = kb.reg("b32");
   const posd = kb.reg("f64");
   const fq = kb.reg("f64");
+  const posAt = kb.addr(positions, pidx, 4);
+  const fqAt = kb.addr(invFreq, pair, 8);
   kb.op(
-    `ld.global.s32 ${pos}, [${kb.addr(positions, pidx, 4)}];`,
+    `ld.global.s32 ${pos}, [${posAt}];`,
     `cvt.rn.f64.s32 ${posd}, ${pos};`,
-    `ld.global.f64 ${fq}, [${kb.addr(invFreq, pair, 8)}];`,
+    `ld.global.f64 ${fq}, [${fqAt}];`,
     `mul.f64 ${posd}, ${posd}, ${fq};`,
   );
   const { sin, cos } = sinCos(kb, posd);
   const pv = kb.reg("f32");
   const y = kb.reg("f32");
+  const partnerAt = kb.addr(x, partner, 4);
   kb.op(
-    `ld.global.f32 ${pv}, [${kb.addr(x, partner, 4)}];`,
+    `ld.global.f32 ${pv}, [${partnerAt}];`,
     // first of the pair: x cos − partner sin; second: x cos + partner sin
     `@${first} neg.f32 ${pv}, ${pv};`,
     `mul.rn.f32 ${y}, ${xv}, ${cos};`,
@@ -341,7 +353,8 @@ export function ropeKernel(s: RopeSpec): KernelSource {
     `add.rn.f32 ${xv}, ${y}, ${pv};`,
   );
   kb.place(copy);
-  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${xv};`);
+  const outAt = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${outAt}], ${xv};`);
   kb.place(end);
   return kb.build([ELEMENTWISE_BLOCK, 1]);
 }
@@ -385,7 +398,10 @@ export function conv2dKernel(s: Conv2dSpec): KernelSource {
   );
   const acc = kb.reg("f32");
   kb.op(`mov.f32 ${acc}, 0f00000000;`);
-  if (bias !== null) kb.op(`ld.global.f32 ${acc}, [${kb.addr(bias, co, 4)}];`);
+  if (bias !== null) {
+    const biasAt = kb.addr(bias, co, 4);
+    kb.op(`ld.global.f32 ${acc}, [${biasAt}];`);
+  }
   const ci = kb.reg("b32");
   const top = kb.label("ci");
   const done = kb.label("ci_done");
@@ -425,16 +441,17 @@ export function conv2dKernel(s: Conv2dSpec): KernelSource {
         `add.u32 ${idx}, ${plane}, ${yy};`,
         `mad.lo.u32 ${idx}, ${idx}, ${W}, ${xx};`,
         `mov.f32 ${xv}, 0f00000000;`,
-        `@${ok} ld.global.f32 ${xv}, [${kb.addr(x, idx, 4)}];`,
-        `add.u32 ${idx}, ${wbase}, ${ky * s.kw + kx};`,
-        `ld.global.f32 ${wv}, [${kb.addr(w, idx, 4)}];`,
-        `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
       );
+      const xAt = kb.addr(x, idx, 4);
+      kb.op(`@${ok} ld.global.f32 ${xv}, [${xAt}];`, `add.u32 ${idx}, ${wbase}, ${ky * s.kw + kx};`);
+      const wAt = kb.addr(w, idx, 4);
+      kb.op(`ld.global.f32 ${wv}, [${wAt}];`, `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`);
     }
   }
   kb.op(`add.u32 ${ci}, ${ci}, 1;`, `bra ${top};`);
   kb.place(done);
-  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${acc};`);
+  const outAt = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${outAt}], ${acc};`);
   kb.place(end);
   return kb.build([ELEMENTWISE_BLOCK, 1]);
 }
@@ -458,15 +475,17 @@ export function ssmConvKernel(taps: number): KernelSource {
     const wi = kb.reg("b32");
     const xv = kb.reg("f32");
     const wv = kb.reg("f32");
+    kb.op(`mad.lo.u32 ${xi}, ${C}, ${j}, ${i};`, `mad.lo.u32 ${wi}, ${c}, ${taps}, ${j};`);
+    const xAt = kb.addr(x, xi, 4);
+    const wAt = kb.addr(w, wi, 4);
     kb.op(
-      `mad.lo.u32 ${xi}, ${C}, ${j}, ${i};`,
-      `mad.lo.u32 ${wi}, ${c}, ${taps}, ${j};`,
-      `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
-      `ld.global.f32 ${wv}, [${kb.addr(w, wi, 4)}];`,
+      `ld.global.f32 ${xv}, [${xAt}];`,
+      `ld.global.f32 ${wv}, [${wAt}];`,
       `fma.rn.f32 ${acc}, ${wv}, ${xv}, ${acc};`,
     );
   }
-  kb.op(`st.global.f32 [${kb.addr(out, i, 4)}], ${acc};`);
+  const outAt = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${outAt}], ${acc};`);
   kb.place(end);
   return kb.build([ELEMENTWISE_BLOCK, 1]);
 }
@@ -498,10 +517,10 @@ export function rotateKernel(group: number): KernelSource {
   for (let q = 0; q < 4; q++) {
     const e = kb.reg("b32");
     const v = kb.reg("f32");
+    kb.op(`add.u32 ${e}, ${t}, ${q * threads};`, `add.u32 ${sa}, ${base}, ${e};`);
+    const xAt = kb.addr(x, sa, 4);
     kb.op(
-      `add.u32 ${e}, ${t}, ${q * threads};`,
-      `add.u32 ${sa}, ${base}, ${e};`,
-      `ld.global.f32 ${v}, [${kb.addr(x, sa, 4)}];`,
+      `ld.global.f32 ${v}, [${xAt}];`,
       `mov.u32 ${sa}, ${sh};`,
       `mad.lo.u32 ${sa}, ${e}, 4, ${sa};`,
       `st.shared.f32 [${sa}], ${v};`,
@@ -550,8 +569,9 @@ export function rotateKernel(group: number): KernelSource {
       `ld.shared.f32 ${v}, [${sa}];`,
       `mul.f32 ${v}, ${v}, ${f32Imm(1 / Math.sqrt(group))};`,
       `add.u32 ${sa}, ${base}, ${e};`,
-      `st.global.f32 [${kb.addr(out, sa, 4)}], ${v};`,
     );
+    const outAt = kb.addr(out, sa, 4);
+    kb.op(`st.global.f32 [${outAt}], ${v};`);
   }
   return kb.build([threads, 1]);
 }
@@ -588,16 +608,22 @@ export function gatedDeltaNetKernel(): KernelSource {
   kb.op(`setp.ge.u32 ${p}, ${t}, ${n};`, `@${p} bra ${tokensDone};`);
   const [gv, bv, vv, eg, sk, delta, o, sv, kv, qv] = kb.regs("f32", 10);
   const gi = kb.reg("b32");
+  kb.op(`mad.lo.u32 ${gi}, ${t}, ${hv}, ${j};`);
+  const gAt = kb.addr(g, gi, 4);
+  const betaAt = kb.addr(beta, gi, 4);
   kb.op(
-    `mad.lo.u32 ${gi}, ${t}, ${hv}, ${j};`,
-    `ld.global.f32 ${gv}, [${kb.addr(g, gi, 4)}];`,
-    `ld.global.f32 ${bv}, [${kb.addr(beta, gi, 4)}];`,
+    `ld.global.f32 ${gv}, [${gAt}];`,
+    `ld.global.f32 ${bv}, [${betaAt}];`,
     `mad.lo.u32 ${vRow}, ${gi}, ${dv}, ${b};`,
-    `ld.global.f32 ${vv}, [${kb.addr(v, vRow, 4)}];`,
+  );
+  const vAt = kb.addr(v, vRow, 4);
+  kb.op(
+    `ld.global.f32 ${vv}, [${vAt}];`,
     `mad.lo.u32 ${qkRow}, ${t}, ${hk}, ${kh};`,
     `mul.lo.u32 ${qkRow}, ${qkRow}, ${dk};`,
-    `mov.f32 ${eg}, ${kb.exp(gv)};`,
   );
+  const expG = kb.exp(gv);
+  kb.op(`mov.f32 ${eg}, ${expG};`);
   // pass 1: Σ_a (e^g S[a][b]) k_a
   const loop1 = kb.label("a1");
   const loop1Done = kb.label("a1_done");
@@ -608,10 +634,16 @@ export function gatedDeltaNetKernel(): KernelSource {
     `@${p} bra ${loop1Done};`,
     `add.u32 ${idx}, ${sBase}, ${a};`,
     `mad.lo.u32 ${idx}, ${idx}, ${dv}, ${b};`,
-    `ld.global.f32 ${sv}, [${kb.addr(state, idx, 4)}];`,
+  );
+  const stateAt = kb.addr(state, idx, 4);
+  kb.op(
+    `ld.global.f32 ${sv}, [${stateAt}];`,
     `mul.f32 ${sv}, ${sv}, ${eg};`,
     `add.u32 ${idx}, ${qkRow}, ${a};`,
-    `ld.global.f32 ${kv}, [${kb.addr(k, idx, 4)}];`,
+  );
+  const kAt = kb.addr(k, idx, 4);
+  kb.op(
+    `ld.global.f32 ${kv}, [${kAt}];`,
     `fma.rn.f32 ${sk}, ${sv}, ${kv}, ${sk};`,
     `add.u32 ${a}, ${a}, 1;`,
     `bra ${loop1};`,
@@ -632,8 +664,12 @@ export function gatedDeltaNetKernel(): KernelSource {
     `mad.wide.u32 ${sAddr}, ${idx}, 4, ${state};`,
     `ld.global.f32 ${sv}, [${sAddr}];`,
     `add.u32 ${idx}, ${qkRow}, ${a};`,
-    `ld.global.f32 ${kv}, [${kb.addr(k, idx, 4)}];`,
-    `ld.global.f32 ${qv}, [${kb.addr(q, idx, 4)}];`,
+  );
+  const kAt2 = kb.addr(k, idx, 4);
+  const qAt = kb.addr(q, idx, 4);
+  kb.op(
+    `ld.global.f32 ${kv}, [${kAt2}];`,
+    `ld.global.f32 ${qv}, [${qAt}];`,
     `mul.f32 ${sv}, ${sv}, ${eg};`,
     `fma.rn.f32 ${sv}, ${kv}, ${delta}, ${sv};`,
     `st.global.f32 [${sAddr}], ${sv};`,
@@ -642,9 +678,10 @@ export function gatedDeltaNetKernel(): KernelSource {
     `bra ${loop2};`,
   );
   kb.place(loop2Done);
+  const outAt = kb.addr(out, vRow, 4);
   kb.op(
     `mul.f32 ${o}, ${o}, ${scale};`,
-    `st.global.f32 [${kb.addr(out, vRow, 4)}], ${o};`,
+    `st.global.f32 [${outAt}], ${o};`,
     `add.u32 ${t}, ${t}, 1;`,
     `bra ${tokens};`,
   );

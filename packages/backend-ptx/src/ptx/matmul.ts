@@ -62,14 +62,18 @@ function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): strin
 function epilogue(kb: KernelBuilder, p: ReturnType<typeof params>, acc: string, m: string, n: string): void {
   if (p.scale !== null) {
     const sv = kb.reg("f32");
-    kb.op(`ld.global.f32 ${sv}, [${kb.addr(p.scale, n, 4)}];`, `mul.f32 ${acc}, ${acc}, ${sv};`);
+    const at = kb.addr(p.scale, n, 4);
+    kb.op(`ld.global.f32 ${sv}, [${at}];`, `mul.f32 ${acc}, ${acc}, ${sv};`);
   }
   if (p.bias !== null) {
     const bv = kb.reg("f32");
-    kb.op(`ld.global.f32 ${bv}, [${kb.addr(p.bias, n, 4)}];`, `add.f32 ${acc}, ${acc}, ${bv};`);
+    const at = kb.addr(p.bias, n, 4);
+    kb.op(`ld.global.f32 ${bv}, [${at}];`, `add.f32 ${acc}, ${acc}, ${bv};`);
   }
   const idx = kb.reg("b32");
-  kb.op(`mad.lo.u32 ${idx}, ${m}, ${p.N}, ${n};`, `st.global.f32 [${kb.addr(p.out, idx, 4)}], ${acc};`);
+  kb.op(`mad.lo.u32 ${idx}, ${m}, ${p.N}, ${n};`);
+  const at = kb.addr(p.out, idx, 4);
+  kb.op(`st.global.f32 [${at}], ${acc};`);
 }
 
 /** Warps per block of the GEMV kernel (one output column each). */
@@ -103,9 +107,10 @@ function warpDot(
   const wv = loadElement(kb, format, row, k);
   const xi = kb.reg("b32");
   const xv = kb.reg("f32");
+  kb.op(`add.u32 ${xi}, ${xrow}, ${k};`);
+  const xAt = kb.addr(x, xi, 4);
   kb.op(
-    `add.u32 ${xi}, ${xrow}, ${k};`,
-    `ld.global.f32 ${xv}, [${kb.addr(x, xi, 4)}];`,
+    `ld.global.f32 ${xv}, [${xAt}];`,
     `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`,
     `add.u32 ${k}, ${k}, 32;`,
     `bra ${top};`,
@@ -200,8 +205,9 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
       `setp.lt.and.u32 ${ok}, ${gk}, ${p.K}, ${ok};`,
       `mov.f32 ${xv}, 0f00000000;`,
       `mad.lo.u32 ${gm}, ${gm}, ${p.K}, ${gk};`,
-      `@${ok} ld.global.f32 ${xv}, [${kb.addr(p.x, gm, 4)}];`,
     );
+    const xAt = kb.addr(p.x, gm, 4);
+    kb.op(`@${ok} ld.global.f32 ${xv}, [${xAt}];`);
     const ax = kb.reg("b32");
     kb.op(`mov.u32 ${ax}, ${As};`, `add.u32 ${ax}, ${ax}, ${sa};`, `st.shared.f32 [${ax}], ${xv};`);
     // w tile (decoded)
@@ -217,7 +223,8 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
     );
     const row = kb.reg("b64");
     kb.op(`mul.wide.u32 ${row}, ${gn}, ${rb};`, `add.u64 ${row}, ${row}, ${p.w};`);
-    kb.op(`mov.f32 ${wv}, ${loadElement(kb, s.format, row, gk)};`);
+    const w = loadElement(kb, s.format, row, gk);
+    kb.op(`mov.f32 ${wv}, ${w};`);
     kb.place(skip);
     const bx = kb.reg("b32");
     kb.op(`mov.u32 ${bx}, ${Bs};`, `add.u32 ${bx}, ${bx}, ${sa};`, `st.shared.f32 [${bx}], ${wv};`);
@@ -304,7 +311,10 @@ export function mmaKernel(s: MatmulSpec): KernelSource {
       `mad.lo.u32 ${kk}, ${row.r}, ${p.K}, ${kk};`,
       `mov.f32 ${lo}, 0f00000000;`,
       `mov.f32 ${hi}, 0f00000000;`,
-      `@${row.ok} ld.global.v2.f32 {${lo}, ${hi}}, [${kb.addr(p.x, kk, 4)}];`,
+    );
+    const xAt = kb.addr(p.x, kk, 4);
+    kb.op(
+      `@${row.ok} ld.global.v2.f32 {${lo}, ${hi}}, [${xAt}];`,
       `cvt.rn.${t16}x2.f32 ${a[idx]}, ${hi}, ${lo};`,
     );
   });
@@ -318,8 +328,9 @@ export function mmaKernel(s: MatmulSpec): KernelSource {
         `add.u32 ${kk}, ${kk}, ${dk};`,
         `mad.lo.u32 ${kk}, ${col.c}, ${p.K}, ${kk};`,
         `mov.b32 ${b[bi]}, 0;`,
-        `@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, kk, 2)}];`,
       );
+      const wAt = kb.addr(p.w, kk, 2);
+      kb.op(`@${col.ok} ld.global.b32 ${b[bi]}, [${wAt}];`);
     });
     const c = acc.slice(j * 4, j * 4 + 4);
     kb.op(
@@ -439,7 +450,8 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
       `mad.lo.u32 ${kk}, ${row.r}, ${p.K}, ${kk};`,
       `mov.b32 ${a[idx]}, 0;`,
     );
-    kb.op(`@${row.ok} ld.global.b32 ${a[idx]}, [${kb.addr(p.x, bytesOf(kk), 1)}];`);
+    const xAt = kb.addr(p.x, bytesOf(kk), 1);
+    kb.op(`@${row.ok} ld.global.b32 ${a[idx]}, [${xAt}];`);
   });
   for (let j = 0; j < 4; j++) {
     const col = cols[j] as { c: string; ok: string };
@@ -452,7 +464,8 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
         `mad.lo.u32 ${kk}, ${col.c}, ${p.K}, ${kk};`,
         `mov.b32 ${b[bi]}, 0;`,
       );
-      kb.op(`@${col.ok} ld.global.b32 ${b[bi]}, [${kb.addr(p.w, bytesOf(kk), 1)}];`);
+      const wAt = kb.addr(p.w, bytesOf(kk), 1);
+      kb.op(`@${col.ok} ld.global.b32 ${b[bi]}, [${wAt}];`);
     });
     const c = acc.slice(j * 4, j * 4 + 4);
     kb.op(
@@ -468,7 +481,8 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
   });
   const rowScale = rows.map((row) => {
     const sv = kb.reg("f32");
-    kb.op(`mov.f32 ${sv}, 0f00000000;`, `@${row.ok} ld.global.f32 ${sv}, [${kb.addr(xs, row.r, 4)}];`);
+    const at = kb.addr(xs, row.r, 4);
+    kb.op(`mov.f32 ${sv}, 0f00000000;`, `@${row.ok} ld.global.f32 ${sv}, [${at}];`);
     return sv;
   });
   storeFragments(kb, p, accF, rows, n0, t, rowScale);
@@ -505,7 +519,10 @@ export function gemvIdKernel(format: ElementFormat): KernelSource {
     `mov.u32 ${r}, %ctaid.y;`,
     `setp.ge.u32 ${q}, ${n}, ${N};`,
     `@${q} bra ${end};`,
-    `ld.global.u32 ${id}, [${kb.addr(ids, r, 4)}];`,
+  );
+  const idAt = kb.addr(ids, r, 4);
+  kb.op(
+    `ld.global.u32 ${id}, [${idAt}];`,
     `setp.ge.u32 ${bad}, ${id}, ${experts};`,
     `mad.lo.u32 ${wrow}, ${id}, ${N}, ${n};`,
     `div.u32 ${xrow}, ${r}, ${xDiv};`,
@@ -521,11 +538,9 @@ export function gemvIdKernel(format: ElementFormat): KernelSource {
   warpDot(kb, { format, row, x, xrow, k, K, lane, acc, top, done, q: kb.reg("pred") });
   const lead = kb.reg("pred");
   const oi = kb.reg("b32");
-  kb.op(
-    `setp.eq.u32 ${lead}, ${lane}, 0;`,
-    `mad.lo.u32 ${oi}, ${r}, ${N}, ${n};`,
-    `@${lead} st.global.f32 [${kb.addr(out, oi, 4)}], ${acc};`,
-  );
+  kb.op(`setp.eq.u32 ${lead}, ${lane}, 0;`, `mad.lo.u32 ${oi}, ${r}, ${N}, ${n};`);
+  const outAt = kb.addr(out, oi, 4);
+  kb.op(`@${lead} st.global.f32 [${outAt}], ${acc};`);
   kb.place(end);
   return kb.build([GEMV_WARPS * 32, 1]);
 }

@@ -54,8 +54,15 @@ function rowLoop(c: RowCtx, body: (j: string, g: string) => void): void {
 
 function loadAt(kb: KernelBuilder, base: string, index: string): string {
   const f = kb.reg("f32");
-  kb.op(`ld.global.f32 ${f}, [${kb.addr(base, index, 4)}];`);
+  const at = kb.addr(base, index, 4);
+  kb.op(`ld.global.f32 ${f}, [${at}];`);
   return f;
+}
+
+/** base[index] = v (f32). */
+function storeAt(kb: KernelBuilder, base: string, index: string, v: string): void {
+  const at = kb.addr(base, index, 4);
+  kb.op(`st.global.f32 [${at}], ${v};`);
 }
 
 /** The sum over the row of f(x_j). */
@@ -64,7 +71,8 @@ function rowSum(c: RowCtx, f: (x: string) => string): string {
   const acc = kb.reg("f32");
   kb.op(`mov.f32 ${acc}, 0f00000000;`);
   rowLoop(c, (_j, g) => {
-    kb.op(`add.f32 ${acc}, ${acc}, ${f(loadAt(kb, c.x, g))};`);
+    const term = f(loadAt(kb, c.x, g));
+    kb.op(`add.f32 ${acc}, ${acc}, ${term};`);
   });
   return kb.blockReduce(acc, "add", ROW_BLOCK);
 }
@@ -98,7 +106,8 @@ export function rmsNormKernel(weight: "none" | "weight" | "unit_offset"): Kernel
     return t;
   });
   const m = kb.reg("f32");
-  kb.op(`div.rn.f32 ${m}, ${ss}, ${dF32(c)};`, `add.f32 ${m}, ${m}, ${eps};`);
+  const d = dF32(c);
+  kb.op(`div.rn.f32 ${m}, ${ss}, ${d};`, `add.f32 ${m}, ${m}, ${eps};`);
   const r = rsqrt(kb, m);
   rowLoop(c, (j, g) => {
     const x = loadAt(kb, c.x, g);
@@ -109,7 +118,7 @@ export function rmsNormKernel(weight: "none" | "weight" | "unit_offset"): Kernel
       if (weight === "unit_offset") kb.op(`add.f32 ${gv}, ${gv}, 0f3F800000;`);
       kb.op(`mul.f32 ${y}, ${y}, ${gv};`);
     }
-    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+    storeAt(kb, c.out, g, y);
   });
   return kb.build([ROW_BLOCK, 1]);
 }
@@ -122,7 +131,8 @@ function rowMoments(c: RowCtx, eps: string): { mean: string; r: string } {
   const { kb } = c;
   const n = dF32(c);
   const mean = kb.reg("f32");
-  kb.op(`div.rn.f32 ${mean}, ${rowSum(c, (x) => x)}, ${n};`);
+  const sum = rowSum(c, (x) => x);
+  kb.op(`div.rn.f32 ${mean}, ${sum}, ${n};`);
   const vs = rowSum(c, (x) => {
     const t = kb.reg("f32");
     kb.op(`sub.f32 ${t}, ${x}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
@@ -145,9 +155,15 @@ export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
   rowLoop(c, (j, g) => {
     const y = loadAt(kb, c.x, g);
     kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
-    if (w !== null) kb.op(`mul.f32 ${y}, ${y}, ${loadAt(kb, w, j)};`);
-    if (b !== null) kb.op(`add.f32 ${y}, ${y}, ${loadAt(kb, b, j)};`);
-    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+    if (w !== null) {
+      const wj = loadAt(kb, w, j);
+      kb.op(`mul.f32 ${y}, ${y}, ${wj};`);
+    }
+    if (b !== null) {
+      const bj = loadAt(kb, b, j);
+      kb.op(`add.f32 ${y}, ${y}, ${bj};`);
+    }
+    storeAt(kb, c.out, g, y);
   });
   return kb.build([ROW_BLOCK, 1]);
 }
@@ -174,10 +190,16 @@ export function groupNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
     if (w !== null || b !== null) {
       const ch = kb.reg("b32");
       kb.op(`div.u32 ${ch}, ${j}, ${spatial};`, `mad.lo.u32 ${ch}, ${group}, ${cpg}, ${ch};`);
-      if (w !== null) kb.op(`mul.f32 ${y}, ${y}, ${loadAt(kb, w, ch)};`);
-      if (b !== null) kb.op(`add.f32 ${y}, ${y}, ${loadAt(kb, b, ch)};`);
+      if (w !== null) {
+        const wc = loadAt(kb, w, ch);
+        kb.op(`mul.f32 ${y}, ${y}, ${wc};`);
+      }
+      if (b !== null) {
+        const bc = loadAt(kb, b, ch);
+        kb.op(`add.f32 ${y}, ${y}, ${bc};`);
+      }
     }
-    kb.op(`st.global.f32 [${kb.addr(c.out, g, 4)}], ${y};`);
+    storeAt(kb, c.out, g, y);
   });
   return kb.build([ROW_BLOCK, 1]);
 }
@@ -188,7 +210,10 @@ export function softmaxKernel(): KernelSource {
   const { kb } = c;
   const mx = kb.reg("f32");
   kb.op(`mov.f32 ${mx}, 0fFF800000;`);
-  rowLoop(c, (_j, g) => kb.op(`max.f32 ${mx}, ${mx}, ${loadAt(kb, c.x, g)};`));
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    kb.op(`max.f32 ${mx}, ${mx}, ${x};`);
+  });
   const m = kb.blockReduce(mx, "max", ROW_BLOCK);
   const s = rowSum(c, (x) => {
     const t = kb.reg("f32");
@@ -199,7 +224,8 @@ export function softmaxKernel(): KernelSource {
     const t = loadAt(kb, c.x, g);
     kb.op(`sub.f32 ${t}, ${t}, ${m};`);
     const e = kb.exp(t);
-    kb.op(`div.rn.f32 ${e}, ${e}, ${s};`, `st.global.f32 [${kb.addr(c.out, g, 4)}], ${e};`);
+    kb.op(`div.rn.f32 ${e}, ${e}, ${s};`);
+    storeAt(kb, c.out, g, e);
   });
   return kb.build([ROW_BLOCK, 1]);
 }
@@ -279,7 +305,8 @@ export function argmaxKernel(): KernelSource {
   const q = kb.reg("pred");
   const row = kb.reg("b32");
   kb.op(`setp.eq.u32 ${q}, ${c.tid}, 0;`, `mov.u32 ${row}, %ctaid.x;`);
-  kb.op(`@${q} st.global.u32 [${kb.addr(c.out, row, 4)}], ${bi};`);
+  const outAt = kb.addr(c.out, row, 4);
+  kb.op(`@${q} st.global.u32 [${outAt}], ${bi};`);
   return kb.build([ROW_BLOCK, 1]);
 }
 
@@ -330,11 +357,12 @@ export function topKKernel(): KernelSource {
   });
   blockArgmax(kb, c.tid, bv, bi);
   const lead = kb.reg("pred");
+  kb.op(`setp.eq.u32 ${lead}, ${c.tid}, 0;`, `mad.lo.u32 ${o}, ${row}, ${K}, ${pass};`);
+  const outAt = kb.addr(c.out, o, 4);
+  const indexAt = kb.addr(indices, o, 4);
   kb.op(
-    `setp.eq.u32 ${lead}, ${c.tid}, 0;`,
-    `mad.lo.u32 ${o}, ${row}, ${K}, ${pass};`,
-    `@${lead} st.global.f32 [${kb.addr(c.out, o, 4)}], ${bv};`,
-    `@${lead} st.global.u32 [${kb.addr(indices, o, 4)}], ${bi};`,
+    `@${lead} st.global.f32 [${outAt}], ${bv};`,
+    `@${lead} st.global.u32 [${indexAt}], ${bi};`,
     `mov.f32 ${lastV}, ${bv};`,
     `mov.u32 ${lastI}, ${bi};`,
     `add.u32 ${pass}, ${pass}, 1;`,
@@ -363,11 +391,9 @@ function rowScale(c: RowCtx, scaleOf: (s: string, absMax: string) => string[]): 
   kb.op(...scaleOf(s, a));
   const p = kb.reg("pred");
   const row = kb.reg("b32");
-  kb.op(
-    `setp.eq.u32 ${p}, ${c.tid}, 0;`,
-    `mov.u32 ${row}, %ctaid.x;`,
-    `@${p} st.global.f32 [${kb.addr(scales, row, 4)}], ${s};`,
-  );
+  kb.op(`setp.eq.u32 ${p}, ${c.tid}, 0;`, `mov.u32 ${row}, %ctaid.x;`);
+  const scaleAt = kb.addr(scales, row, 4);
+  kb.op(`@${p} st.global.f32 [${scaleAt}], ${s};`);
   return s;
 }
 
@@ -391,8 +417,9 @@ export function quantizeRowsInt8Kernel(): KernelSource {
       `cvt.rni.s32.f32 ${q}, ${x};`,
       `min.s32 ${q}, ${q}, 127;`,
       `max.s32 ${q}, ${q}, -128;`,
-      `st.global.s8 [${kb.addr(c.out, g, 1)}], ${q};`,
     );
+    const outAt = kb.addr(c.out, g, 1);
+    kb.op(`st.global.s8 [${outAt}], ${q};`);
   });
   return kb.build([ROW_BLOCK, 1]);
 }
@@ -427,9 +454,10 @@ export function quantizeRowsInt4Kernel(): KernelSource {
   ] as const) {
     const x = kb.reg("f32");
     const ek = kb.reg("b32");
+    kb.op(`add.u32 ${ek}, ${e}, ${k};`);
+    const xAt = kb.addr(c.x, ek, 4);
     kb.op(
-      `add.u32 ${ek}, ${e}, ${k};`,
-      `ld.global.f32 ${x}, [${kb.addr(c.x, ek, 4)}];`,
+      `ld.global.f32 ${x}, [${xAt}];`,
       `div.rn.f32 ${x}, ${x}, ${s};`,
       `cvt.rni.s32.f32 ${r}, ${x};`,
       `min.s32 ${r}, ${r}, 7;`,
@@ -442,10 +470,9 @@ export function quantizeRowsInt4Kernel(): KernelSource {
     `or.b32 ${byte}, ${byte}, ${q0};`,
     `shr.u32 ${o}, ${c.rowStart}, 1;`,
     `add.u32 ${o}, ${o}, ${pair};`,
-    `st.global.u8 [${kb.addr(c.out, o, 1)}], ${byte};`,
-    `add.u32 ${pair}, ${pair}, ${ROW_BLOCK};`,
-    `bra ${top};`,
   );
+  const outAt = kb.addr(c.out, o, 1);
+  kb.op(`st.global.u8 [${outAt}], ${byte};`, `add.u32 ${pair}, ${pair}, ${ROW_BLOCK};`, `bra ${top};`);
   kb.place(done);
   return kb.build([ROW_BLOCK, 1]);
 }
