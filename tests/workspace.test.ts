@@ -21,6 +21,8 @@ function layer(name: string): number {
   if (name === "@tp/tensor") return 0;
   if (name === "@tp/formats") return 1;
   if (["@tp/quant", "@tp/tokenizer"].includes(name)) return 2; // both read model files through formats
+  // the cuda backend is the PTX backend with cuBLASLt / cuDNN products: it builds on its driver and kernels
+  if (name === "@tp/backend-cudalibs") return 3.5;
   if (name.startsWith("@tp/backend-")) return 3;
   if (["@tp/llm", "@tp/conformance"].includes(name)) return 4; // conformance runs the backends
   if (name === "@tp/diffusion") return 5; // its text encoders are @tp/llm's decoders (krea2.md §2.3)
