@@ -81,9 +81,9 @@ const SKIP = !existsSync(MOE)
     ? "no Vulkan device starts"
     : "";
 
-async function cli(args: string[]) {
+async function cli(args: string[], model = MOE) {
   const p = Bun.spawn(
-    ["bun", APP, "-m", MOE, "--raw", "-p", "Once upon a time", "-n", "8", "--temp", "0", ...args],
+    ["bun", APP, "-m", model, "--raw", "-p", "Once upon a time", "-n", "8", "--temp", "0", ...args],
     {
       stdout: "pipe",
       stderr: "pipe",
@@ -115,6 +115,17 @@ describe.skipIf(SKIP !== "")(
       expect(r.stderr).toMatch(
         /^error E_OOM: --vram-budget 65536 bytes is below the \d+ bytes -ngl all needs/,
       );
+    }, 60_000);
+    test("--cpu-moe / --n-cpu-moe on a dense model: one E_ARG line (they would place nothing)", async () => {
+      const dense = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
+      for (const flags of [["--cpu-moe"], ["--n-cpu-moe", "1", "--vram-budget", "1GiB"]]) {
+        const r = await cli(["--ctx", "64", "--backend", "vulkan", ...flags], dense);
+        expect(r.code).toBe(2);
+        expect(r.stdout).toBe("");
+        expect(r.stderr).toBe(
+          `error E_ARG: ${flags[0]} places expert stacks, and this model has none (a dense model); drop ${flags[0]}\n`,
+        );
+      }
     }, 60_000);
   },
 );

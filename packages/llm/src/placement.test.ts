@@ -58,7 +58,7 @@ describe("placeLayers: which layers go to the device", () => {
     expect(placeLayers(q35, { gpuLayers: 1, cpuLayers: "attn" }).head).toBe(true);
   });
   test("--n-cpu-moe N: the experts of the first N layers on the host; --cpu-moe: all; host layers always", () => {
-    const c = cfg(4);
+    const c = { ...cfg(4), num_experts: 8 } as LlmConfig;
     expect(placeLayers(c, { gpuLayers: "all", nCpuMoe: 2 }).expertsOnHost).toEqual([
       true,
       true,
@@ -79,6 +79,9 @@ describe("placeLayers: which layers go to the device", () => {
       [{ gpuLayers: -1 }, "-ngl"],
       [{ gpuLayers: 1.5 }, "-ngl"],
       [{ gpuLayers: "all", nCpuMoe: -2 }, "--n-cpu-moe"],
+      // a dense model (no num_experts): the MoE flags would place nothing, so they are refused
+      [{ gpuLayers: "all", nCpuMoe: 1 }, "--n-cpu-moe"],
+      [{ gpuLayers: "all", cpuMoe: true }, "--cpu-moe"],
     ] as const) {
       let err: unknown;
       try {
@@ -92,7 +95,10 @@ describe("placeLayers: which layers go to the device", () => {
     }
   });
   test("names decide where a tensor lives", () => {
-    const c = cfg(3, ["linear_attention", "full_attention", "linear_attention"]);
+    const c = {
+      ...cfg(3, ["linear_attention", "full_attention", "linear_attention"]),
+      num_experts: 4,
+    } as LlmConfig;
     const host = createCpu({ threads: 1 });
     const dev = createCpu({ threads: 1 });
     try {

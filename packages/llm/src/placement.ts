@@ -95,7 +95,8 @@ export function recurrentLayerIndices(c: LlmConfig): number[] {
 
 /**
  * Which blocks, experts and head run on the device under `o` (see the module comment for the rule).
- * @throws TpError E_ARG naming `-ngl` / `--n-cpu-moe` for a count that is not a whole number ≥ 0
+ * @throws TpError E_ARG naming `-ngl` / `--n-cpu-moe` for a count that is not a whole number ≥ 0, and
+ *   `--cpu-moe` / `--n-cpu-moe` for a model without experts (no `num_experts` in its config)
  */
 export function placeLayers(c: LlmConfig, o: PlacementOptions): LayerPlacement {
   const L = c.num_hidden_layers;
@@ -123,6 +124,13 @@ export function placeLayers(c: LlmConfig, o: PlacementOptions): LayerPlacement {
     }
   }
   if (o.nCpuMoe !== undefined) count(o.nCpuMoe, "--n-cpu-moe");
+  if ((o.cpuMoe === true || o.nCpuMoe !== undefined) && !("num_experts" in c)) {
+    const flag = o.cpuMoe === true ? "--cpu-moe" : "--n-cpu-moe";
+    throw new TpError(
+      "E_ARG",
+      `${flag} places expert stacks, and this model has none (a dense model); drop ${flag}`,
+    );
+  }
   const hostExperts = o.cpuMoe === true ? L : Math.min(o.nCpuMoe ?? 0, L);
   const expertsOnHost = layers.map((dev, i) => !dev || i < hostExperts);
   return { layers, head, expertsOnHost };
