@@ -6,7 +6,7 @@
  * cache). Every bad value is one TpError E_ARG naming the flag. Placement: @tp/llm placement.ts.
  */
 import type { CpuLayerPolicy } from "@tp/llm";
-import { parseVramBudget, TpError, type VramBudget } from "@tp/tensor";
+import { parseByteSize, parseVramBudget, TpError, type VramBudget } from "@tp/tensor";
 
 /** The checked memory flags. */
 export interface MemoryArgs {
@@ -102,9 +102,7 @@ export function memoryArgs(
   const vram = s("vram-budget");
   const vramBudget = vram === undefined ? undefined : parseVramBudget(vram, "--vram-budget");
   const ram = s("ram-budget");
-  const ramBudget = ram === undefined ? undefined : parseVramBudget(ram, "--ram-budget");
-  if (ramBudget === "min")
-    throw new TpError("E_ARG", "--ram-budget takes a size such as 4GiB (min applies to --vram-budget)");
+  const ramBudget = ram === undefined ? undefined : parseByteSize(ram, "--ram-budget");
   const m: MemoryArgs = {
     gpuLayers,
     cpuLayers: policy as CpuLayerPolicy | undefined,

@@ -1,6 +1,12 @@
 import { describe, expect, test } from "bun:test";
 import { TpError } from "./errors.ts";
-import { describeResidencyPlan, parseVramBudget, planResidency, residentBytesOf } from "./residency.ts";
+import {
+  describeResidencyPlan,
+  parseByteSize,
+  parseVramBudget,
+  planResidency,
+  residentBytesOf,
+} from "./residency.ts";
 import { Weight } from "./weight.ts";
 
 // Weights of 100, 300, 200, 50 bytes in order of use; one pass peaks at 1000 bytes with all streamed.
@@ -105,11 +111,24 @@ describe("parseVramBudget", () => {
     expect(parseVramBudget("512MiB")).toBe(512 * 1024 * 1024);
     expect(parseVramBudget("1.5G")).toBe(1.5 * 1024 ** 3);
     expect(parseVramBudget("800MB")).toBe(800e6);
+    expect(parseVramBudget("1TiB")).toBe(2 ** 40);
+    expect(parseVramBudget("2TB")).toBe(2e12);
+    expect(parseVramBudget("0.5KiB")).toBe(512);
   });
   test("anything else is E_ARG naming the flag", () => {
     expect(() => parseVramBudget("lots")).toThrow(/--vram-budget takes min or a size/);
     expect(() => parseVramBudget("-1")).toThrow(TpError);
     expect(() => parseVramBudget("5 parsecs")).toThrow(TpError);
+    // a byte count is whole: 0.5 bytes would floor to a 0-byte budget
+    expect(() => parseVramBudget("0.5")).toThrow(/got '0.5'/);
+    expect(() => parseVramBudget("1.5B")).toThrow(TpError);
+    expect(() => parseVramBudget("8PiB")).toThrow(TpError);
+  });
+  test("parseByteSize: a size without min, the message naming the flag and what it takes", () => {
+    expect(parseByteSize("4GiB", "--ram-budget")).toBe(4 * 2 ** 30);
+    expect(() => parseByteSize("min", "--ram-budget")).toThrow(
+      "--ram-budget takes a size such as 2GiB, 512M or 1048576 bytes, got 'min'",
+    );
   });
 });
 

@@ -173,27 +173,37 @@ const UNITS: Record<string, number> = {
   g: 1024 * MIB,
   gb: 1e9,
   gib: 1024 * MIB,
+  t: 1024 * 1024 * MIB,
+  tb: 1e12,
+  tib: 1024 * 1024 * MIB,
 };
 
 /**
- * Parse a budget flag: `min`, or a size — bytes (`1048576`), or a number with a unit (`512MiB`, `1.5G`,
- * `800MB`; K/M/G and KiB/MiB/GiB are powers of 1024, KB/MB/GB of 1000).
- * @throws TpError E_ARG naming the flag for anything else
+ * Parse a size flag: bytes (`1048576`), or a number with a unit (`512MiB`, `1.5G`, `800MB`, `1TiB`;
+ * K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, KB/MB/GB/TB of 1000). A fraction needs a unit (a
+ * byte count is whole); a fractional size is rounded down to whole bytes.
+ * @returns bytes, a safe integer ≥ 0
+ * @throws TpError E_ARG naming the flag for anything else (`what` is the accepted forms in the message)
  */
-export function parseVramBudget(text: string, flag = "--vram-budget"): VramBudget {
+export function parseByteSize(text: string, flag: string, what = "a size"): number {
   const s = text.trim().toLowerCase();
-  if (s === "min") return "min";
   const m = /^(\d+(?:\.\d+)?)\s*([a-z]*)$/.exec(s);
   const unit = m ? UNITS[m[2] as string] : undefined;
-  if (!m || unit === undefined) {
-    throw new TpError(
-      "E_ARG",
-      `${flag} takes min or a size such as 2GiB, 512M or 1048576 bytes, got '${text}'`,
-    );
+  if (!m || unit === undefined || (unit === 1 && (m[1] as string).includes("."))) {
+    throw new TpError("E_ARG", `${flag} takes ${what} such as 2GiB, 512M or 1048576 bytes, got '${text}'`);
   }
   const bytes = Math.floor(Number(m[1]) * unit);
   if (!Number.isSafeInteger(bytes)) throw new TpError("E_ARG", `${flag}: '${text}' is too large`);
   return bytes;
+}
+
+/**
+ * Parse a budget flag: `min`, or a size as {@link parseByteSize} reads it.
+ * @throws TpError E_ARG naming the flag for anything else
+ */
+export function parseVramBudget(text: string, flag = "--vram-budget"): VramBudget {
+  if (text.trim().toLowerCase() === "min") return "min";
+  return parseByteSize(text, flag, "min or a size");
 }
 
 /**
