@@ -396,6 +396,55 @@ for (const [label, be0, skip, runs] of BACKENDS)
     },
   );
 
+describe.skipIf(vk.backend === undefined || !HAVE_MODELS)(
+  `greedy --spec-type eagle3 on a target placed over cpu + Vulkan = vanilla ${SKIP || VK_SKIP}`,
+  () => {
+    // -ngl 0 / 1 / 2: the taps are made on the host (the blocks' backend) while the head runs on the
+    // device, or on both; fuse moves them (this was an E_STATE from concat before)
+    for (const [name, file] of [
+      ["qwen3", "synthetic/qwen3-tiny-F32.gguf"],
+      ["gemma3", "synthetic/gemma3-tiny-F32.gguf"],
+    ] as const)
+      test(`${name}: -ngl 0, 1, 2 with a target-copying head on Vulkan, 24 tokens, byte-identical`, async () => {
+        const dev = vk.backend as Backend;
+        const path = join(MODELS, file);
+        const ref = loadModel(path, { backend, maxContext: 128 });
+        const prompt = ref.tokenizer.encode(PROMPT, { addSpecial: true });
+        const opts = { maxNewTokens: 24, stopIds: [] as number[] };
+        const vanilla = await new GenerationSession(ref.model, ref.tokenizer, { seed: 1 }).generate(
+          prompt,
+          opts,
+        );
+        ref.model.dispose();
+        for (const gpuLayers of [0, 1, 2]) {
+          const t = loadModel(path, {
+            backend: dev,
+            maxContext: 128,
+            placement: { host: backend, gpuLayers },
+          });
+          const { head } = headFor(t.model, dev, path, `placed-${name}-${gpuLayers}`, {
+            mimic: true,
+            include: vanilla.ids,
+          });
+          const drafter = new Eagle3Drafter(head, t.model);
+          try {
+            const r = await new GenerationSession(t.model, t.tokenizer, { seed: 1 }).generate(prompt, {
+              ...opts,
+              speculative: { drafter, adaptive: false, draftMax: 4 },
+            });
+            expect(drafter.lastError).toBeUndefined();
+            expect(r.ids).toEqual(vanilla.ids);
+            expect(r.speculative?.drafted ?? 0).toBeGreaterThan(0);
+          } finally {
+            drafter.dispose();
+            head.dispose();
+            t.model.dispose();
+          }
+        }
+      }, 120_000);
+  },
+);
+
 describe.skipIf(!HAVE_MODELS)(`EAGLE-3 with snapshot rollback ${SKIP}`, () => {
   test("a target that rolls back only to snapshots (as Qwen 3.5's recurrent state): accepted drafts replayed untapped, output still vanilla's", async () => {
     const path = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");

@@ -33,7 +33,15 @@
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { openCheckpoint, readTextFile, type TensorEntry, type TensorSource } from "@tp/formats";
-import { type Backend, type RopeOptions, type Tensor, TpError, Weight, weightBytes } from "@tp/tensor";
+import {
+  type Backend,
+  type RopeOptions,
+  type Tensor,
+  TpError,
+  transfer,
+  Weight,
+  weightBytes,
+} from "@tp/tensor";
 import type { KvCache } from "../kv-cache.ts";
 import type { CausalLM, LlmConfig } from "../model.ts";
 import { type CheckpointReader, tensorEntry, WeightReader } from "./checkpoint.ts";
@@ -131,10 +139,16 @@ export class Eagle3Head {
     this.#onDispose = onDispose;
   }
 
-  /** The fused feature of target hidden states: fc([h_a ; h_b ; h_c]), taps f32 [n, H_target] each → [n, H]. */
+  /**
+   * The fused feature of target hidden states: fc([h_a ; h_b ; h_c]), taps f32 [n, H_target] each → [n, H].
+   * A target placed over two backends (placement.ts) leaves each tap on the backend of the block that
+   * read it: the taps on another backend than the head's are moved to it first (the explicit crossing,
+   * as ForwardPass.next; the copies live in the caller's scope).
+   */
   fuse(taps: readonly Tensor[]): Tensor {
     const b = this.backend;
-    return b.matmul(taps.length === 1 ? (taps[0] as Tensor) : b.concat(taps, 1), this.weights.fc);
+    const here = taps.map((t) => (t.backend === b ? t : transfer(t, b)));
+    return b.matmul(here.length === 1 ? (here[0] as Tensor) : b.concat(here, 1), this.weights.fc);
   }
 
   /**
