@@ -81,6 +81,24 @@ function summary(r: GenerateResult, cached: number, window: number, kvBytes: num
   );
 }
 
+/**
+ * The drafters swallow their own TpErrors (a round proposes nothing and decoding goes on, speculative.ts):
+ * a notice on stderr the first time a new one is seen, so that a draft model or head that cannot run
+ * (e.g. out of device memory under --vram-budget) is not a silent "accepted 0/0 drafts".
+ */
+function drafterNotices(drafter: { kind: string; lastError?: unknown } | undefined): () => void {
+  let seen: unknown;
+  return () => {
+    const e = drafter?.lastError;
+    if (e === undefined || e === seen) return;
+    seen = e;
+    const what = isTpError(e) ? `${e.code}: ${e.message}` : String(e);
+    status(
+      `notice: speculative ${drafter?.kind}: a drafting round failed and proposed nothing (${what}); the answer is the target's own, without those drafts`,
+    );
+  };
+}
+
 /** "; spec ngram: accepted 24/42 drafts (57%), 1.23 tok per verify step", or "" without speculation. */
 function specSummary(r: GenerateResult): string {
   const s = r.speculative;
@@ -294,6 +312,7 @@ async function main(args: LlmArgs): Promise<number> {
     `seed ${session.seed}${raw ? ", raw text (no chat template)" : ""}` +
     `${spec.options === undefined ? "" : `, speculative ${spec.options.drafter.kind}${(args.speculative.modelDraft ?? args.speculative.eagle) === undefined ? "" : ` (${args.speculative.modelDraft ?? args.speculative.eagle})`}`}; setup ${fmtS(setupSeconds)} s]`;
 
+  const drafterNotice = drafterNotices(spec.options?.drafter);
   // Ctrl-C: stop the current answer; while waiting for input, the terminal has dropped the typed line.
   let current: AbortController | null = null;
   process.on("SIGINT", () => {
@@ -314,6 +333,7 @@ async function main(args: LlmArgs): Promise<number> {
         ...(args.json ? {} : { onText: (t: string) => process.stdout.write(t) }),
       });
       current = null;
+      drafterNotice();
       if (args.json) {
         const tps = tokensPerSecond(r);
         console.log(
@@ -384,6 +404,7 @@ async function repl(
 ): Promise<number> {
   const tty = process.stdin.isTTY === true;
   const model = chat.session.model;
+  const drafterNotice = drafterNotices(genOptions.speculative?.drafter);
   status(banner);
   status(
     "[one message per line; /reset clears the conversation, /exit or Ctrl-D quits, Ctrl-C stops an answer]",
@@ -405,6 +426,7 @@ async function repl(
           onText: (t: string) => process.stdout.write(t),
         });
         process.stdout.write("\n");
+        drafterNotice();
         status(summary(r, model.cached, model.maxContext, model.kvBytes, describeMemory(memoryFigures())));
       } catch (e) {
         if (!(e instanceof TpError) || e.code !== "E_ARG") throw e;

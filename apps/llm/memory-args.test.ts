@@ -116,6 +116,29 @@ describe.skipIf(SKIP !== "")(
         /^error E_OOM: --vram-budget 65536 bytes is below the \d+ bytes -ngl all needs/,
       );
     }, 60_000);
+    test("a draft model that cannot run under --vram-budget: a notice naming the error, the answer unchanged", async () => {
+      const ref = await cli(["--ctx", "64"]);
+      // the target fits nowhere on the device at 1 MiB (-ngl 0); the draft, loaded on the device, runs
+      // out of it: its rounds propose nothing — said on stderr, not a silent "accepted 0/0 drafts"
+      const r = await cli([
+        "--ctx",
+        "64",
+        "--backend",
+        "vulkan",
+        "--vram-budget",
+        "1MiB",
+        "-md",
+        MOE,
+        "--draft-p-min",
+        "0",
+      ]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toBe(ref.stdout);
+      expect(r.stderr).toMatch(
+        /\nnotice: speculative draft: a drafting round failed and proposed nothing \(E_OOM: /,
+      );
+      expect(r.stderr).toContain("spec draft: accepted 0/0 drafts");
+    }, 60_000);
     test("--cpu-moe / --n-cpu-moe on a dense model: one E_ARG line (they would place nothing)", async () => {
       const dense = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
       for (const flags of [["--cpu-moe"], ["--n-cpu-moe", "1", "--vram-budget", "1GiB"]]) {
