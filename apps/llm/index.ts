@@ -190,12 +190,19 @@ function progressLine(): (path: string, done: number, total: number) => void {
 /**
  * The draft model, with the target's context window. A draft trained on a shorter context cannot
  * follow the target to its end: that is an E_ARG naming -md and --ctx (not loadModel's "maxContext",
- * which names no flag). @throws TpError E_ARG, and loadModel's errors
+ * which names no flag). @throws TpError E_ARG, E_OOM naming -md (its weights over the device's budget),
+ *   and loadModel's errors
  */
 function loadDraft(file: string, backend: LoadedModel["model"]["backend"], window: number): LoadedModel {
   try {
     return loadModel(file, { backend, maxContext: window });
   } catch (e) {
+    // the draft's weights go to the target's backend, under what the target's --vram-budget left
+    if (e instanceof TpError && e.code === "E_OOM")
+      throw new TpError("E_OOM", `the draft model (-md) does not fit on ${backend.name}: ${e.message}`, {
+        file,
+        cause: e,
+      });
     if (!(e instanceof TpError) || e.code !== "E_ARG" || !e.message.startsWith("maxContext")) throw e;
     const ceiling = /from 1 to (\d+)/.exec(e.message)?.[1] ?? "fewer";
     throw new TpError(

@@ -138,6 +138,12 @@ describe.skipIf(SKIP !== "")(
         /\nnotice: speculative draft: a drafting round failed and proposed nothing \(E_OOM: /,
       );
       expect(r.stderr).toContain("spec draft: accepted 0/0 drafts");
+      // min: nothing on the device, so the draft's weights cannot even load: one E_OOM line naming -md
+      const m = await cli(["--ctx", "64", "--backend", "vulkan", "--vram-budget", "min", "-md", MOE]);
+      expect(m.code).toBe(1);
+      expect(m.stderr).toMatch(
+        /\nerror E_OOM: the draft model \(-md\) does not fit on vulkan: .* \(file [^\n]+\)\n$/,
+      );
     }, 60_000);
     test("--cpu-moe / --n-cpu-moe on a dense model: one E_ARG line (they would place nothing)", async () => {
       const dense = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
