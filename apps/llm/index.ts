@@ -131,11 +131,13 @@ function speculativeSetup(
   if (sp.type === "ngram") return { options: { drafter: new NgramDrafter(), ...limits }, draft: undefined };
   if (sp.type === "eagle3") {
     const embedding = targetEmbedding(target.model);
-    const head = loadEagle3Head(
-      sp.eagle as string,
-      backend,
-      target.model.config,
-      embedding === undefined ? {} : { targetEmbedding: embedding },
+    const head = overDeviceBudget("the EAGLE-3 head (--eagle)", sp.eagle as string, backend, () =>
+      loadEagle3Head(
+        sp.eagle as string,
+        backend,
+        target.model.config,
+        embedding === undefined ? {} : { targetEmbedding: embedding },
+      ),
     );
     try {
       const drafter = new Eagle3Drafter(head, target.model, { stopIds: target.tokenizer.eog });
@@ -188,6 +190,19 @@ function progressLine(): (path: string, done: number, total: number) => void {
 }
 
 /**
+ * `load()`, an E_OOM of it naming `what` and `file`: a draft model or EAGLE-3 head goes to the target's
+ * backend, under what the target's --vram-budget left (so its first weight's E_OOM alone names no flag).
+ */
+function overDeviceBudget<T>(what: string, file: string, backend: { name: string }, load: () => T): T {
+  try {
+    return load();
+  } catch (e) {
+    if (!(e instanceof TpError) || e.code !== "E_OOM") throw e;
+    throw new TpError("E_OOM", `${what} does not fit on ${backend.name}: ${e.message}`, { file, cause: e });
+  }
+}
+
+/**
  * The draft model, with the target's context window. A draft trained on a shorter context cannot
  * follow the target to its end: that is an E_ARG naming -md and --ctx (not loadModel's "maxContext",
  * which names no flag). @throws TpError E_ARG, E_OOM naming -md (its weights over the device's budget),
@@ -195,14 +210,10 @@ function progressLine(): (path: string, done: number, total: number) => void {
  */
 function loadDraft(file: string, backend: LoadedModel["model"]["backend"], window: number): LoadedModel {
   try {
-    return loadModel(file, { backend, maxContext: window });
+    return overDeviceBudget("the draft model (-md)", file, backend, () =>
+      loadModel(file, { backend, maxContext: window }),
+    );
   } catch (e) {
-    // the draft's weights go to the target's backend, under what the target's --vram-budget left
-    if (e instanceof TpError && e.code === "E_OOM")
-      throw new TpError("E_OOM", `the draft model (-md) does not fit on ${backend.name}: ${e.message}`, {
-        file,
-        cause: e,
-      });
     if (!(e instanceof TpError) || e.code !== "E_ARG" || !e.message.startsWith("maxContext")) throw e;
     const ceiling = /from 1 to (\d+)/.exec(e.message)?.[1] ?? "fewer";
     throw new TpError(

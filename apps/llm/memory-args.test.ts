@@ -2,9 +2,11 @@
 // naming the flag; then, where a Vulkan device starts, a placed run prints its placement and the
 // same greedy ids as the cpu backend, and a budget below what -ngl asks is one E_OOM line at load.
 import { describe, expect, test } from "bun:test";
-import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
 import { createBackend as createVulkan } from "@tp/backend-vulkan";
+import { tinyEagle3, writeTinyEagle3 } from "@tp/llm/testing";
 import { TpError } from "@tp/tensor";
 import { parseLlmArgs } from "./args.ts";
 
@@ -116,7 +118,7 @@ describe.skipIf(SKIP !== "")(
         /^error E_OOM: --vram-budget 65536 bytes is below the \d+ bytes -ngl all needs/,
       );
     }, 60_000);
-    test("a draft model that cannot run under --vram-budget: a notice naming the error, the answer unchanged", async () => {
+    test("a draft model or head that cannot run under --vram-budget: a notice, or at load an E_OOM naming the flag", async () => {
       const ref = await cli(["--ctx", "64"]);
       // the target fits nowhere on the device at 1 MiB (-ngl 0); the draft, loaded on the device, runs
       // out of it: its rounds propose nothing — said on stderr, not a silent "accepted 0/0 drafts"
@@ -143,6 +145,19 @@ describe.skipIf(SKIP !== "")(
       expect(m.code).toBe(1);
       expect(m.stderr).toMatch(
         /\nerror E_OOM: the draft model \(-md\) does not fit on vulkan: .* \(file [^\n]+\)\n$/,
+      );
+      // the same for an EAGLE-3 head (loaded on the device too)
+      const head = join(mkdtempSync(join(tmpdir(), "tp-llm-mem-")), "head.safetensors");
+      writeTinyEagle3(head, tinyEagle3({ hidden_size: 64, vocab_size: 4122, head_dim: 32 }));
+      const dense = join(MODELS, "synthetic/qwen3-tiny-F32.gguf");
+      const e = await cli(
+        ["--ctx", "64", "--backend", "vulkan", "--vram-budget", "min", "--eagle", head],
+        dense,
+      );
+      rmSync(dirname(head), { recursive: true, force: true });
+      expect(e.code).toBe(1);
+      expect(e.stderr).toMatch(
+        /\nerror E_OOM: the EAGLE-3 head \(--eagle\) does not fit on vulkan: .* \(file [^\n]+head\.safetensors\)\n$/,
       );
     }, 60_000);
     test("--cpu-moe / --n-cpu-moe on a dense model: one E_ARG line (they would place nothing)", async () => {
