@@ -89,6 +89,16 @@ describe("parseServerArgs", () => {
     );
     expect(argError(["-m", "x", "--api-key", " "])).toBe("E_ARG: --api-key must not be empty");
     expect(argError(["-m", "x", "--paralel", "2"])).toContain("did you mean --parallel?");
+    // llama.cpp's other multi-letter short flags: an unknown flag by its long name (not "-n … got 'gl'",
+    // nor -md read as -m d)
+    expect(argError(["-m", "x", "-ngl", "99"])).toStartWith(
+      "E_ARG: unknown flag --gpu-layers for bun apps/server",
+    );
+    expect(argError(["-m", "x", "-ngl=all"])).toStartWith(
+      "E_ARG: unknown flag --gpu-layers for bun apps/server",
+    );
+    expect(argError(["-m", "x", "-md", "d.gguf"])).toStartWith("E_ARG: unknown flag --model-draft");
+    expect(argError(["-m", "x", "-ncmoe", "2"])).toStartWith("E_ARG: unknown flag --n-cpu-moe");
     expect(argError(["--image-model", "dit.safetensors", "--vae", "v"])).toBe(
       "E_ARG: --image-model needs --vae FILE and --text-encoder FILE",
     );

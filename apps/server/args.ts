@@ -74,6 +74,20 @@ function int(flag: string, v: string | undefined, lo: number, hi: number): numbe
   return x;
 }
 
+const LLAMA_SHORT_FLAGS: Readonly<Record<string, string>> = {
+  "-np": "--parallel",
+  "-ngl": "--gpu-layers",
+  "-ncmoe": "--n-cpu-moe",
+  "-md": "--model-draft",
+};
+
+/** `-np` / `-np=N` → `--parallel` / `--parallel=N`, and so on for {@link LLAMA_SHORT_FLAGS}; other arguments unchanged. */
+function llamaShortFlag(a: string): string {
+  const eq = a.indexOf("=");
+  const long = LLAMA_SHORT_FLAGS[eq < 0 ? a : a.slice(0, eq)];
+  return long === undefined ? a : eq < 0 ? long : `${long}${a.slice(eq)}`;
+}
+
 /**
  * Parse `argv` (without the command).
  * @throws TpError E_ARG for an unknown flag, a bad value, or neither --model nor --image-model
@@ -85,10 +99,10 @@ export function parseServerArgs(
   const { values } = parseFlags(
     { command: "bun apps/server", help: "bun apps/server --help" },
     {
-      // llama-server spells --parallel as -np, which node's parseArgs would read as -n p
-      args: argv.map((a) =>
-        a === "-np" ? "--parallel" : a.startsWith("-np=") ? `--parallel=${a.slice(4)}` : a,
-      ),
+      // llama-server spells --parallel as -np, which node's parseArgs would read as -n p; its other
+      // multi-letter short flags (-ngl, -ncmoe, -md) are mapped to their long names, which this server
+      // does not take (an unknown-flag E_ARG, not '-n must be an integer, got gl' or -m 'd')
+      args: argv.map(llamaShortFlag),
       options: {
         model: { type: "string", short: "m" },
         "image-model": { type: "string" },
