@@ -10,7 +10,6 @@ import { ARCHITECTURES, DEFAULT_SAMPLING, type SamplingParams, visionUnsupported
 // The CLIs' one flag parser (unknown flags get a "did you mean"); it imports node:util and @tp/tensor only.
 import { parseFlags, TpError } from "@tp/tensor";
 import {
-  MEMORY_NUMERIC_FLAGS,
   MEMORY_OPTIONS,
   MEMORY_USAGE,
   type MemoryArgs,
@@ -155,34 +154,12 @@ function num(
 const int = (flag: string, v: string | undefined, ok: (x: number) => boolean, range: string) =>
   num(flag, v, ok, range, true);
 
-/** The flags that take a number, by every spelling, with their long name. */
-const NUMERIC_FLAGS: ReadonlyMap<string, string> = new Map([
-  ["-n", "n-predict"],
-  ...[
-    "n-predict",
-    "temp",
-    "top-k",
-    "top-p",
-    "min-p",
-    "repeat-penalty",
-    "repeat-last-n",
-    "seed",
-    "ctx",
-    "threads",
-    "draft-max",
-    "spec-k",
-    "draft-min",
-    "draft-p-min",
-    ...MEMORY_NUMERIC_FLAGS,
-  ].map((f) => [`--${f}`, f] as [string, string]),
-]);
-
 /**
- * `--flag -1` → `--flag=-1` for the numeric flags, so that node's parseArgs takes a negative number
- * as the flag's value (it refuses a value that starts with "-" as "ambiguous"); the range checks then
- * give their own message.
+ * llama.cpp's multi-letter short flags, which node's parseArgs cannot declare: `-ngl` / `-ncmoe`
+ * ({@link memoryShortFlags}) and `-md` to their long names; the rest unchanged (a negative number
+ * after a flag is its value: parseFlags joins it).
  */
-function joinNegativeValues(argv: readonly string[]): string[] {
+function llamaShortFlags(argv: readonly string[]): string[] {
   const out: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = memoryShortFlags(argv[i] as string);
@@ -190,21 +167,7 @@ function joinNegativeValues(argv: readonly string[]): string[] {
       out.push(...argv.slice(i));
       break;
     }
-    if (a === "-md") {
-      // llama.cpp's two-letter short flag, which node's parseArgs cannot declare
-      out.push("--model-draft");
-      continue;
-    }
-    if (a.startsWith("-md=")) {
-      out.push(`--model-draft=${a.slice(4)}`);
-      continue;
-    }
-    const long = NUMERIC_FLAGS.get(a);
-    const next = argv[i + 1];
-    if (long !== undefined && next !== undefined && /^-[\d.]/.test(next)) {
-      out.push(`--${long}=${next}`);
-      i++;
-    } else out.push(a);
+    out.push(a === "-md" ? "--model-draft" : a.startsWith("-md=") ? `--model-draft=${a.slice(4)}` : a);
   }
   return out;
 }
@@ -237,7 +200,7 @@ export function parseLlmArgs(argv: string[]): LlmArgs {
   const { values } = parseFlags(
     { command: "bun apps/llm", help: "bun apps/llm --help" },
     {
-      args: joinNegativeValues(argv),
+      args: llamaShortFlags(argv),
       options: {
         model: { type: "string", short: "m" },
         mmproj: { type: "string" },

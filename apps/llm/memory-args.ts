@@ -31,9 +31,6 @@ export const MEMORY_OPTIONS = {
   "ram-budget": { type: "string" },
 } as const;
 
-/** The memory flags that take a number (a negative one is their value, to be refused by range). */
-export const MEMORY_NUMERIC_FLAGS = ["gpu-layers", "n-gpu-layers", "n-cpu-moe", "vram-budget", "ram-budget"];
-
 /** Usage lines of the memory flags. */
 export const MEMORY_USAGE = `  -ngl, --gpu-layers N    with a device --backend: the last N of the L+1 slots (the L layers,
                           then the output head) on the device, the rest on the cpu backend

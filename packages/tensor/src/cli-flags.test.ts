@@ -76,3 +76,17 @@ test("parseFlags: values as parseArgs gives them; its errors as one-line E_ARG n
   expect(parseError(["extra"])).toStartWith("E_ARG: Unexpected argument 'extra'.");
   expect(parseError(["--threads", "--json"])).not.toContain("\n");
 });
+
+test("parseFlags: a negative number after a string flag is its value (for the flag's range check)", () => {
+  const opts = { ...options, steps: { type: "string", short: "s" } } as const;
+  const p = (args: string[]) => parseFlags(where, { args, options: opts, strict: true }).values;
+  expect(p(["--threads", "-1"])).toEqual({ threads: "-1" });
+  expect(p(["-s", "-0.5", "-j"])).toEqual({ steps: "-0.5", json: true });
+  expect(p(["--steps", "-2GiB"])).toEqual({ steps: "-2GiB" });
+  // a boolean flag before a number is left alone: parseArgs' own "unknown flag -1"
+  expect(() => p(["-j", "-1"])).toThrow(TpError);
+  // a value that is a flag is still "needs a value"
+  expect(parseError(["--threads", "--json"])).toBe(
+    "E_ARG: Option '--threads' argument is ambiguous. Did you forget to specify the option argument for '--threads'? To specify an option argument starting with a dash use '--threads=-XYZ'.; see 'bun apps/cli backends --help'",
+  );
+});

@@ -110,6 +110,40 @@ export function flagError(
 }
 
 /**
+ * `--flag -1` → `--flag=-1` (and `-f -1` → `--flag=-1`) for the string flags of `config.options`, so that
+ * a negative number reaches the flag's own range check (`--steps must be …, got '-1'`) instead of
+ * parseArgs' "argument is ambiguous" (it refuses a value that starts with "-"). Only a value that reads
+ * as a number (`-1`, `-0.5`, `-2GiB`) is joined; no flag name starts with a digit.
+ */
+function negativeValues(config: ParseArgsConfig): string[] {
+  const options = config.options ?? {};
+  const shorts = new Map(
+    Object.entries(options).flatMap(([name, o]) => (o.short === undefined ? [] : [[o.short, name] as const])),
+  );
+  const args = config.args ?? [];
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    if (a === "--") {
+      out.push(...args.slice(i)); // the rest are positionals
+      break;
+    }
+    const next = args[i + 1];
+    const name = a.startsWith("--") ? a.slice(2) : /^-\w$/.test(a) ? shorts.get(a.slice(1)) : undefined;
+    if (
+      name !== undefined &&
+      options[name]?.type === "string" &&
+      next !== undefined &&
+      /^-\.?\d/.test(next)
+    ) {
+      out.push(`--${name}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
+
+/**
  * node:util `parseArgs(config)` (strict by default), with its errors as one-line E_ARG messages
  * ({@link flagError}).
  * @param where   the command, for messages
@@ -123,7 +157,7 @@ export function parseFlags<T extends ParseArgsConfig>(
   config: T,
 ): ReturnType<typeof parseArgs<T>> {
   try {
-    return parseArgs(config);
+    return parseArgs(config.args === undefined ? config : { ...config, args: negativeValues(config) });
   } catch (e) {
     throw flagError(e, config.options ?? {}, where) ?? e;
   }
