@@ -19,6 +19,8 @@ import { startVulkan } from "./testing/vulkan.ts";
 
 const MODELS = resolve(import.meta.dir, "../../../../shared/models");
 const HAVE_MODELS = existsSync(join(MODELS, "PROVENANCE.md"));
+/** The describe-name suffix of the tests that read the shared files, saying why they skip. */
+const NO_MODELS = HAVE_MODELS ? "" : ` — skipped: ${MODELS} is absent`;
 const SYN = (f: string) => join(MODELS, "synthetic", f);
 
 /** A config with L layers (only the fields placement reads). */
@@ -202,7 +204,7 @@ const FILES = [
   "qwen3-tiny-Q8_0.gguf",
 ];
 
-describe.skipIf(!HAVE_MODELS)("placed over two cpu backends: bit-identical logits", () => {
+describe.skipIf(!HAVE_MODELS)(`placed over two cpu backends: bit-identical logits${NO_MODELS}`, () => {
   const ref = createCpu({ threads: 2 });
   const host = createCpu({ threads: 2 });
   const dev = createCpu({ threads: 2 });
@@ -230,7 +232,7 @@ describe.skipIf(!HAVE_MODELS)("placed over two cpu backends: bit-identical logit
   }
 });
 
-describe.skipIf(!HAVE_MODELS)("hidden states of a placed model (forward with collect)", () => {
+describe.skipIf(!HAVE_MODELS)(`hidden states of a placed model (forward with collect)${NO_MODELS}`, () => {
   const ref = createCpu({ threads: 1 });
   const host = createCpu({ threads: 1 });
   const dev = createCpu({ threads: 1 });
@@ -287,7 +289,7 @@ describe.skipIf(!HAVE_MODELS)("hidden states of a placed model (forward with col
   });
 });
 
-describe.skipIf(!HAVE_MODELS)("crossings: one per boundary per step", () => {
+describe.skipIf(!HAVE_MODELS)(`crossings: one per boundary per step${NO_MODELS}`, () => {
   // Uploads of one decode step, over two cpu backends: input_ids and positions (1 each), a copy of the
   // positions for the other backend when it runs a block, and one hidden state [1, H] per boundary
   // between consecutive slots (layer 0 … L − 1, head) on different backends — nothing else crosses.

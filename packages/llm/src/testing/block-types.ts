@@ -314,7 +314,7 @@ export function describeBlockTypeParity(
         const tol = row.tol?.[t] ?? BLOCK_TYPE_PROB_TOL[t];
         const name = `${row.label} ${t}${fallback ? ` (rows not whole 256-blocks: llama.cpp's fallback types)` : ""}: probabilities within ${tol}, ${steps} greedy tokens`;
         test.skipIf(!existsSync(row.file))(
-          name,
+          existsSync(row.file) ? name : `${name} — skipped: ${row.file} is absent`,
           async () => {
             const f = files.get(key(row, t));
             if (f === undefined) throw new Error(`no rewritten file for ${key(row, t)}`);
