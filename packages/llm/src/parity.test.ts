@@ -256,14 +256,13 @@ describe.skipIf(SKIP !== "")(
         const o = await oracleFor(c);
         expect(o.error).toBeUndefined();
         expect(o.ok).toBe(true);
-        const { model, tokenizer, config } = loadModel(join(MODELS, file), {
+        const { model, tokenizer } = loadModel(join(MODELS, file), {
           backend,
           maxContext: c.maxContext ?? 64,
           ...(c.ring === undefined ? {} : { kvRingBatch: c.ring }),
         });
         try {
           if (c.f16Gelu) emulateLlamaCppGelu(model.model as Gemma3Model, backend);
-          const V = config.vocab_size;
           const ids = promptIds.get(c) as number[];
           expect(o.addBos).toBe(tokenizer.addBos);
           if (c.chat) {
@@ -276,46 +275,7 @@ describe.skipIf(SKIP !== "")(
             if (o.addBos) expect(ids).toEqual([o.bos as number, ...o.tokenized]);
           }
 
-          // every prompt row in one batched forward; the full distribution after the prompt
-          const all = model.step(ids, { allLogits: true });
-          const rows = (await backend.read(all)) as Float32Array;
-          backend.free(all);
-          for (let r = 0; r < ids.length; r++) {
-            expect(topDiff(softmax(rows, r * V, V), o.promptRows[r] ?? [])).toBeLessThan(tol);
-          }
-          let p = softmax(rows, (ids.length - 1) * V, V);
-          let full = 0;
-          for (let t = 0; t < V; t++) full = Math.max(full, Math.abs((p[t] as number) - (o.first[t] ?? 0)));
-          expect(full).toBeLessThan(tol);
-
-          // greedy continuation, one decode step at a time
-          const ours: number[] = [];
-          for (let i = 0; i < N_GREEDY; i++) {
-            const theirs = o.steps[i] ?? [];
-            const next = argmax(p);
-            ours.push(next);
-            if (next !== o.greedy[i]) {
-              // F32/F16 must match exactly; a quantized file may differ only at a near tie of llama.cpp's
-              const gap = Math.log((theirs[0]?.[1] ?? 1) / (theirs[1]?.[1] ?? 1e-30));
-              const quant = type === "Q8_0" || type === "Q4_0";
-              expect({
-                step: i,
-                ours: next,
-                llama: o.greedy[i],
-                gap,
-                nearTie: quant && gap <= (c.gap ?? QUANT_GAP_NATS),
-              }).toMatchObject({
-                nearTie: true,
-              });
-              break; // the sequences diverge at a near tie; nothing after it is comparable
-            }
-            expect(topDiff(p, theirs)).toBeLessThan(tol);
-            if (i + 1 === N_GREEDY) break;
-            const l = model.step([next]);
-            p = softmax((await backend.read(l)) as Float32Array, 0, V);
-            backend.free(l);
-          }
-          if (type === "F32" || type === "F16") expect(ours).toEqual(o.greedy);
+          const ours = await expectParity(backend, model, ids, o, type, tol, c.gap ?? QUANT_GAP_NATS);
 
           if (file.includes("stories260K")) {
             // a trained model: greedy TinyStories text, the same as llama.cpp's (same ids)
