@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
 import { createBackend as createVulkan, type VulkanBackend } from "@tp/backend-vulkan";
 import { type Backend, type ResidencyPlan, TpError, type VramBudget, Weight } from "@tp/tensor";
+import { startBackend } from "@tp/tensor/testing";
 import { type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
@@ -31,15 +32,7 @@ const VAE = join(DIR, "checkpoints/wan21_vae_tiny_f32.safetensors");
 const needed = [ckpt("bf16"), ckpt("int8_convrot"), VAE, join(RUN, "context_pos.bin")];
 const missing = needed.filter((p) => !existsSync(p));
 
-function startVulkan(): { backend?: Backend; reason?: string } {
-  try {
-    return { backend: createVulkan() };
-  } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    return { reason: why.split("\n")[0] ?? why };
-  }
-}
-const vk = missing.length === 0 ? startVulkan() : {};
+const vk = missing.length === 0 ? startBackend(() => createVulkan()) : {};
 const SKIP =
   missing.length > 0
     ? `skipped: shared fixture missing: ${missing.join(", ")}`

@@ -14,6 +14,7 @@ import { join } from "node:path";
 import { createBackend as createCpu } from "@tp/backend-cpu";
 import { createBackend as createVulkan } from "@tp/backend-vulkan";
 import type { Backend, Tensor } from "@tp/tensor";
+import { startBackend } from "@tp/tensor/testing";
 import { type Krea2Dit, type Krea2Mode, loadKrea2 } from "./models/krea2.ts";
 import { image01, loadWanVae } from "./models/wan-vae.ts";
 import { generateKrea2 } from "./pipelines/krea2.ts";
@@ -54,15 +55,7 @@ const needed = [
 ];
 const missing = needed.filter((p) => !existsSync(p));
 
-function startVulkan(): { backend?: Backend; reason?: string } {
-  try {
-    return { backend: createVulkan() };
-  } catch (e) {
-    const why = e instanceof Error ? e.message : String(e);
-    return { reason: why.split("\n")[0] ?? why };
-  }
-}
-const vk = missing.length === 0 ? startVulkan() : {};
+const vk = missing.length === 0 ? startBackend(() => createVulkan()) : {};
 const SKIP =
   missing.length > 0
     ? `skipped: shared fixture missing: ${missing.join(", ")}`

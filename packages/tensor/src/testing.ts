@@ -1,4 +1,5 @@
 // Test-only helpers of @tp/tensor: `@tp/tensor/testing` (a subpath export, not part of the main entry).
+import type { Backend } from "./backend.ts";
 import { BackendBase, type BackendOptions } from "./base.ts";
 import { decodeToF32, encodeFromF32 } from "./convert.ts";
 import { dtypeBytes } from "./dtype.ts";
@@ -108,5 +109,18 @@ export class TableBackend extends BackendBase {
   }
   protected async readStorage(h: unknown, offset: number, length: number): Promise<Uint8Array> {
     return (h as Uint8Array).slice(offset, offset + length);
+  }
+}
+
+/**
+ * A backend from `create`, or why it cannot start on this machine (the first line of its error:
+ * no loader, no device, library not built …), for a test's skip reason.
+ */
+export function startBackend(create: () => Backend): { backend?: Backend; reason?: string } {
+  try {
+    return { backend: create() };
+  } catch (e) {
+    const why = e instanceof Error ? e.message : String(e);
+    return { reason: why.split("\n")[0] ?? why };
   }
 }
