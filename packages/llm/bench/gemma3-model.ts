@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
-import { BENCH_DIR, ones, randomMatrix } from "./model.ts";
+import { BENCH_DIR, benchTensors } from "./model.ts";
 
 /** Gemma 3 1B's hyper-parameters (google/gemma-3-1b-it config.json). */
 export const GEMMA3_1B = {
@@ -66,19 +66,7 @@ export function gemma3BenchModel(): string | null {
     const h = c.hidden_size;
     const q = c.num_attention_heads * c.head_dim;
     const kv = c.num_key_value_heads * c.head_dim;
-    let seed = 7;
-    const mat = (name: string, rows: number, cols: number): GgufTensorInput => ({
-      name,
-      type: "Q4_0",
-      shape: [rows, cols],
-      data: randomMatrix("Q4_0", rows, cols, seed++ * 2654435761),
-    });
-    const vec = (name: string, n: number): GgufTensorInput => ({
-      name,
-      type: "F32",
-      shape: [n],
-      data: ones(n),
-    });
+    const { mat, vec } = benchTensors("Q4_0", 7);
     const tensors: GgufTensorInput[] = [
       mat("token_embd.weight", c.vocab_size, h),
       vec("output_norm.weight", h),

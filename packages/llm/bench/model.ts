@@ -82,6 +82,36 @@ export function ones(n: number): Uint8Array {
 }
 
 /**
+ * The tensor makers of a bench model writer: `mat(name, rows, cols)` and `tensor(name, shape)` are
+ * random `quant` matrices (rows = the product of the leading dims; each call the next seed from
+ * `seed`), `vec(name, n)` an f32 vector of ones (norm gains); `nextSeed()` the next seed (as the
+ * matrices take them) for the writer's other random tensors.
+ */
+export function benchTensors(
+  quant: BenchQuant,
+  seed: number,
+): {
+  mat: (name: string, rows: number, cols: number) => GgufTensorInput;
+  tensor: (name: string, shape: number[]) => GgufTensorInput;
+  vec: (name: string, n: number) => GgufTensorInput;
+  nextSeed: () => number;
+} {
+  let next = seed;
+  const nextSeed = () => next++ * 2654435761;
+  const tensor = (name: string, shape: number[]): GgufTensorInput => {
+    const cols = shape[shape.length - 1] as number;
+    const rows = shape.slice(0, -1).reduce((x, y) => x * y, 1);
+    return { name, type: quant, shape, data: randomMatrix(quant, rows, cols, nextSeed()) };
+  };
+  return {
+    mat: (name, rows, cols) => tensor(name, [rows, cols]),
+    tensor,
+    vec: (name, n) => ({ name, type: "F32", shape: [n], data: ones(n) }),
+    nextSeed,
+  };
+}
+
+/**
  * The path of the benchmark model in `quant`, building it first when absent.
  * @returns the path, or null when the tokenizer source file is absent (the suite then skips)
  */
@@ -115,19 +145,7 @@ export function benchModel(quant: BenchQuant): string | null {
     const h = c.hidden_size;
     const q = c.num_attention_heads * c.head_dim;
     const kv = c.num_key_value_heads * c.head_dim;
-    let seed = 1;
-    const mat = (name: string, rows: number, cols: number): GgufTensorInput => ({
-      name,
-      type: quant,
-      shape: [rows, cols],
-      data: randomMatrix(quant, rows, cols, seed++ * 2654435761),
-    });
-    const vec = (name: string, n: number): GgufTensorInput => ({
-      name,
-      type: "F32",
-      shape: [n],
-      data: ones(n),
-    });
+    const { mat, vec } = benchTensors(quant, 1);
     const tensors: GgufTensorInput[] = [
       mat("token_embd.weight", c.vocab_size, h),
       vec("output_norm.weight", h),

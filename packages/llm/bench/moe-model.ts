@@ -12,7 +12,7 @@
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
-import { BENCH_DIR, FILE_TYPE, ones, randomBytes, randomMatrix, TOKENIZER_SOURCE } from "./model.ts";
+import { BENCH_DIR, benchTensors, FILE_TYPE, randomBytes, TOKENIZER_SOURCE } from "./model.ts";
 
 /** Layers kept of Qwen3-30B-A3B's 48. */
 export const MOE_BENCH_LAYERS = 4;
@@ -89,18 +89,7 @@ export function benchMoeModel(): string | null {
     const kv = c.num_key_value_heads * c.head_dim;
     const E = c.num_experts;
     const F = c.moe_intermediate_size;
-    let seed = 1;
-    const mat = (name: string, shape: number[]): GgufTensorInput => {
-      const cols = shape[shape.length - 1] as number;
-      const rows = shape.slice(0, -1).reduce((x, y) => x * y, 1);
-      return { name, type: quant, shape, data: randomMatrix(quant, rows, cols, seed++ * 2654435761) };
-    };
-    const vec = (name: string, n: number): GgufTensorInput => ({
-      name,
-      type: "F32",
-      shape: [n],
-      data: ones(n),
-    });
+    const { tensor: mat, vec, nextSeed } = benchTensors(quant, 1);
     const tensors: GgufTensorInput[] = [
       mat("token_embd.weight", [c.vocab_size, h]),
       vec("output_norm.weight", h),
@@ -121,7 +110,7 @@ export function benchMoeModel(): string | null {
           name: `${b}.ffn_gate_inp.weight`,
           type: "F32",
           shape: [E, h],
-          data: randomF32(E * h, 0.05, seed++ * 2654435761),
+          data: randomF32(E * h, 0.05, nextSeed()),
         },
         mat(`${b}.ffn_gate_exps.weight`, [E, F, h]),
         mat(`${b}.ffn_up_exps.weight`, [E, F, h]),

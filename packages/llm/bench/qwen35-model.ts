@@ -18,7 +18,7 @@
 import { existsSync, mkdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { GgufArray, type GgufKvInput, type GgufTensorInput, ggufKv, openGguf, writeGguf } from "@tp/formats";
-import { BENCH_DIR, FILE_TYPE, ones, randomBytes, randomMatrix, TOKENIZER_SOURCE } from "./model.ts";
+import { BENCH_DIR, benchTensors, FILE_TYPE, randomBytes, TOKENIZER_SOURCE } from "./model.ts";
 
 /** Qwen3.5-0.8B's hyper-parameters (llm.md §3.4 / §3.4.x; HF names). */
 export const QWEN35_0_8B = {
@@ -126,19 +126,7 @@ export function qwen35BenchModel(): string | null {
     const kv = c.num_key_value_heads * c.head_dim;
     const dv = vi * c.linear_value_head_dim;
     const conv = 2 * c.linear_num_key_heads * c.linear_key_head_dim + dv;
-    let seed = 11;
-    const mat = (name: string, rows: number, cols: number): GgufTensorInput => ({
-      name,
-      type: quant,
-      shape: [rows, cols],
-      data: randomMatrix(quant, rows, cols, seed++ * 2654435761),
-    });
-    const vec = (name: string, n: number): GgufTensorInput => ({
-      name,
-      type: "F32",
-      shape: [n],
-      data: ones(n),
-    });
+    const { mat, vec, nextSeed } = benchTensors(quant, 11);
     const tensors: GgufTensorInput[] = [
       mat("token_embd.weight", c.vocab_size, h),
       vec("output_norm.weight", h),
@@ -165,7 +153,7 @@ export function qwen35BenchModel(): string | null {
             name: `${b}.ssm_conv1d.weight`,
             type: "F32",
             shape: [conv, c.linear_conv_kernel_dim],
-            data: randomF32(conv * c.linear_conv_kernel_dim, 0.5, seed++ * 2654435761),
+            data: randomF32(conv * c.linear_conv_kernel_dim, 0.5, nextSeed()),
           },
           { name: `${b}.ssm_dt.bias`, type: "F32", shape: [vi], data: f32(new Array(vi).fill(0)) },
           {
