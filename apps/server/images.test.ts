@@ -170,15 +170,28 @@ describe("/v1/images/generations", () => {
   });
 });
 
+/** tp_image_jobs_total{state="cancelled"} of /metrics. */
+async function cancelledJobs(): Promise<number> {
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  const m = /^tp_image_jobs_total\{state="cancelled"\} (\d+)$/m.exec(metrics);
+  if (m === null) throw new Error("no cancelled count in /metrics");
+  return Number(m[1]);
+}
+
 describe("/v1/jobs", () => {
   test(
     "a job: 202 queued, then SSE status → started → a step event with a latent preview per step → succeeded with the result",
     async () => {
+      // a long job first, so that this one is still queued when its stream connects (a 3-step tiny job
+      // can otherwise end before that), then the long one cancelled
+      const blocker = (await (await post("/v1/jobs", { ...settings, steps: 40 })).json()) as { id: string };
       const res = await post("/v1/jobs", { ...settings, steps: 3 });
       expect(res.status).toBe(202);
       const job = (await res.json()) as { id: string; state: string; steps: number };
       expect(job.steps).toBe(3);
-      const list = await events(await fetch(`${server.url}/v1/jobs/${job.id}/events`));
+      const stream = await fetch(`${server.url}/v1/jobs/${job.id}/events`);
+      expect((await fetch(`${server.url}/v1/jobs/${blocker.id}`, { method: "DELETE" })).status).toBe(200);
+      const list = await events(stream);
       const types = list.map((e) => e.type);
       // the stream starts with the job's state when it connects (it may have run a step already)
       expect(types[0]).toBe("status");
@@ -213,6 +226,7 @@ describe("/v1/jobs", () => {
   test(
     "queue positions, DELETE of a queued and of a running job, and 503 past the queue limit",
     async () => {
+      const cancelledBefore = await cancelledJobs();
       const submit = async (steps: number) =>
         ((await (await post("/v1/jobs", { ...settings, steps })).json()) as { id: string }).id;
       const long = await submit(40);
@@ -239,8 +253,7 @@ describe("/v1/jobs", () => {
         "succeeded",
       );
       expect((await waitFor(more[0] as string, (s) => s.state === "succeeded")).state).toBe("succeeded");
-      const metrics = await (await fetch(`${server.url}/metrics`)).text();
-      expect(metrics).toMatch(/^tp_image_jobs_total\{state="cancelled"\} 2$/m);
+      expect(await cancelledJobs()).toBe(cancelledBefore + 2); // the server is shared by the file's tests
     },
     T,
   );
