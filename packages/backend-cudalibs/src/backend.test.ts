@@ -93,10 +93,6 @@ class FakeHost extends BackendBase implements CudaOpHost {
     const v = w.scale?.kind === "row" ? w.scale.values : new Float32Array(w.shape[0]);
     return this.upload(v, [v.length], "f32", `${w.name}.scale`);
   }
-  table(key: string, make: () => Float64Array): Tensor {
-    const d = make();
-    return this.upload(d, [d.length], "f64", key);
-  }
 }
 
 function setup(noAlgoFor?: number) {

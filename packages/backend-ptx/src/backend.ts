@@ -22,13 +22,14 @@ import {
 import { CachingAllocator, type DeviceBlock, PinnedStaging } from "./driver/allocator.ts";
 import {
   type CudaDeviceInfo,
-  type CudaDriver,
+  type CudaDriverApi,
   type CudaFunction,
   type KernelArg,
   loadCudaDriver,
 } from "./driver/cuda.ts";
 import { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
 import { type KernelSource, MIN_SM, ptxModule } from "./ptx/emit.ts";
+import { parseSimTarget, SimCudaDriver } from "./sim/driver.ts";
 
 /** A tensor's storage: a device block, or none for 0 bytes. */
 interface DeviceStorage {
@@ -98,7 +99,13 @@ export interface PtxBackendOptions extends BackendOptions {
    * TP_PTX_W4A4=1, else weight-only.
    */
   w4a4?: boolean;
-  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE / TP_PTX_W4A4 from (tests); default process.env. */
+  /**
+   * Run on the PTX simulator (./sim) as this compute capability ("sm_86", "sm_89", "sm_90") instead
+   * of a GPU: every kernel executed in JavaScript, memory accesses checked; for checking what the
+   * kernels compute without a GPU, never for speed. Default TP_PTX_SIMULATE; never chosen otherwise.
+   */
+  simulate?: string;
+  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE / TP_PTX_W4A4 / TP_PTX_SIMULATE from (tests); default process.env. */
   env?: Record<string, string | undefined>;
 }
 
@@ -117,7 +124,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   readonly name: string;
   /** Device, compute capability, memory, driver (a subclass appends its libraries). */
   device: string;
-  readonly driver: CudaDriver;
+  readonly driver: CudaDriverApi;
   readonly info: CudaDeviceInfo;
   /** Compute capability as an sm number. */
   readonly sm: number;
@@ -128,7 +135,6 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   readonly #functions = new Map<string, CudaFunction>();
   readonly #sources = new Map<string, KernelSource>();
   readonly #resident = new Map<Weight, ResidentWeight>();
-  readonly #tables = new Map<string, Tensor>();
   #closed = false;
   override readonly kernelTable: KernelTable = ptxKernelTable(this);
 
@@ -143,7 +149,11 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     const env = options.env ?? process.env;
     const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
     this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 === "1";
-    this.driver = loadCudaDriver(env);
+    const simulate = options.simulate ?? env.TP_PTX_SIMULATE;
+    this.driver =
+      simulate !== undefined && simulate !== ""
+        ? new SimCudaDriver({ sm: parseSimTarget(simulate) })
+        : loadCudaDriver(env);
     this.driver.init();
     this.info = this.driver.deviceInfo(ordinal);
     const [major, minor] = this.info.computeCapability;
@@ -162,7 +172,10 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
       free: (p) => driver.memFree(p),
     });
     this.#staging = new PinnedStaging(driver, this.stream);
-    this.device = `${this.info.name} (sm_${this.sm}, ${formatBytes(this.info.totalMemory)}, ${this.info.multiprocessors} SMs, CUDA driver ${Math.floor(this.info.driverVersion / 1000)}.${(this.info.driverVersion % 1000) / 10})`;
+    this.device =
+      this.driver instanceof SimCudaDriver
+        ? `PTX simulator (sm_${this.sm}, ${formatBytes(this.info.totalMemory)}; kernels executed in JavaScript, not on a GPU)`
+        : `${this.info.name} (sm_${this.sm}, ${formatBytes(this.info.totalMemory)}, ${this.info.multiprocessors} SMs, CUDA driver ${Math.floor(this.info.driverVersion / 1000)}.${(this.info.driverVersion % 1000) / 10})`;
     if (options.verbose === true) process.stderr.write(`${name}: ${this.device}\n`);
   }
 
@@ -237,7 +250,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     if (t.byteLength > 0) this.driver.memsetAsync(this.address(t), value, t.byteLength, this.stream);
   }
 
-  // ---- resident weights and tables ---------------------------------------------------------------------
+  // ---- resident weights ---------------------------------------------------------------------------
 
   /**
    * A weight's bytes on the device: its resident copy ({@link makeResident}), else a copy uploaded
@@ -265,16 +278,6 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
       );
     }
     return r;
-  }
-
-  table(key: string, make: () => Float64Array): Tensor {
-    let t = this.#tables.get(key);
-    if (t === undefined || t.storage.freed) {
-      const data = make();
-      t = this.persist(this.upload(data, [data.length], "f64", key));
-      this.#tables.set(key, t);
-    }
-    return t;
   }
 
   /**

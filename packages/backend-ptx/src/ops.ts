@@ -92,8 +92,6 @@ export interface PtxOpHost {
   weightBytes(w: Weight): Tensor;
   /** A persisted f32 [N] of a weight's scales (ConvRot's per-row ones; fp8's tensor scale repeated). */
   weightScale(w: Weight): Tensor;
-  /** A persisted small table (rope frequencies), by key. */
-  table(key: string, make: () => Float64Array): Tensor;
   /** A kernel generated once per name. */
   kernel(name: string, make: () => KernelSource): KernelSource;
 }
@@ -500,9 +498,10 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
           const xc = contiguous(host, x);
           const pc = contiguous(host, positions);
           const spec = { mode, ropeDims, sections };
-          const inv = host.table(`rope:${theta}:${ropeDims}:${freqScale}:${sections}`, () =>
-            ropeInvFreq(theta, ropeDims, freqScale, sections),
-          );
+          // Uploaded per call (a few hundred bytes, freed with the scope): a cached table would stay
+          // in the backend's memory past the op.
+          const freqs = ropeInvFreq(theta, ropeDims, freqScale, sections);
+          const inv = host.upload(freqs, [freqs.length], "f64", "rope.inv_freq");
           host.launch(
             host.kernel(`rope:${mode}:${ropeDims}:${sections}`, () => ropeKernel(spec)),
             [blocks(out.numel, ELEMENTWISE_BLOCK), 1, 1],

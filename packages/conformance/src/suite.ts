@@ -34,6 +34,8 @@ export const SUITE_BACKENDS: readonly SuiteBackend[] = [
   },
   { backend: "vulkan", label: "vulkan", options: {} },
   { backend: "ptx", label: "ptx", options: {} },
+  // The ptx backend's kernels executed by its PTX simulator: what they compute, checked without a GPU.
+  { backend: "ptx", label: "ptx (simulated sm_86)", options: { simulate: "sm_86" } as BackendOptions },
   { backend: "cuda", label: "cuda", options: {} },
 ];
 

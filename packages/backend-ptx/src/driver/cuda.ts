@@ -532,6 +532,12 @@ export class CudaDriver {
 }
 
 /**
+ * What the backends use of a driver: {@link CudaDriver}'s public methods. The PTX simulator
+ * (../sim/driver.ts) is the other implementation.
+ */
+export type CudaDriverApi = { [K in keyof CudaDriver]: CudaDriver[K] };
+
+/**
  * Pack kernel arguments for cuLaunchKernel: each value in an 8-byte slot of one buffer, and the array
  * of pointers to the slots (`void **kernelParams`). Both must outlive the call (they do: it copies).
  * @throws TpError E_ARG for a value that does not fit its type
