@@ -94,9 +94,10 @@ export interface PtxBackendOptions extends BackendOptions {
   /** Device ordinal ("0", "1"); default TP_CUDA_DEVICE, else 0. */
   device?: string;
   /**
-   * INT4 ConvRot as W4A4 (rotated activations quantized per row to int4, `mma.sync.m16n8k64.s4`), as
-   * ComfyUI runs it — much noisier than the weight-only product (krea2.md §1.8); default
-   * TP_PTX_W4A4=1, else weight-only.
+   * INT4 ConvRot as W4A4 (rotated activations quantized per row to int4; `mma.sync.m16n8k64.s4` from
+   * 16 rows), as ComfyUI and the cpu backend run it and the conformance reference computes it; false
+   * for the weight-only product (closer to the f32 product, krea2.md §1.8, but not ComfyUI's
+   * pixels). Default: true unless TP_PTX_W4A4=0.
    */
   w4a4?: boolean;
   /**
@@ -148,7 +149,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     this.name = name;
     const env = options.env ?? process.env;
     const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
-    this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 === "1";
+    this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 !== "0";
     const simulate = options.simulate ?? env.TP_PTX_SIMULATE;
     this.driver =
       simulate !== undefined && simulate !== ""

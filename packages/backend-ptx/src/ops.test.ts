@@ -102,11 +102,17 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "matmul_gemv_f32",
       "matmul_tiled_f32_b",
       "matmul_tiled_f32",
+      "ggml_fake_quantize_q8_0", // x as ggml's Q8_0 activations
       "matmul_gemv_q8_0",
+      "ggml_fake_quantize_q8_0",
       "matmul_tiled_q8_0_b",
+      "ggml_fake_quantize_q8_0",
       "matmul_tiled_q8_0",
+      "ggml_fake_quantize_q8_0", // x as ggml's Q8_0 activations
       "matmul_gemv_q4_0",
+      "ggml_fake_quantize_q8_0",
       "matmul_tiled_q4_0_b",
+      "ggml_fake_quantize_q8_0",
       "matmul_tiled_q4_0",
       "matmul_gemv_f16",
       "matmul_tiled_f16_b",
@@ -124,6 +130,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     b.matmul(f32(b, [16, 512]), weight("int4_convrot", 40, 512));
     expect(b.names()).toEqual([
       "convrot_rotate_g256",
+      "convrot_fake_quantize_rows_int8", // W8A8's activations, dequantized for the f32-x kernel
       "matmul_gemv_int8_convrot_s",
       "convrot_rotate_g256",
       "convrot_quantize_rows_int8",
@@ -143,6 +150,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "convrot_quantize_rows_int4",
       "matmul_mma_s4_int4_convrot_s",
       "convrot_rotate_g256",
+      "convrot_fake_quantize_rows_int4",
       "matmul_gemv_int4_convrot_s",
     ]);
   });
@@ -225,6 +233,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       ["matmul_gemv_f8_e4m3fn", 2, 1, 1],
       ["matmul_tiled_f8_e5m2_s", 1, 1, 1],
       ["top_k_f32", 3, 1, 1],
+      ["ggml_fake_quantize_q8_0", 1, 1, 1],
       ["matmul_id_gemv_q4_0", 3, 6, 1],
     ]);
   });

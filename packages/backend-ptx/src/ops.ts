@@ -21,6 +21,7 @@ import {
   type Weight,
   type WeightFormat,
 } from "@tp/tensor";
+import { fakeQuantizeQ8_0Kernel, Q8_BLOCKS_PER_CTA } from "./ptx/activations.ts";
 import { attentionKernel } from "./ptx/attention.ts";
 import { EMBEDDING_FORMATS, MATMUL_FORMATS, MATMUL_ID_FORMATS } from "./ptx/catalogue.ts";
 import {
@@ -53,6 +54,7 @@ import {
 } from "./ptx/matmul.ts";
 import {
   argmaxKernel,
+  fakeQuantizeRowsKernel,
   groupNormKernel,
   layerNormKernel,
   quantizeRowsInt4Kernel,
@@ -223,6 +225,26 @@ function map(
   );
 }
 
+/** Weight formats whose matmul takes x quantized as ggml's `vec_dot_type` Q8_0 (./ptx/activations.ts). */
+const Q8_0_ACTIVATIONS: ReadonlySet<string> = new Set(["q8_0", "q4_0"]);
+
+/**
+ * x [rows, K] contiguous f32 → a scratch copy quantized to Q8_0 per 32 and dequantized (ggml's
+ * activations for Q8_0 / Q4_0 weights), or x itself for other formats.
+ */
+function ggmlActivations(host: PtxOpHost, x: Tensor, format: string): Tensor {
+  if (!Q8_0_ACTIVATIONS.has(format)) return x;
+  if (x.numel % 32 !== 0) throw unsupported("matmul", `${format}: K is not a multiple of 32`);
+  const out = host.alloc(x.shape, "f32", "x_q8_0");
+  const n = x.numel / 32;
+  host.launch(host.kernel("fq_q8_0", fakeQuantizeQ8_0Kernel), [blocks(n, Q8_BLOCKS_PER_CTA), 1, 1], {
+    out,
+    x,
+    blocks: n,
+  });
+  return out;
+}
+
 /** Copy the elements of `src` (any view) into `dst` (any non-overlapping view), bits unchanged. */
 export function move(host: PtxOpHost, dst: Tensor, src: Tensor): void {
   const bytes = dtypeBytes(src.dtype) as 1 | 2 | 4 | 8;
@@ -300,7 +322,23 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
       // integer tensor cores: W8A8 always (within MATMUL's tolerance of the exact product), W4A4 when
       // asked for (krea2.md §1.8: up to ~0.3 relative error per linear, so not the default)
       const bits = w.format === "int8_convrot" ? 8 : host.w4a4 ? 4 : null;
-      if (bits !== null && M >= 16 && K % (bits === 8 ? 32 : 64) === 0 && host.sm >= 80) {
+      if (bits !== null && !(M >= 16 && K % (bits === 8 ? 32 : 64) === 0 && host.sm >= 80)) {
+        // few rows (or a K the mma kernels do not tile): the activations quantized and dequantized in
+        // f32, then the float-x kernels below — the same W8A8 / W4A4 numbers up to f32 summation
+        const fq = host.alloc([M, K], "f32", "x_fq");
+        const sx = host.alloc([M], "f32", "x_scale");
+        host.launch(
+          host.kernel(`fake_quant${bits}`, () => fakeQuantizeRowsKernel(bits)),
+          [M, 1, 1],
+          {
+            out: fq,
+            x: rot,
+            d: K,
+            scales: sx,
+          },
+        );
+        xc = fq;
+      } else if (bits !== null) {
         const q = host.alloc([M, bits === 8 ? K : K / 2], bits === 8 ? "i8" : "u8", "x_q");
         const sx = host.alloc([M], "f32", "x_scale");
         const quant = bits === 8 ? quantizeRowsInt8Kernel : quantizeRowsInt4Kernel;
@@ -320,6 +358,7 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
         return;
       }
     }
+    xc = ggmlActivations(host, xc, format);
     const spec = { format, bias: bias !== null, scaled };
     const args: Record<string, LaunchArg> = {
       out,
@@ -401,11 +440,14 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       run: (out, x, w, ids, experts) =>
         host.scope(() => {
           if (out.numel === 0) return;
-          if (w.scale !== undefined)
-            throw unsupported("matmul_id", `${w.name}: scaled ${w.format} experts have no kernel yet`);
+          if (w.scale !== undefined && w.scale.kind !== "tensor")
+            throw unsupported(
+              "matmul_id",
+              `${w.name}: per-row scaled ${w.format} experts have no kernel yet`,
+            );
           const [T, S, N] = out.shape as [number, number, number];
           const K = w.shape[1];
-          const xc = contiguous(host, x);
+          const xc = ggmlActivations(host, contiguous(host, x), w.format);
           const ic = contiguous(host, ids);
           check32("matmul_id", xc, out);
           const k = host.kernel(`mmid:${w.format}`, () => gemvIdKernel(w.format as ElementFormat));
@@ -420,6 +462,8 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
             experts,
             x_div: x.shape[1] === 1 ? S : 1,
           });
+          // fp8 scaled: w = f32(fp8) · scale, one scale for all experts
+          if (w.scale?.kind === "tensor") map(host, "scale", out, [out], { s: w.scale.value });
         }),
     },
     attention: { dtypes: ["f32"], run: (out, q, k, v, p) => attention(host, out, q, k, v, p) },
@@ -560,6 +604,12 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
             d,
             vocab,
           });
+          if (table.scale?.kind === "tensor") map(host, "scale", out, [out], { s: table.scale.value });
+          else if (table.scale !== undefined)
+            throw unsupported(
+              "embedding",
+              `${table.name}: per-row scaled ${table.format} tables have no kernel yet`,
+            );
         }),
     },
     conv2d: {

@@ -3,6 +3,7 @@
  * spread of ranks and geometries), for the `ptxas` test and the package README's table. The backend
  * generates the same templates on demand with the exact folded values of each call.
  */
+import { fakeQuantizeQ8_0Kernel } from "./activations.ts";
 import { type AttentionSpec, attentionKernel } from "./attention.ts";
 import {
   countNonFiniteKernel,
@@ -24,6 +25,7 @@ import {
 import { gemvIdKernel, gemvKernel, mmaIntKernel, mmaKernel, tiledKernel } from "./matmul.ts";
 import {
   argmaxKernel,
+  fakeQuantizeRowsKernel,
   groupNormKernel,
   layerNormKernel,
   quantizeRowsInt4Kernel,
@@ -98,12 +100,15 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     }
   }
   for (const format of MATMUL_ID_FORMATS) matmul.push(gemvIdKernel(format));
+  matmul.push(fakeQuantizeQ8_0Kernel());
   const convrot = [
     rotateKernel(256),
     rotateKernel(64),
     rotateKernel(16),
     quantizeRowsInt8Kernel(),
     quantizeRowsInt4Kernel(),
+    fakeQuantizeRowsKernel(8),
+    fakeQuantizeRowsKernel(4),
     ...([8, 4] as const).flatMap((bits) => [mmaIntKernel(bits, false), mmaIntKernel(bits, true)]),
   ];
   const attention: KernelSource[] = [];

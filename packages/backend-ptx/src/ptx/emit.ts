@@ -329,11 +329,11 @@ export class KernelBuilder {
    * of 32, ≤ 1024): butterfly shuffles inside each warp, then across warps through shared memory.
    * Every thread gets the result.
    */
-  blockReduce(v: string, kind: "add" | "max", threads: number): string {
+  blockReduce(v: string, kind: "add" | "max" | "max_nan", threads: number): string {
     const warps = threads / 32;
     if (!Number.isInteger(warps) || warps < 1 || warps > 32)
       throw new TpError("E_INTERNAL", `bad block size ${threads}`);
-    const opc = kind === "add" ? "add.f32" : "max.f32";
+    const opc = kind === "add" ? "add.f32" : kind === "max" ? "max.f32" : "max.NaN.f32";
     const r = this.reg("f32");
     const t = this.reg("f32");
     this.op(`mov.f32 ${r}, ${v};`);

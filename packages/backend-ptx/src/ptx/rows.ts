@@ -124,24 +124,38 @@ export function rmsNormKernel(weight: "none" | "weight" | "unit_offset"): Kernel
 }
 
 /**
- * The row's mean and 1 / sqrt(var + eps) (f32; var the biased mean of (x − mean)², two passes over the
- * row), as LayerNorm and GroupNorm normalise with them. `eps`: the f32 register of the epsilon.
+ * The row's statistics for LayerNorm and GroupNorm, on data shifted by the row's first value k (so
+ * a large common offset — a mean of 1000 with a spread of 1 — cancels exactly before it is summed and
+ * squared): `mean` = mean(x − k) and `r` = 1 / sqrt(var + eps) (f32; var the biased mean of
+ * ((x − k) − mean)², two passes). Normalise x as ((x − k) − mean) · r with {@link normalize}.
+ * `eps`: the f32 register of the epsilon. Source: Chan, Golub & LeVeque 1983 ("shifted data"), as
+ * the Vulkan backend's norm.glsl.
  */
-function rowMoments(c: RowCtx, eps: string): { mean: string; r: string } {
+function rowMoments(c: RowCtx, eps: string): { shift: string; mean: string; r: string } {
   const { kb } = c;
   const n = dF32(c);
+  const shift = loadAt(kb, c.x, c.rowStart);
   const mean = kb.reg("f32");
-  const sum = rowSum(c, (x) => x);
+  const sum = rowSum(c, (x) => {
+    const t = kb.reg("f32");
+    kb.op(`sub.f32 ${t}, ${x}, ${shift};`);
+    return t;
+  });
   kb.op(`div.rn.f32 ${mean}, ${sum}, ${n};`);
   const vs = rowSum(c, (x) => {
     const t = kb.reg("f32");
-    kb.op(`sub.f32 ${t}, ${x}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
+    kb.op(`sub.f32 ${t}, ${x}, ${shift};`, `sub.f32 ${t}, ${t}, ${mean};`, `mul.f32 ${t}, ${t}, ${t};`);
     return t;
   });
   const v = kb.reg("f32");
   kb.op(`div.rn.f32 ${v}, ${vs}, ${n};`, `add.f32 ${v}, ${v}, ${eps};`);
   const r = rsqrt(kb, v);
-  return { mean, r };
+  return { shift, mean, r };
+}
+
+/** y ← ((y − shift) − mean) · r, in place (the moments of {@link rowMoments}). */
+function normalize(kb: KernelBuilder, y: string, m: { shift: string; mean: string; r: string }): void {
+  kb.op(`sub.f32 ${y}, ${y}, ${m.shift};`, `sub.f32 ${y}, ${y}, ${m.mean};`, `mul.f32 ${y}, ${y}, ${m.r};`);
 }
 
 /** LayerNorm: out = (x − mean) / sqrt(var + eps) · w + b. Parameters: out, x, d, [w], [b], eps. */
@@ -151,10 +165,10 @@ export function layerNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
   const w = hasWeight ? kb.ld("w", "u64") : null;
   const b = hasBias ? kb.ld("b", "u64") : null;
   const eps = kb.ld("eps", "f32");
-  const { mean, r } = rowMoments(c, eps);
+  const moments = rowMoments(c, eps);
   rowLoop(c, (j, g) => {
     const y = loadAt(kb, c.x, g);
-    kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
+    normalize(kb, y, moments);
     if (w !== null) {
       const wj = loadAt(kb, w, j);
       kb.op(`mul.f32 ${y}, ${y}, ${wj};`);
@@ -181,12 +195,12 @@ export function groupNormKernel(hasWeight: boolean, hasBias: boolean): KernelSou
   const w = hasWeight ? kb.ld("w", "u64") : null;
   const b = hasBias ? kb.ld("b", "u64") : null;
   const eps = kb.ld("eps", "f32");
-  const { mean, r } = rowMoments(c, eps);
+  const moments = rowMoments(c, eps);
   const group = kb.reg("b32");
   kb.op(`mov.u32 ${group}, %ctaid.x;`, `rem.u32 ${group}, ${group}, ${groups};`);
   rowLoop(c, (j, g) => {
     const y = loadAt(kb, c.x, g);
-    kb.op(`sub.f32 ${y}, ${y}, ${mean};`, `mul.f32 ${y}, ${y}, ${r};`);
+    normalize(kb, y, moments);
     if (w !== null || b !== null) {
       const ch = kb.reg("b32");
       kb.op(`div.u32 ${ch}, ${j}, ${spatial};`, `mad.lo.u32 ${ch}, ${group}, ${cpg}, ${ch};`);
@@ -384,9 +398,10 @@ function rowScale(c: RowCtx, scaleOf: (s: string, absMax: string) => string[]): 
   kb.op(`mov.f32 ${mx}, 0f00000000;`);
   rowLoop(c, (_j, g) => {
     const x = loadAt(kb, c.x, g);
-    kb.op(`abs.f32 ${x}, ${x};`, `max.f32 ${mx}, ${mx}, ${x};`);
+    kb.op(`abs.f32 ${x}, ${x};`, `max.NaN.f32 ${mx}, ${mx}, ${x};`);
   });
-  const a = kb.blockReduce(mx, "max", ROW_BLOCK);
+  // NaN-propagating: a row holding NaN gets a NaN scale, so its outputs are NaN as the reference's
+  const a = kb.blockReduce(mx, "max_nan", ROW_BLOCK);
   const s = kb.reg("f32");
   kb.op(...scaleOf(s, a));
   const p = kb.reg("pred");
@@ -407,7 +422,7 @@ export function quantizeRowsInt8Kernel(): KernelSource {
   const { kb } = c;
   const s = rowScale(c, (s, a) => [
     `div.rn.f32 ${s}, ${a}, ${f32Imm(127)};`,
-    `max.f32 ${s}, ${s}, ${f32Imm(1e-30)};`,
+    `max.NaN.f32 ${s}, ${s}, ${f32Imm(1e-30)};`,
   ]);
   rowLoop(c, (_j, g) => {
     const x = loadAt(kb, c.x, g);
@@ -433,7 +448,7 @@ export function quantizeRowsInt4Kernel(): KernelSource {
   const c = rowPrologue("convrot_quantize_rows_int4");
   const { kb } = c;
   const s = rowScale(c, (s, a) => [
-    `max.f32 ${s}, ${a}, ${f32Imm(1e-10)};`,
+    `max.NaN.f32 ${s}, ${a}, ${f32Imm(1e-10)};`,
     `div.rn.f32 ${s}, ${s}, ${f32Imm(7)};`,
   ]);
   // pairs: thread loop over k < d/2, elements 2k and 2k + 1
@@ -474,5 +489,39 @@ export function quantizeRowsInt4Kernel(): KernelSource {
   const outAt = kb.addr(c.out, o, 1);
   kb.op(`st.global.u8 [${outAt}], ${byte};`, `add.u32 ${pair}, ${pair}, ${ROW_BLOCK};`, `bra ${top};`);
   kb.place(done);
+  return kb.build([ROW_BLOCK, 1]);
+}
+
+/**
+ * ConvRot activation quantization applied and undone (for the few-row GEMV / tiled kernels that take
+ * f32 x): out[row, j] = clamp(round_half_even(x / s_x), lo, hi) · s_x in f32, with s_x and the clamp of
+ * {@link quantizeRowsInt8Kernel} (bits 8: max|x| / 127, [−128, 127]) or {@link quantizeRowsInt4Kernel}
+ * (bits 4: max(max|x|, 1e-10) / 7, [−7, 7]); s_x into scales[row]. The product with the integer weight
+ * codes is then the W8A8 / W4A4 product up to f32 rounding of the partial sums. Parameters: out, x, d,
+ * scales. Grid: one block per row. Source: krea2.md §1.8 (ComfyUI's W8A8 / W4A4 activations).
+ */
+export function fakeQuantizeRowsKernel(bits: 8 | 4): KernelSource {
+  const c = rowPrologue(`convrot_fake_quantize_rows_int${bits}`);
+  const { kb } = c;
+  const s = rowScale(c, (s, a) =>
+    bits === 8
+      ? [`div.rn.f32 ${s}, ${a}, ${f32Imm(127)};`, `max.NaN.f32 ${s}, ${s}, ${f32Imm(1e-30)};`]
+      : [`max.NaN.f32 ${s}, ${a}, ${f32Imm(1e-10)};`, `div.rn.f32 ${s}, ${s}, ${f32Imm(7)};`],
+  );
+  const [hi, lo] = bits === 8 ? [127, -128] : [7, -7];
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    const q = kb.reg("b32");
+    kb.op(
+      `div.rn.f32 ${x}, ${x}, ${s};`,
+      `cvt.rni.s32.f32 ${q}, ${x};`,
+      `min.s32 ${q}, ${q}, ${hi};`,
+      `max.s32 ${q}, ${q}, ${lo};`,
+      `cvt.rn.f32.s32 ${x}, ${q};`,
+      `mul.f32 ${x}, ${x}, ${s};`,
+    );
+    const outAt = kb.addr(c.out, g, 4);
+    kb.op(`st.global.f32 [${outAt}], ${x};`);
+  });
   return kb.build([ROW_BLOCK, 1]);
 }

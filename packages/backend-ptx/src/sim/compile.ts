@@ -1002,10 +1002,10 @@ class KernelCompiler {
     }
     // integer → integer: wrap (or saturate with .sat)
     if (sat) return this.write(d, dc, `Math.max(${r[0]}, Math.min(${r[1]}, ${x}))`);
-    const bits = BYTES[dt] as number;
-    if (bits === 8) return this.write(d, dc, dt === "s8" ? `((${x}) << 24) >> 24` : `(${x}) & 0xff`);
-    if (bits === 2) return this.write(d, dc, dt === "s16" ? `((${x}) << 16) >> 16` : `(${x}) & 0xffff`);
-    if (bits === 4) return this.write(d, dc, dt === "s32" ? `M.lo32(${x}) | 0` : `M.lo32(${x})`);
+    const bytes = BYTES[dt] as number;
+    if (bytes === 1) return this.write(d, dc, dt === "s8" ? `((${x}) << 24) >> 24` : `(${x}) & 0xff`);
+    if (bytes === 2) return this.write(d, dc, dt === "s16" ? `((${x}) << 16) >> 16` : `(${x}) & 0xffff`);
+    if (bytes === 4) return this.write(d, dc, dt === "s32" ? `M.lo32(${x}) | 0` : `M.lo32(${x})`);
     return this.write(d, dc, x);
   }
 

@@ -219,6 +219,23 @@ describe("instructions", () => {
   });
 });
 
+test("cvt between integer widths: u64 ← u32 keeps all 32 bits, u8 / s16 truncate", () => {
+  const body = `
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd0, [k_out];
+    mov.u32 %r0, 0xdeadbeef;
+    cvt.u64.u32 %rd1, %r0;
+    st.global.u64 [%rd0], %rd1;
+    cvt.u8.u32 %r1, %r0;
+    cvt.s16.u32 %r2, %r0;
+    st.global.u32 [%rd0+8], %r1;
+    st.global.u32 [%rd0+12], %r2;
+    ret;`;
+  const out = run(body, ".param .u64 k_out", [1, 1, 1], [1, 1, 1], [new Uint32Array(4)])[0] as Uint32Array;
+  expect([...out]).toEqual([0xdeadbeef, 0, 0xef, 0xffffbeef]);
+});
+
 describe("faults", () => {
   const params = ".param .u64 k_out, .param .u32 k_n";
   const store = (extra: string) => `

@@ -1,0 +1,90 @@
+/**
+ * GGUF activation quantization for the matmul kernels that take f32 x: ggml multiplies a GGUF weight by
+ * x quantized to its `vec_dot_type` (Q8_0 for Q4_0 / Q5_0 / Q8_0 / IQ4_NL), and matching it matters —
+ * f32 x is closer to the exact product but ~4e-3 relative away from llama.cpp, enough to flip greedy
+ * tokens of a Q4_0 model (conformance matmul-exact.ts). The kernel quantizes each 32-block and writes
+ * the dequantized values back as f32 (q · f16(d), exact in f32), so the float-x kernels then compute
+ * ggml's integer block products up to f32 summation order.
+ *
+ * Source: ggml `quantize_row_q8_0` (llm.md §2.6): d = max|x| / 127, id = d ≠ 0 ? 1/d : 0,
+ * q = roundf(x · id) (ties away from zero), d stored as f16; NaN / ±inf make the block NaN
+ * (d = NaN, or d = inf with codes 0: 0 · inf), as the reference (@tp/quant quantizeActivationsGgml).
+ */
+import { KernelBuilder as Builder, f32Imm, type KernelBuilder, type KernelSource } from "./emit.ts";
+
+/** Warps (32-blocks) per CTA of {@link fakeQuantizeQ8_0Kernel}. */
+export const Q8_BLOCKS_PER_CTA = 8;
+
+/** roundf(v): round half away from zero, exact (|v| < 2^23): r = trunc(v); r ± 1 when |v − r| ≥ 0.5. */
+function roundHalfAway(kb: KernelBuilder, v: string): string {
+  const r = kb.reg("f32");
+  const frac = kb.reg("f32");
+  const one = kb.reg("f32");
+  const p = kb.reg("pred");
+  kb.op(
+    `cvt.rzi.f32.f32 ${r}, ${v};`,
+    `sub.f32 ${frac}, ${v}, ${r};`,
+    `abs.f32 ${frac}, ${frac};`,
+    `setp.ge.f32 ${p}, ${frac}, ${f32Imm(0.5)};`,
+    `copysign.f32 ${one}, ${v}, ${f32Imm(1)};`,
+    `@${p} add.f32 ${r}, ${r}, ${one};`,
+  );
+  return r;
+}
+
+/**
+ * x [n] f32 (n a multiple of 32, the rows of x back to back) → out [n] f32, each 32-block replaced by
+ * its Q8_0 quantization dequantized: q_j · f32(f16(d)). One warp per block; grid
+ * ceil(n / 32 / {@link Q8_BLOCKS_PER_CTA}). Parameters: out, x, blocks (n / 32).
+ */
+export function fakeQuantizeQ8_0Kernel(): KernelSource {
+  const kb = new Builder("ggml_fake_quantize_q8_0");
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const nBlocks = kb.ld("blocks", "u32");
+  const [tid, lane, blk, i] = kb.regs("b32", 4);
+  const end = kb.label("end");
+  const p = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${blk}, ${tid}, 5;`,
+    `mov.u32 ${i}, %ctaid.x;`,
+    `mad.lo.u32 ${blk}, ${i}, ${Q8_BLOCKS_PER_CTA}, ${blk};`,
+    // whole warps leave together (the shuffles below need all 32 lanes)
+    `setp.ge.u32 ${p}, ${blk}, ${nBlocks};`,
+    `@${p} bra ${end};`,
+    `mad.lo.u32 ${i}, ${blk}, 32, ${lane};`,
+  );
+  const xv = kb.reg("f32");
+  const at = kb.addr(x, i, 4);
+  kb.op(`ld.global.f32 ${xv}, [${at}];`);
+  const amax = kb.reg("f32");
+  const t = kb.reg("f32");
+  kb.op(`abs.f32 ${amax}, ${xv};`);
+  for (let o = 16; o >= 1; o >>= 1)
+    kb.op(`shfl.sync.bfly.b32 ${t}, ${amax}, ${o}, 31, -1;`, `max.NaN.f32 ${amax}, ${amax}, ${t};`);
+  const [d, id, v, dh] = kb.regs("f32", 4);
+  const h = kb.reg("b16");
+  const zero = kb.reg("pred");
+  kb.op(
+    `div.rn.f32 ${d}, ${amax}, ${f32Imm(127)};`,
+    `rcp.rn.f32 ${id}, ${d};`,
+    `setp.eq.f32 ${zero}, ${d}, ${f32Imm(0)};`,
+    `@${zero} mov.f32 ${id}, ${f32Imm(0)};`,
+    `mul.f32 ${v}, ${xv}, ${id};`,
+  );
+  const q = roundHalfAway(kb, v);
+  kb.op(`cvt.rn.f16.f32 ${h}, ${d};`, `cvt.f32.f16 ${dh}, ${h};`);
+  // roundHalfAway(NaN) is NaN; ggml's int8 code of it is 0 (the block's d is NaN or inf anyway)
+  const nan = kb.reg("pred");
+  kb.op(
+    `setp.nan.f32 ${nan}, ${q}, ${q};`,
+    `@${nan} mov.f32 ${q}, ${f32Imm(0)};`,
+    `mul.f32 ${q}, ${q}, ${dh};`,
+  );
+  const o = kb.addr(out, i, 4);
+  kb.op(`st.global.f32 [${o}], ${q};`);
+  kb.place(end);
+  return kb.build([Q8_BLOCKS_PER_CTA * 32, 1]);
+}
