@@ -101,12 +101,19 @@ export interface PtxBackendOptions extends BackendOptions {
    */
   w4a4?: boolean;
   /**
+   * f8_e4m3fn weights as fp8 W8A8 on sm_89+: x quantised per row to e4m3 and multiplied on the fp8
+   * tensor cores (`mma.sync.m16n8k32.f32.e4m3.e4m3.f32`), a noisier contract than the default fp8
+   * path that keeps x in f32 (as @tp/backend-cudalibs's TP_CUDA_FP8_ACTIVATIONS); default
+   * TP_PTX_FP8_MMA=1, else off. Older devices keep the default path.
+   */
+  fp8Mma?: boolean;
+  /**
    * Run on the PTX simulator (./sim) as this compute capability ("sm_86", "sm_89", "sm_90") instead
    * of a GPU: every kernel executed in JavaScript, memory accesses checked; for checking what the
    * kernels compute without a GPU, never for speed. Default TP_PTX_SIMULATE; never chosen otherwise.
    */
   simulate?: string;
-  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE / TP_PTX_W4A4 / TP_PTX_SIMULATE from (tests); default process.env. */
+  /** Environment to read TP_CUDA_LIB_DIR / TP_CUDA_DEVICE / TP_PTX_W4A4 / TP_PTX_SIMULATE / TP_PTX_FP8_MMA from (tests); default process.env. */
   env?: Record<string, string | undefined>;
 }
 
@@ -131,6 +138,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
   readonly sm: number;
   readonly stream: number;
   readonly w4a4: boolean;
+  readonly fp8Mma: boolean;
   readonly allocator: CachingAllocator;
   readonly #staging: PinnedStaging;
   readonly #functions = new Map<string, CudaFunction>();
@@ -150,6 +158,7 @@ export class PtxBackend extends BackendBase implements PtxOpHost {
     const env = options.env ?? process.env;
     const ordinal = parseDeviceOrdinal(options.device ?? env.TP_CUDA_DEVICE);
     this.w4a4 = options.w4a4 ?? env.TP_PTX_W4A4 !== "0";
+    this.fp8Mma = options.fp8Mma ?? env.TP_PTX_FP8_MMA === "1";
     const simulate = options.simulate ?? env.TP_PTX_SIMULATE;
     this.driver =
       simulate !== undefined && simulate !== ""

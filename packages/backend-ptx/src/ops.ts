@@ -53,10 +53,18 @@ import {
   tiledKernel,
 } from "./ptx/matmul.ts";
 import {
+  MMA_TILE,
+  type MmaTiledSpec,
+  mmaTiledKDivisor,
+  mmaTiledKernel,
+  mmaTiledName,
+} from "./ptx/mma-tiled.ts";
+import {
   argmaxKernel,
   fakeQuantizeRowsKernel,
   groupNormKernel,
   layerNormKernel,
+  quantizeRowsFp8Kernel,
   quantizeRowsInt4Kernel,
   quantizeRowsInt8Kernel,
   rmsNormKernel,
@@ -74,6 +82,8 @@ export interface PtxOpHost {
   readonly sm: number;
   /** INT4 ConvRot through int4 activations and `mma.sync.s4` (W4A4) rather than weight-only. */
   readonly w4a4: boolean;
+  /** f8_e4m3fn weights as fp8 W8A8 (x quantised per row to e4m3, `mma…e4m3`) on sm_89+ (opt-in). */
+  readonly fp8Mma?: boolean;
   alloc(shape: Shape, dtype: DTypeName, name?: string): Tensor;
   upload(
     data: Float32Array | Float64Array | Int32Array | Uint8Array,
@@ -288,6 +298,24 @@ function ropeInvFreq(
 
 const scaledFormat = (f: WeightFormat) => f === "int8_convrot" || f === "int4_convrot";
 
+/** From this many rows of x the shared-memory tiled mma kernels (mma-tiled.ts) replace the direct ones. */
+export const MMA_TILED_MIN_M = 64;
+
+/** Queue the tiled mma kernel for `spec` over out [M, N] with `args` (its parameters by name). */
+function launchTiled(
+  host: PtxOpHost,
+  spec: MmaTiledSpec,
+  M: number,
+  N: number,
+  args: Record<string, LaunchArg>,
+) {
+  host.launch(
+    host.kernel(mmaTiledName(spec), () => mmaTiledKernel(spec)),
+    [blocks(N, MMA_TILE.bn), blocks(M, MMA_TILE.bm), 1],
+    args,
+  );
+}
+
 /** matmul: picks W8A8 / mma / gemv / tiled for the format, M and the device. */
 function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor | null): void {
   const [N, K] = w.shape;
@@ -296,8 +324,9 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
   host.scope(() => {
     const format = w.format as ElementFormat;
     let xc = contiguous(host, x);
-    // the mma kernels load x in 8-byte pairs: a view starting at an odd element is copied first
-    if (xc.layout.offset % 2 !== 0) {
+    // the mma kernels load x in 8-byte pairs, the tiled ones in 16-byte chunks: a view starting
+    // off a 4-element boundary is copied first
+    if (xc.layout.offset % 4 !== 0) {
       const c = host.alloc(xc.shape, "f32", "x");
       move(host, c, xc);
       xc = c;
@@ -343,8 +372,7 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
         const sx = host.alloc([M], "f32", "x_scale");
         const quant = bits === 8 ? quantizeRowsInt8Kernel : quantizeRowsInt4Kernel;
         host.launch(host.kernel(`quant${bits}`, quant), [M, 1, 1], { out: q, x: rot, d: K, scales: sx });
-        const k = host.kernel(`mma_s${bits}:${bias !== null}`, () => mmaIntKernel(bits, bias !== null));
-        host.launch(k, [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1], {
+        const intArgs = {
           out,
           x: q,
           w: wb,
@@ -354,7 +382,14 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
           n: N,
           k: K,
           x_scale: sx,
-        });
+        };
+        const operand = bits === 8 ? "s8" : "s4";
+        if (M >= MMA_TILED_MIN_M && K % mmaTiledKDivisor(operand) === 0) {
+          launchTiled(host, { operand, bias: bias !== null, scaled: true }, M, N, intArgs);
+          return;
+        }
+        const k = host.kernel(`mma_s${bits}:${bias !== null}`, () => mmaIntKernel(bits, bias !== null));
+        host.launch(k, [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1], intArgs);
         return;
       }
     }
@@ -371,7 +406,27 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
       k: K,
     };
     const key = `${format}:${spec.bias}:${scaled}`;
-    if ((format === "f16" || format === "bf16") && M >= 16 && K % 16 === 0 && host.sm >= 80) {
+    const half = format === "f16" || format === "bf16";
+    if (half && M >= MMA_TILED_MIN_M && K % mmaTiledKDivisor(format) === 0 && host.sm >= 80) {
+      launchTiled(host, { operand: format, bias: spec.bias, scaled: false }, M, N, args);
+    } else if (
+      format === "f8_e4m3fn" &&
+      host.fp8Mma === true &&
+      host.sm >= 89 &&
+      M >= 16 &&
+      K % mmaTiledKDivisor("e4m3") === 0
+    ) {
+      // fp8 W8A8 (opt-in): x quantised per row to e4m3, fp8 tensor cores
+      const q = host.alloc([M, K], "f8_e4m3fn", "x_fp8");
+      const sx = host.alloc([M], "f32", "x_scale");
+      host.launch(host.kernel("quant_fp8", quantizeRowsFp8Kernel), [M, 1, 1], {
+        out: q,
+        x: xc,
+        d: K,
+        scales: sx,
+      });
+      launchTiled(host, { operand: "e4m3", bias: spec.bias, scaled }, M, N, { ...args, x: q, x_scale: sx });
+    } else if (half && M >= 16 && K % 16 === 0 && host.sm >= 80) {
       host.launch(
         host.kernel(`mma:${key}`, () => mmaKernel(spec)),
         [blocks(N, MMA_WARPS * 32), blocks(M, 16), 1],

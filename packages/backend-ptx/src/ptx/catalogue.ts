@@ -23,11 +23,13 @@ import {
   ssmConvKernel,
 } from "./gather.ts";
 import { gemvIdKernel, gemvKernel, mmaIntKernel, mmaKernel, tiledKernel } from "./matmul.ts";
+import { type MmaOperand, mmaTiledKernel } from "./mma-tiled.ts";
 import {
   argmaxKernel,
   fakeQuantizeRowsKernel,
   groupNormKernel,
   layerNormKernel,
+  quantizeRowsFp8Kernel,
   quantizeRowsInt4Kernel,
   quantizeRowsInt8Kernel,
   rmsNormKernel,
@@ -111,6 +113,12 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     fakeQuantizeRowsKernel(4),
     ...([8, 4] as const).flatMap((bits) => [mmaIntKernel(bits, false), mmaIntKernel(bits, true)]),
   ];
+  // shared-memory tiled mma (prefill); e4m3 (fp8 W8A8) and its row quantizer need sm_89
+  const mmaTiled: KernelSource[] = [quantizeRowsFp8Kernel()];
+  for (const operand of ["f16", "bf16", "s8", "s4", "e4m3"] as MmaOperand[])
+    for (const bias of [false, true])
+      for (const scaled of operand === "e4m3" ? [false, true] : [operand === "s8" || operand === "s4"])
+        mmaTiled.push(mmaTiledKernel({ operand, bias, scaled }));
   const attention: KernelSource[] = [];
   const specs: AttentionSpec[] = [];
   for (const headDim of [64, 128, 256])
@@ -133,6 +141,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     embedding: EMBEDDING_FORMATS.map(embeddingKernel),
     matmul,
     convrot,
+    mma_tiled: mmaTiled,
     attention,
     conv,
   };

@@ -24,15 +24,27 @@ export function ptxVersion(sm: SmVersion): string {
   return sm >= 89 ? "8.1" : "7.8";
 }
 
-/** `.version`, `.target sm_XX` and `.address_size 64`. @throws TpError E_UNSUPPORTED below {@link MIN_SM} */
-export function ptxHeader(sm: SmVersion): string {
+/**
+ * `.version`, `.target sm_XX` and `.address_size 64`; `version` raises the `.version` past
+ * {@link ptxVersion}'s (a module with a kernel that needs a newer ISA, e.g. fp8 `mma`: 8.4).
+ * @throws TpError E_UNSUPPORTED below {@link MIN_SM}
+ */
+export function ptxHeader(sm: SmVersion, version?: string): string {
   if (!Number.isInteger(sm) || sm < MIN_SM) {
     throw new TpError(
       "E_UNSUPPORTED",
       `backend ptx: compute capability sm_${sm} is older than sm_${MIN_SM}, the oldest its kernels target`,
     );
   }
-  return `.version ${ptxVersion(sm)}\n.target sm_${sm}\n.address_size 64\n`;
+  const v = version !== undefined && newerIsa(version, ptxVersion(sm)) ? version : ptxVersion(sm);
+  return `.version ${v}\n.target sm_${sm}\n.address_size 64\n`;
+}
+
+/** Whether PTX ISA version `a` ("8.4") is newer than `b`. */
+function newerIsa(a: string, b: string): boolean {
+  const [am, an] = a.split(".").map(Number) as [number, number];
+  const [bm, bn] = b.split(".").map(Number) as [number, number];
+  return am > bm || (am === bm && an > bn);
 }
 
 /** A generated kernel: its entry name and PTX body (the `.entry` without the module header). */
@@ -43,6 +55,8 @@ export interface KernelSource {
   readonly block: readonly [number, number];
   /** The oldest sm the kernel runs on (mma.sync: 80; fp8: 89). */
   readonly minSm: SmVersion;
+  /** The oldest PTX ISA `.version` the kernel needs when newer than the target's default (fp8 `mma`: "8.4"). */
+  readonly ptxIsa?: string;
   /** The `.param` list in order: short names and types (launches pass arguments by these names). */
   readonly params: readonly KernelParam[];
 }
@@ -63,7 +77,10 @@ export function ptxModule(sm: SmVersion, kernels: readonly KernelSource[]): stri
       );
     }
   }
-  return `${ptxHeader(sm)}\n${kernels.map((k) => k.body).join("\n")}`;
+  let version: string | undefined;
+  for (const k of kernels)
+    if (k.ptxIsa !== undefined && (version === undefined || newerIsa(k.ptxIsa, version))) version = k.ptxIsa;
+  return `${ptxHeader(sm, version)}\n${kernels.map((k) => k.body).join("\n")}`;
 }
 
 /** Register classes: 16-, 32-, 64-bit, f32, f64 and predicates. */
@@ -369,14 +386,21 @@ export class KernelBuilder {
     return r;
   }
 
-  /** The `.entry` text. */
-  build(block: readonly [number, number], minSm: SmVersion = MIN_SM): KernelSource {
+  /** The `.entry` text; `ptxIsa`: see {@link KernelSource.ptxIsa}. */
+  build(block: readonly [number, number], minSm: SmVersion = MIN_SM, ptxIsa?: string): KernelSource {
     const decl = (Object.keys(this.#counts) as RegClass[])
       .filter((c) => this.#counts[c] > 0)
       .map((c) => `\t.reg .${c === "pred" ? "pred" : c} ${PREFIX[c]}<${this.#counts[c]}>;`);
     const body =
       `.visible .entry ${this.name}(\n\t${this.#params.join(",\n\t")}\n)\n.maxntid ${block[0] * block[1]}, 1, 1\n{\n` +
       `${[...decl, ...this.#shared.map((s) => `\t${s}`), ...this.#lines].join("\n")}\n\tret;\n}\n`;
-    return { name: this.name, body, block, minSm, params: [...this.#paramList] };
+    return {
+      name: this.name,
+      body,
+      block,
+      minSm,
+      ...(ptxIsa === undefined ? {} : { ptxIsa }),
+      params: [...this.#paramList],
+    };
   }
 }

@@ -6,4 +6,5 @@ export * from "./elementwise.ts";
 export * from "./emit.ts";
 export * from "./gather.ts";
 export * from "./matmul.ts";
+export * from "./mma-tiled.ts";
 export * from "./rows.ts";

@@ -525,3 +525,37 @@ export function fakeQuantizeRowsKernel(bits: 8 | 4): KernelSource {
   });
   return kb.build([ROW_BLOCK, 1]);
 }
+
+/** Largest finite fp8 e4m3 (OCP FP8 E4M3FN: S.1111.110 = 448). */
+export const E4M3_MAX = 448;
+
+/**
+ * Per-row fp8 e4m3 quantization of activations for the fp8 tensor-core matmul (sm_89+, opt-in
+ * TP_PTX_FP8_MMA=1): s_x = max(max|x| / 448, 1e-30) into scales[row], q = e4m3(x / s_x) rounded to
+ * nearest even and saturated to ±448 (`cvt.rn.satfinite.e4m3x2.f32`) into out [rows, d] (one byte
+ * each). Parameters: out (e4m3 [rows, d]), x (f32 [rows, d]), d, scales (f32 [rows]). Grid: one block
+ * per row. Source: PTX ISA §9.7.9.21 cvt (.e4m3x2, .satfinite); OCP 8-bit floating point spec (E4M3).
+ */
+export function quantizeRowsFp8Kernel(): KernelSource {
+  const c = rowPrologue("quantize_rows_fp8_e4m3");
+  const { kb } = c;
+  const s = rowScale(c, (s, a) => [
+    `div.rn.f32 ${s}, ${a}, ${f32Imm(E4M3_MAX)};`,
+    `max.NaN.f32 ${s}, ${s}, ${f32Imm(1e-30)};`,
+  ]);
+  rowLoop(c, (_j, g) => {
+    const x = loadAt(kb, c.x, g);
+    const h = kb.reg("b16");
+    const q = kb.reg("b32");
+    const zero = kb.reg("f32");
+    kb.op(
+      `div.rn.f32 ${x}, ${x}, ${s};`,
+      `mov.f32 ${zero}, 0f00000000;`,
+      `cvt.rn.satfinite.e4m3x2.f32 ${h}, ${zero}, ${x};`,
+      `cvt.u32.u16 ${q}, ${h};`,
+    );
+    const outAt = kb.addr(c.out, g, 1);
+    kb.op(`st.global.u8 [${outAt}], ${q};`);
+  });
+  return kb.build([ROW_BLOCK, 1], 89);
+}
