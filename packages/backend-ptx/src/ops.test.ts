@@ -30,6 +30,7 @@ class Recorder extends BackendBase implements PtxOpHost {
   constructor(
     readonly sm: number,
     readonly w4a4 = false,
+    readonly fp8Mma = false,
   ) {
     super("ptx");
     this.kernelTable = ptxKernelTable(this);
@@ -153,6 +154,54 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "convrot_fake_quantize_rows_int4",
       "matmul_gemv_int4_convrot_s",
     ]);
+  });
+  test("matmul from M = 64: the shared-memory tiled mma kernels (f16, bf16, W8A8, W4A4), grid (N / 128, M / 64)", () => {
+    const b = new Recorder(86, true);
+    b.matmul(f32(b, [130, 96]), weight("f16", 200, 96), { bias: f32(b, [200]) });
+    b.matmul(f32(b, [64, 40]), weight("bf16", 8, 40)); // K = 40: a multiple of 8, not of 16 or 32
+    b.matmul(f32(b, [63, 64]), weight("bf16", 8, 64)); // M = 63: the direct mma kernel
+    b.matmul(f32(b, [64, 36]), weight("f16", 8, 36)); // K not a multiple of 8: tiled FMA
+    b.matmul(f32(b, [200, 512]), weight("int8_convrot", 300, 512), { bias: f32(b, [300]) });
+    b.matmul(f32(b, [64, 256]), weight("int4_convrot", 8, 256));
+    expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
+      ["matmul_mma_tiled_f16_b", 2, 3, 1],
+      ["matmul_mma_tiled_bf16", 1, 1, 1],
+      ["matmul_mma_bf16", 1, 4, 1],
+      ["matmul_tiled_f16", 1, 1, 1],
+      ["convrot_rotate_g256", 2, 200, 1],
+      ["convrot_quantize_rows_int8", 200, 1, 1],
+      ["matmul_mma_tiled_s8_int8_convrot_b_s", 3, 4, 1],
+      ["convrot_rotate_g256", 1, 64, 1],
+      ["convrot_quantize_rows_int4", 64, 1, 1],
+      ["matmul_mma_tiled_s4_int4_convrot_s", 1, 1, 1],
+    ]);
+  });
+  test("fp8 mma (TP_PTX_FP8_MMA): e4m3 weights on sm_89+ quantise x per row and take the fp8 tensor cores; else the f32-x path", () => {
+    const raw = new Weight({
+      name: "w.e4m3",
+      format: "f8_e4m3fn",
+      shape: [24, 64],
+      data: new Uint8Array(24 * 64),
+    });
+    const scaled = new Weight({ ...raw, name: "w.e4m3.s", scale: { kind: "tensor", value: 0.5 } });
+    const e5m2 = new Weight({ ...raw, name: "w.e5m2", format: "f8_e5m2" });
+    const ada = new Recorder(89, false, true);
+    ada.matmul(f32(ada, [20, 64]), raw, { bias: f32(ada, [24]) });
+    ada.matmul(f32(ada, [16, 64]), scaled);
+    ada.matmul(f32(ada, [4, 64]), raw); // decode stays on the gemv
+    ada.matmul(f32(ada, [16, 64]), e5m2); // e5m2 has no fp8 mma here
+    expect(ada.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
+      ["quantize_rows_fp8_e4m3", 20, 1, 1],
+      ["matmul_mma_tiled_e4m3_f8_e4m3fn_b", 1, 1, 1],
+      ["quantize_rows_fp8_e4m3", 16, 1, 1],
+      ["matmul_mma_tiled_e4m3_f8_e4m3fn_s", 1, 1, 1],
+      ["matmul_gemv_f8_e4m3fn", 3, 4, 1],
+      ["matmul_tiled_f8_e5m2", 1, 1, 1],
+    ]);
+    for (const b of [new Recorder(86, false, true), new Recorder(90)]) {
+      b.matmul(f32(b, [20, 64]), raw);
+      expect(b.names()).toEqual(["matmul_tiled_f8_e4m3fn"]);
+    }
   });
   test("strided operands: copies to contiguous before row kernels; broadcast views go to map kernels as strides", () => {
     const b = new Recorder(86);

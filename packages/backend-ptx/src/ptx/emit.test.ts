@@ -6,6 +6,7 @@ import { kernelCatalogue } from "./catalogue.ts";
 import { mapKernel } from "./elementwise.ts";
 import { f32Imm, f64Imm, KernelBuilder, ptxHeader, ptxModule } from "./emit.ts";
 import { mmaKernel } from "./matmul.ts";
+import { mmaTiledKernel } from "./mma-tiled.ts";
 
 describe("PTX emitter", () => {
   test("header: .version by target, .target sm_XX, .address_size 64; below sm_80 E_UNSUPPORTED", () => {
@@ -13,6 +14,17 @@ describe("PTX emitter", () => {
     expect(ptxHeader(90)).toBe(".version 8.1\n.target sm_90\n.address_size 64\n");
     expect(ptxHeader(89)).toBe(".version 8.1\n.target sm_89\n.address_size 64\n");
     expect(() => ptxHeader(75)).toThrow("sm_75 is older than sm_80");
+  });
+  test("a kernel needing a newer PTX ISA raises the module's .version (fp8 mma: 8.4); fp8 mma below sm_89 is E_UNSUPPORTED", () => {
+    const fp8 = mmaTiledKernel({ operand: "e4m3", bias: false, scaled: false });
+    const f16 = mmaTiledKernel({ operand: "f16", bias: false, scaled: false });
+    expect(fp8.ptxIsa).toBe("8.4");
+    expect(ptxModule(89, [f16, fp8]).startsWith(".version 8.4\n.target sm_89\n")).toBe(true);
+    expect(ptxModule(90, [f16]).startsWith(".version 8.1\n.target sm_90\n")).toBe(true);
+    expect(ptxHeader(86, "7.0")).toBe(ptxHeader(86)); // never lowered
+    expect(() => ptxModule(86, [fp8])).toThrow(
+      "kernel matmul_mma_tiled_e4m3_f8_e4m3fn needs sm_89 or newer; this device is sm_86",
+    );
   });
   test("float immediates are the exact IEEE bits", () => {
     expect(f32Imm(1)).toBe("0f3F800000");

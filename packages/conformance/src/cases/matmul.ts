@@ -25,6 +25,8 @@ import { EMBEDDING, MATMUL } from "../tolerances.ts";
 interface FormatCase {
   readonly format: WeightFormat;
   readonly scaled?: boolean;
+  /** ConvRot rotation group (default 256). */
+  readonly group?: number;
 }
 
 /** Every weight format the issue lists (issue 7: matmul "for every weight format of @tp/quant"). */
@@ -87,7 +89,7 @@ export function makeWeight(fc: FormatCase, n: number, k: number, seed: number, n
       scale = { kind: "tensor", value: q.scale };
     } else data = encodeFromF32(w, f, { saturate: true });
   } else if (f === "int8_convrot" || f === "int4_convrot") {
-    const q = quantizeConvRot(w, [n, k], { format: f });
+    const q = quantizeConvRot(w, [n, k], { format: f, ...(fc.group ? { groupSize: fc.group } : {}) });
     data = q.data;
     scale = { kind: "row", values: q.scale };
     rotationGroup = q.groupSize;
@@ -254,7 +256,47 @@ function matmulIdCases(): ConformanceCase[] {
   return out;
 }
 
+/**
+ * Prefill past one block tile of ptx's shared-memory mma kernels (64 × 128 outputs, 64 bytes of each
+ * row a k step): M = 130 and N = 200 leave ragged tiles at both edges (2 full + 2 rows, 1 full + 72
+ * columns), and K ends inside a k step (f16 K = 104: 3¼ steps of 32; int8 K = 208 with rotation
+ * groups of 16: 3¼ steps of 64; int4 K = 224: 1¾ steps of 128), or fills it exactly (bf16, fp8: 96).
+ */
+function prefillTileCases(): ConformanceCase[] {
+  const shapes: { fc: FormatCase; m: number; k: number; bias: boolean }[] = [
+    { fc: { format: "f16" }, m: 130, k: 104, bias: true },
+    { fc: { format: "bf16" }, m: 130, k: 96, bias: false },
+    { fc: { format: "f8_e4m3fn" }, m: 130, k: 96, bias: true },
+    { fc: { format: "f8_e4m3fn", scaled: true }, m: 70, k: 96, bias: false },
+    { fc: { format: "int8_convrot", group: 16 }, m: 130, k: 208, bias: true },
+    { fc: { format: "int4_convrot", group: 16 }, m: 70, k: 224, bias: false },
+  ];
+  const n = 200;
+  return shapes.map(({ fc, m, k, bias }, s) => {
+    const weight = makeWeight(fc, n, k, 2800 + s, `w_${fc.format}`);
+    const inputs: InputSpec[] = [{ name: "x", dtype: "f32", shape: [m, k], data: gaussian(2850 + s, m * k) }];
+    if (bias) inputs.push({ name: "bias", dtype: "f32", shape: [n], data: gaussian(2900 + s, n) });
+    const group = fc.group ? ` (rotation group ${fc.group})` : "";
+    return defineCase({
+      op: "matmul",
+      name: `matmul ${label(fc)}${group} x [${m}, ${k}] · w [${n}, ${k}]ᵀ${bias ? " + bias" : ""} (prefill tiles)`,
+      formats: [fc.format],
+      tolerance: MATMUL,
+      inputs,
+      weights: [weight],
+      call: (b, [xt, bt], [w]) => b.matmul(xt as Tensor, w as Weight, bt ? { bias: bt } : {}),
+      reference: ([xt, bt]) => [
+        {
+          shape: [m, n],
+          dtype: "f32",
+          data: matmulRef(xt?.data as Float32Array, weight, bt ? (bt.data as Float32Array) : null),
+        },
+      ],
+    });
+  });
+}
+
 /** Every matmul, matmul_id and embedding case (they skip where `supports` says no). */
 export function weightCases(): ConformanceCase[] {
-  return [...matmulCases(), ...matmulIdCases(), ...embeddingCases()];
+  return [...matmulCases(), ...prefillTileCases(), ...matmulIdCases(), ...embeddingCases()];
 }
