@@ -182,8 +182,11 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
   const xStep = half ? (kBytes / 2) * 4 : kBytes; // bytes of an x row a k step
   const elemsPerStep = (kBytes * 8) / bits;
 
-  // shared addresses: the thread's store slots and its warp's fragment bases (stage 0)
-  const [sBase, sA, sB, fA, fB, tmp] = kb.regs("b32", 6);
+  // shared addresses: the thread's chunk slots and its ldmatrix row addresses (stage 0). ldmatrix
+  // .x4 reads four 8 × 16-byte matrices, lanes 8j..8j+7 giving the row addresses of matrix j:
+  // A (per 16-row half mi): j = 0, 1 rows 0–7 / 8–15 at byte 0, j = 2, 3 the same at byte 16 → a0..a3;
+  // B (per pair of n8 tiles): j = 0, 1 tile 2p at bytes 0 / 16 → b0, b1, j = 2, 3 tile 2p + 1.
+  const [sBase, sA, sB, fA, fB, tmp, tmp2] = kb.regs("b32", 7);
   kb.op(
     `mov.u32 ${sBase}, ${tile};`,
     `shr.u32 ${tmp}, ${tid}, 2;`,
@@ -191,29 +194,52 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
     `mad.lo.u32 ${sA}, ${kc}, 16, ${sA};`,
     `add.u32 ${sA}, ${sA}, ${sBase};`,
     `add.u32 ${sB}, ${sA}, ${A_BYTES};`,
-    `mad.lo.u32 ${tmp}, ${wm}, 32, ${g};`,
+    // A: row 32·wm + (lane & 15), byte 16·(lane >> 4)
+    `and.b32 ${tmp}, ${lane}, 15;`,
+    `mad.lo.u32 ${tmp}, ${wm}, 32, ${tmp};`,
     `mul.lo.u32 ${fA}, ${tmp}, ${ROW};`,
-    `mad.lo.u32 ${fA}, ${t}, 4, ${fA};`,
+    `shr.u32 ${tmp}, ${lane}, 4;`,
+    `mad.lo.u32 ${fA}, ${tmp}, 16, ${fA};`,
     `add.u32 ${fA}, ${fA}, ${sBase};`,
-    `mad.lo.u32 ${tmp}, ${wn}, 32, ${g};`,
+    // B: row 32·wn + (lane & 7) + 8·(lane >> 4), byte 16·((lane >> 3) & 1)
+    `and.b32 ${tmp}, ${lane}, 7;`,
+    `shr.u32 ${tmp2}, ${lane}, 4;`,
+    `mad.lo.u32 ${tmp}, ${tmp2}, 8, ${tmp};`,
+    `mad.lo.u32 ${tmp}, ${wn}, 32, ${tmp};`,
     `mul.lo.u32 ${fB}, ${tmp}, ${ROW};`,
-    `mad.lo.u32 ${fB}, ${t}, 4, ${fB};`,
+    `shr.u32 ${tmp}, ${lane}, 3;`,
+    `and.b32 ${tmp}, ${tmp}, 1;`,
+    `mad.lo.u32 ${fB}, ${tmp}, 16, ${fB};`,
     `add.u32 ${fB}, ${fB}, ${sBase};`,
     `add.u32 ${fB}, ${fB}, ${A_BYTES};`,
   );
 
-  // the registers a step's global loads land in
-  const xv = half ? kb.regs("f32", 8) : kb.regs("b32", 4);
-  const wv0 = kb.regs("b32", 4);
-  const wv1 = kb.regs("b32", 4);
+  // a step's copies: raw operand bytes (W, and x unless it is f32) by cp.async.cg, 16 bytes a chunk,
+  // zero-filled (src-size 0, from the operand's base address) past M / N / K; f32 x by ld.global.v4
+  // into registers, rounded and stored after the step's multiplies
+  const xv = kb.regs("f32", half ? 8 : 0);
   const [pA, pB0, pB1, inK] = kb.regs("pred", 4);
-  const loadStep = (): void => {
+  const [dst, size] = kb.regs("b32", 2);
+  const src = kb.reg("b64");
+  const copy = (to: string, offset: number, from: string, base: string, ok: string): void => {
+    kb.op(
+      `selp.b32 ${size}, 16, 0, ${ok};`,
+      `selp.b64 ${src}, ${from}, ${base}, ${ok};`,
+      `add.u32 ${dst}, ${to}, ${offset};`,
+      `cp.async.cg.shared.global [${dst}], [${src}], 16, ${size};`,
+    );
+  };
+  /** Issue the copies of the tile at element kk (this thread's chunk) into stage `into`. */
+  const loadStep = (into: string): void => {
     kb.op(
       `setp.lt.u32 ${inK}, ${kk}, ${K};`,
       `and.pred ${pA}, ${okA}, ${inK};`,
       `and.pred ${pB0}, ${okB0}, ${inK};`,
       `and.pred ${pB1}, ${okB1}, ${inK};`,
+      `add.u32 ${tmp}, ${sB}, ${into};`,
     );
+    copy(tmp, 0, wp0, w, pB0);
+    copy(tmp, 64 * ROW, wp1, w, pB1);
     if (half) {
       for (const r of xv) kb.op(`mov.f32 ${r}, 0f00000000;`);
       kb.op(
@@ -221,41 +247,34 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
         `@${pA} ld.global.v4.f32 {${xv.slice(4).join(", ")}}, [${xp}+16];`,
       );
     } else {
-      for (const r of xv) kb.op(`mov.b32 ${r}, 0;`);
-      kb.op(`@${pA} ld.global.v4.b32 {${xv.join(", ")}}, [${xp}];`);
+      kb.op(`add.u32 ${tmp}, ${sA}, ${into};`);
+      copy(tmp, 0, xp, x, pA);
     }
-    for (const r of [...wv0, ...wv1]) kb.op(`mov.b32 ${r}, 0;`);
     kb.op(
-      `@${pB0} ld.global.v4.b32 {${wv0.join(", ")}}, [${wp0}];`,
-      `@${pB1} ld.global.v4.b32 {${wv1.join(", ")}}, [${wp1}];`,
+      "cp.async.commit_group;",
       `add.u64 ${xp}, ${xp}, ${xStep};`,
       `add.u64 ${wp0}, ${wp0}, ${kBytes};`,
       `add.u64 ${wp1}, ${wp1}, ${kBytes};`,
       `add.u32 ${kk}, ${kk}, ${elemsPerStep};`,
     );
   };
-  const packed = half ? kb.regs("b32", 4) : xv;
-  const storeStep = (): void => {
-    if (half)
-      for (let i = 0; i < 4; i++)
-        kb.op(`cvt.rn.${operand}x2.f32 ${packed[i]}, ${xv[2 * i + 1]}, ${xv[2 * i]};`);
-    const [a, b] = kb.regs("b32", 2);
-    kb.op(
-      `add.u32 ${a}, ${sA}, ${stage};`,
-      `add.u32 ${b}, ${sB}, ${stage};`,
-      `st.shared.v4.b32 [${a}], {${packed.join(", ")}};`,
-      `st.shared.v4.b32 [${b}], {${wv0.join(", ")}};`,
-      `st.shared.v4.b32 [${b}+${64 * ROW}], {${wv1.join(", ")}};`,
-    );
+  const packed = kb.regs("b32", half ? 4 : 0);
+  /** f32 x: round the loaded pairs to the 16-bit type and store them into stage `into`. */
+  const storeX = (into: string): void => {
+    if (!half) return;
+    for (let i = 0; i < 4; i++)
+      kb.op(`cvt.rn.${operand}x2.f32 ${packed[i]}, ${xv[2 * i + 1]}, ${xv[2 * i]};`);
+    kb.op(`add.u32 ${tmp}, ${sA}, ${into};`, `st.shared.v4.b32 [${tmp}], {${packed.join(", ")}};`);
   };
 
   const accType = integer ? "b32" : "f32";
   const acc = kb.regs(accType, 32); // [mi][nj][c]: (mi · 4 + nj) · 4 + c
   for (const r of acc) kb.op(integer ? `mov.b32 ${r}, 0;` : `mov.f32 ${r}, 0f00000000;`);
 
-  loadStep();
-  storeStep();
-  kb.op("bar.sync 0;");
+  const next = kb.reg("b32");
+  loadStep(stage);
+  storeX(stage);
+  kb.op("cp.async.wait_group 0;", "bar.sync 0;");
   const top = kb.label("kt");
   const done = kb.label("kt_done");
   const more = kb.reg("pred");
@@ -268,19 +287,20 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
     `setp.lt.u32 ${more}, ${k0}, ${K};`,
     `add.u32 ${cA}, ${fA}, ${stage};`,
     `add.u32 ${cB}, ${fB}, ${stage};`,
+    `xor.b32 ${next}, ${stage}, ${STAGE};`,
   );
-  loadStep(); // the next tile (predicated off past K)
+  // the next tile into the other stage (zero-filled past K), in flight during the multiplies; that
+  // stage was last read before the previous step's bar.sync
+  loadStep(next);
   for (let slice = 0; slice < kBytes / 32; slice++) {
     for (let mi = 0; mi < 2; mi++)
-      for (let r = 0; r < 4; r++) {
-        const off = mi * 16 * ROW + (r & 1) * 8 * ROW + (r >> 1) * 16 + slice * 32;
-        kb.op(`ld.shared.b32 ${af[mi * 4 + r]}, [${cA}+${off}];`);
-      }
-    for (let nj = 0; nj < 4; nj++)
-      for (let r = 0; r < 2; r++) {
-        const off = nj * 8 * ROW + r * 16 + slice * 32;
-        kb.op(`ld.shared.b32 ${bfr[nj * 2 + r]}, [${cB}+${off}];`);
-      }
+      kb.op(
+        `ldmatrix.sync.aligned.m8n8.x4.shared.b16 {${af.slice(mi * 4, mi * 4 + 4).join(", ")}}, [${cA}+${mi * 16 * ROW + slice * 32}];`,
+      );
+    for (let p = 0; p < 2; p++)
+      kb.op(
+        `ldmatrix.sync.aligned.m8n8.x4.shared.b16 {${bfr.slice(p * 4, p * 4 + 4).join(", ")}}, [${cB}+${p * 16 * ROW + slice * 32}];`,
+      );
     for (let mi = 0; mi < 2; mi++)
       for (let nj = 0; nj < 4; nj++) {
         const c = acc.slice((mi * 4 + nj) * 4, (mi * 4 + nj) * 4 + 4).join(", ");
@@ -289,10 +309,11 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
         kb.op(`${mmaInstruction(operand)} {${c}}, {${a}}, {${b}}, {${c}};`);
       }
   }
-  kb.op(`@!${more} bra ${done};`, `xor.b32 ${stage}, ${stage}, ${STAGE};`);
-  storeStep();
-  kb.op("bar.sync 0;", `bra ${top};`);
+  kb.op(`@!${more} bra ${done};`);
+  storeX(next);
+  kb.op("cp.async.wait_group 0;", "bar.sync 0;", `mov.u32 ${stage}, ${next};`, `bra ${top};`);
   kb.place(done);
+  kb.op("cp.async.wait_group 0;");
 
   // epilogue: rows m0 + 32·wm + 16·mi + g (+ 8), columns n0 + 32·wn + 8·nj + 2t (+ 1)
   const rows = [0, 8, 16, 24].map((d) => {
