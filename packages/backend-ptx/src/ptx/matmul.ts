@@ -9,6 +9,7 @@
  * - `mma_s8` / `mma_s4`: ConvRot W8A8 / W4A4 — integer activations (rows.ts quantizeRows*) × integer
  *   weights with `mma.sync.m16n8k32.s8` / `m16n8k64.s4`, exact int32 sums, y = f32(acc) · s_x[m] · s_w[n]
  *   (+ bias);
+ * - prefill (M ≥ 64) takes the shared-memory tiled versions of the mma kernels instead (mma-tiled.ts);
  * - `matmul_id_gemv`: mul_mat_id as one GEMV per routed row.
  * ConvRot weights (int8 / int4) on the f32 paths are the integers: the per-row scale multiplies the
  * sum (`scaled` kernels), and x must be rotated first (gather.ts rotateKernel).
