@@ -3,10 +3,12 @@
  * a block of {@link MMA_TILE}.warps warps computes a bm × bn = 64 × 128 output tile; warp w owns the
  * 32 × 32 sub-tile at rows 32·(w / 4), columns 32·(w % 4): 2 × 4 `mma.sync` m16n8 fragments. K goes
  * in steps of 64 bytes of each row (32 f16 / bf16, 64 int8 / e4m3, 128 int4 elements) through two
- * shared-memory stages: while the warps multiply the tile in one stage, each thread's loads of the
- * next tile (plain `ld.global.v4`, 16 bytes a chunk) are in flight, and go to the other stage after;
- * one `bar.sync` a step. Rows of both tiles are padded to 80 bytes, so the fragment loads (8 rows ×
- * 4 words a warp) hit 32 distinct banks.
+ * shared-memory stages: while the warps multiply the tile in one stage, the next tile's copies are in
+ * flight into the other (`cp.async.cg`, 16 bytes a chunk, for the raw operand bytes; f32 x for the
+ * 16-bit kernels by `ld.global.v4` into registers, rounded and stored after the multiplies), then
+ * `cp.async.wait_group 0` and one `bar.sync` a step. Fragments come from shared memory by
+ * `ldmatrix.x4`; rows of both tiles are padded to 80 bytes, so each 8-row phase of an ldmatrix
+ * (8 × 16 bytes) hits 32 distinct banks.
  *
  * Operands and numerics are those of the direct mma kernels in matmul.ts, so their tolerances hold:
  * - f16 / bf16: x (f32) rounded to the weight's 16-bit type (`cvt.rn.f16x2.f32` /
