@@ -260,7 +260,8 @@ function matmulIdCases(): ConformanceCase[] {
  * Prefill past one block tile of ptx's shared-memory mma kernels (64 × 128 outputs, 64 bytes of each
  * row a k step): M = 130 and N = 200 leave ragged tiles at both edges (2 full + 2 rows, 1 full + 72
  * columns), and K ends inside a k step (f16 K = 104: 3¼ steps of 32; int8 K = 208 with rotation
- * groups of 16: 3¼ steps of 64; int4 K = 224: 1¾ steps of 128), or fills it exactly (bf16, fp8: 96).
+ * groups of 16: 3¼ steps of 64; int4 K = 192: 1½ steps of 128, W4A4 only with TP_PTX_W4A4=1), or
+ * fills it exactly (bf16, fp8: 96).
  */
 function prefillTileCases(): ConformanceCase[] {
   const shapes: { fc: FormatCase; m: number; k: number; bias: boolean }[] = [
@@ -269,7 +270,7 @@ function prefillTileCases(): ConformanceCase[] {
     { fc: { format: "f8_e4m3fn" }, m: 130, k: 96, bias: true },
     { fc: { format: "f8_e4m3fn", scaled: true }, m: 70, k: 96, bias: false },
     { fc: { format: "int8_convrot", group: 16 }, m: 130, k: 208, bias: true },
-    { fc: { format: "int4_convrot", group: 16 }, m: 70, k: 224, bias: false },
+    { fc: { format: "int4_convrot", group: 16 }, m: 70, k: 192, bias: false },
   ];
   const n = 200;
   return shapes.map(({ fc, m, k, bias }, s) => {
