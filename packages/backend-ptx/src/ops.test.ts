@@ -123,7 +123,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "matmul_mma_bf16",
     ]);
   });
-  test("matmul ConvRot: rotate, then W8A8 (quantize rows + int8 mma) from M = 16, else the scaled f32 kernels", () => {
+  test("matmul ConvRot: rotate, then W8A8 (quantize rows + int8 mma) at every M; weight-only INT4 through the scaled f32 kernels", () => {
     const b = new Recorder(90);
     const w8 = weight("int8_convrot", 40, 512);
     b.matmul(f32(b, [2, 512]), w8);
@@ -131,8 +131,8 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     b.matmul(f32(b, [16, 512]), weight("int4_convrot", 40, 512));
     expect(b.names()).toEqual([
       "convrot_rotate_g256",
-      "convrot_fake_quantize_rows_int8", // W8A8's activations, dequantized for the f32-x kernel
-      "matmul_gemv_int8_convrot_s",
+      "convrot_quantize_rows_int8", // W8A8 at every M: bit for bit with the cpu backend
+      "matmul_mma_s8_int8_convrot_s",
       "convrot_rotate_g256",
       "convrot_quantize_rows_int8",
       "matmul_mma_s8_int8_convrot_b_s",
@@ -142,7 +142,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     // grids: rotation (K / 256 groups, rows); int8 mma (N / 128, M / 16)
     expect(b.supports("matmul", ["q4_k"])).toBe(false);
   });
-  test("matmul INT4 ConvRot as W4A4 when asked: rotate, int4 rows, mma.sync s4", () => {
+  test("matmul INT4 ConvRot as W4A4 (the default): rotate, int4 rows, mma.sync s4 at every M", () => {
     const b = new Recorder(90, true);
     b.matmul(f32(b, [16, 512]), weight("int4_convrot", 40, 512));
     b.matmul(f32(b, [8, 512]), weight("int4_convrot", 40, 512));
@@ -151,8 +151,8 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "convrot_quantize_rows_int4",
       "matmul_mma_s4_int4_convrot_s",
       "convrot_rotate_g256",
-      "convrot_fake_quantize_rows_int4",
-      "matmul_gemv_int4_convrot_s",
+      "convrot_quantize_rows_int4",
+      "matmul_mma_s4_int4_convrot_s",
     ]);
   });
   test("matmul from M = 64: the shared-memory tiled mma kernels (f16, bf16, W8A8, W4A4), grid (N / 128, M / 64)", () => {

@@ -348,12 +348,13 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
         { out: rot, x: xc, k: K },
       );
       xc = rot;
-      // integer tensor cores: W8A8 always (within MATMUL's tolerance of the exact product), W4A4 when
-      // asked for (krea2.md §1.8: up to ~0.3 relative error per linear, so not the default)
+      // integer tensor cores at every M (decode too: the weight is read once either way), W8A8 and
+      // W4A4 as ComfyUI (krea2.md §1.8), bit for bit with the cpu backend and @tp/quant convRotLinear;
+      // weight-only INT4 when w4a4 is off
       const bits = w.format === "int8_convrot" ? 8 : host.w4a4 ? 4 : null;
-      if (bits !== null && !(M >= 16 && K % (bits === 8 ? 32 : 64) === 0 && host.sm >= 80)) {
-        // few rows (or a K the mma kernels do not tile): the activations quantized and dequantized in
-        // f32, then the float-x kernels below — the same W8A8 / W4A4 numbers up to f32 summation
+      if (bits !== null && !(K % (bits === 8 ? 32 : 64) === 0 && host.sm >= 80)) {
+        // a K the mma kernels do not tile: the activations quantized and dequantized in f32, then the
+        // float-x kernels below — the same W8A8 / W4A4 numbers up to f32 summation
         const fq = host.alloc([M, K], "f32", "x_fq");
         const sx = host.alloc([M], "f32", "x_scale");
         host.launch(

@@ -542,18 +542,20 @@ export function rotateKernel(group: number): KernelSource {
       kb.op(`ld.shared.f32 ${v}, [${ad}];`);
       return v;
     }) as [string, string, string, string];
-    const [ab, cd, r0, r1, r2, r3] = kb.regs("f32", 6);
+    const [ab, r0, r1, r2, r3] = kb.regs("f32", 5);
     kb.op(
       `add.f32 ${ab}, ${a}, ${b};`,
       `add.f32 ${r0}, ${ab}, ${c};`,
       `sub.f32 ${r0}, ${r0}, ${d};`, // a + b + c − d
       `sub.f32 ${r1}, ${ab}, ${c};`,
       `add.f32 ${r1}, ${r1}, ${d};`, // a + b − c + d
-      `add.f32 ${cd}, ${c}, ${d};`,
+      // left to right, as @tp/quant hadamardTransform rounds (the cpu and Vulkan backends match it bit for bit)
       `sub.f32 ${r2}, ${a}, ${b};`,
-      `add.f32 ${r2}, ${r2}, ${cd};`, // a − b + c + d
+      `add.f32 ${r2}, ${r2}, ${c};`,
+      `add.f32 ${r2}, ${r2}, ${d};`, // a − b + c + d
       `sub.f32 ${r3}, ${b}, ${a};`,
-      `add.f32 ${r3}, ${r3}, ${cd};`, // −a + b + c + d
+      `add.f32 ${r3}, ${r3}, ${c};`,
+      `add.f32 ${r3}, ${r3}, ${d};`, // −a + b + c + d
       "bar.sync 0;",
     );
     for (const [m, r] of [r0, r1, r2, r3].entries()) kb.op(`st.shared.f32 [${addrs[m]}], ${r};`);

@@ -389,6 +389,7 @@ function storeFragments(
   n0: string,
   t: string,
   rowScale?: readonly string[],
+  combineScales = false,
 ): void {
   for (let j = 0; j < 4; j++) {
     for (let e = 0; e < 4; e++) {
@@ -403,8 +404,21 @@ function storeFragments(
         `@!${ok} bra ${skip};`,
       );
       const v = acc[j * 4 + e] as string;
-      if (rowScale !== undefined) kb.op(`mul.f32 ${v}, ${v}, ${rowScale[e >> 1]};`);
-      epilogue(kb, p, v, row.r, n);
+      if (rowScale !== undefined && combineScales && p.scale !== null) {
+        // W8A8: f32(acc) · f32(s_x · s_w), as the reference rounds it (@tp/quant convRotLinear)
+        const sw = kb.reg("f32");
+        const at = kb.addr(p.scale, n, 4);
+        kb.op(
+          `ld.global.f32 ${sw}, [${at}];`,
+          `mul.f32 ${sw}, ${sw}, ${rowScale[e >> 1]};`,
+          `mul.f32 ${v}, ${v}, ${sw};`,
+        );
+        epilogue(kb, { ...p, scale: null }, v, row.r, n);
+      } else {
+        // W4A4: (f32(acc) · s_x) · s_w
+        if (rowScale !== undefined) kb.op(`mul.f32 ${v}, ${v}, ${rowScale[e >> 1]};`);
+        epilogue(kb, p, v, row.r, n);
+      }
       kb.place(skip);
     }
   }
@@ -486,7 +500,7 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
     kb.op(`mov.f32 ${sv}, 0f00000000;`, `@${row.ok} ld.global.f32 ${sv}, [${at}];`);
     return sv;
   });
-  storeFragments(kb, p, accF, rows, n0, t, rowScale);
+  storeFragments(kb, p, accF, rows, n0, t, rowScale, bits === 8);
   return kb.build([MMA_WARPS * 32, 1], 80);
 }
 

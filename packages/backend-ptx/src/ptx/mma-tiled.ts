@@ -366,8 +366,15 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
           v = kb.reg("f32");
           kb.op(`cvt.rn.f32.s32 ${v}, ${a};`);
         }
-        if (row.sx !== null) kb.op(`mul.f32 ${v}, ${v}, ${row.sx};`);
-        if (col.sw !== null) kb.op(`mul.f32 ${v}, ${v}, ${col.sw};`);
+        // W8A8: f32(acc) · f32(s_x · s_w); W4A4 (and fp8): (f32(acc) · s_x) · s_w — each as the
+        // reference (@tp/quant convRotLinear) rounds it, so the cpu backend's results are matched bit for bit
+        if (operand === "s8" && row.sx !== null && col.sw !== null) {
+          const t = kb.reg("f32");
+          kb.op(`mul.f32 ${t}, ${row.sx}, ${col.sw};`, `mul.f32 ${v}, ${v}, ${t};`);
+        } else {
+          if (row.sx !== null) kb.op(`mul.f32 ${v}, ${v}, ${row.sx};`);
+          if (col.sw !== null) kb.op(`mul.f32 ${v}, ${v}, ${col.sw};`);
+        }
         if (col.bv !== null) kb.op(`add.f32 ${v}, ${v}, ${col.bv};`);
         const [ok, idx] = [kb.reg("pred"), kb.reg("b32")];
         kb.op(`and.pred ${ok}, ${row.ok}, ${col.ok};`, `mad.lo.u32 ${idx}, ${row.r}, ${N}, ${col.c};`);
