@@ -10,6 +10,7 @@ import {
   type Shape,
   type Tensor,
   Weight,
+  type WeightFormat,
   weightBytes,
 } from "@tp/tensor";
 import { packLaunch, scaleValues } from "./backend.ts";
@@ -75,11 +76,7 @@ class Recorder extends BackendBase implements PtxOpHost {
 }
 
 const f32 = (b: Recorder, shape: Shape, dtype: DTypeName = "f32") => b.alloc(shape, dtype);
-function weight(
-  format: "f32" | "f16" | "bf16" | "q8_0" | "q4_0" | "int8_convrot" | "int4_convrot",
-  n: number,
-  k: number,
-): Weight {
+function weight(format: WeightFormat, n: number, k: number): Weight {
   const convrot = format.endsWith("convrot");
   return new Weight({
     name: `w.${format}`,
@@ -140,7 +137,34 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "matmul_tiled_int4_convrot_s",
     ]);
     // grids: rotation (K / 256 groups, rows); int8 mma (N / 128, M / 16)
-    expect(b.supports("matmul", ["q4_k"])).toBe(false);
+    expect(b.supports("matmul", ["iq4_nl"])).toBe(false);
+  });
+  test("GGUF legacy blocks and k-quants: x quantized to Q8_0 / Q8_K blocks, then gemv / tiled / matmul_id / embedding", () => {
+    const b = new Recorder(86);
+    const formats = ["q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"] as const;
+    for (const format of formats) {
+      expect(b.supports("matmul", [format])).toBe(true);
+      expect(b.supports("matmul_id", [format])).toBe(true);
+      expect(b.supports("embedding", [format])).toBe(true);
+      const w = weight(format, 40, 512);
+      b.matmul(f32(b, [1, 512]), w);
+      b.matmul(f32(b, [20, 512]), w, { bias: f32(b, [40]) });
+      b.matmulId(f32(b, [3, 1, 512]), weight(format, 4 * 10, 512), b.alloc([3, 2], "i32"), { experts: 4 });
+      b.embedding(weight(format, 7, 256), b.alloc([5], "i32"));
+      const q = format.endsWith("_k") ? "ggml_quantize_q8_k" : "ggml_fake_quantize_q8_0";
+      // grids: quantize ⌈(M·K / block) / 8⌉; gemv (⌈N / 8⌉, M); tiled (⌈N / 64⌉, ⌈M / 64⌉); matmul_id
+      // (⌈N / 8⌉, T·S); embedding ⌈rows·D / 256⌉
+      const blocksOf = (m: number) => Math.ceil((m * 512) / (format.endsWith("_k") ? 256 : 32) / 8);
+      expect(b.launches.splice(0).map((l) => [l.kernel, ...l.grid])).toEqual([
+        [q, blocksOf(1), 1, 1],
+        [`matmul_gemv_${format}`, 5, 1, 1],
+        [q, blocksOf(20), 1, 1],
+        [`matmul_tiled_${format}_b`, 1, 1, 1],
+        [q, blocksOf(3), 1, 1],
+        [`matmul_id_gemv_${format}`, 2, 6, 1],
+        [`embedding_${format}`, 5, 1, 1],
+      ]);
+    }
   });
   test("matmul INT4 ConvRot as W4A4 (the default): rotate, int4 rows, mma.sync s4 at every M", () => {
     const b = new Recorder(90, true);
@@ -298,15 +322,23 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     );
     expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([["gated_delta_net_f32", 2, 2, 1]]);
   });
-  test("formats without a kernel are E_UNSUPPORTED naming op and format", () => {
+  test("formats without a kernel (iq*) are E_UNSUPPORTED naming op and format", () => {
     const b = new Recorder(90);
-    const q4k = new Weight({
+    const iq = new Weight({
       name: "blk.0.ffn_up.weight",
-      format: "q4_k",
+      format: "iq4_xs",
       shape: [4, 256],
-      data: new Uint8Array(4 * 144),
+      data: new Uint8Array(4 * 136),
     });
-    expect(() => b.matmul(f32(b, [1, 256]), q4k)).toThrow(/ptx.*matmul.*q4_k|matmul.*ptx.*q4_k/);
-    expect(b.supports("matmul", ["q4_k"])).toBe(false);
+    expect(() => b.matmul(f32(b, [1, 256]), iq)).toThrow(/ptx.*matmul.*iq4_xs|matmul.*ptx.*iq4_xs/);
+    expect(() => b.embedding(iq, b.alloc([2], "i32"))).toThrow(
+      /ptx.*embedding.*iq4_xs|embedding.*ptx.*iq4_xs/,
+    );
+    expect(() => b.matmulId(f32(b, [1, 1, 256]), iq, b.alloc([1, 1], "i32"), { experts: 4 })).toThrow(
+      /ptx.*matmul_id.*iq4_xs|matmul_id.*ptx.*iq4_xs/,
+    );
+    for (const op of ["matmul", "matmul_id", "embedding"])
+      for (const format of ["iq4_nl", "iq4_xs", "iq2_xxs", "q8_k"])
+        expect(b.supports(op, [format])).toBe(false);
   });
 });

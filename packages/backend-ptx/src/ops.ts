@@ -6,7 +6,7 @@
  * `host.scope`: their blocks return to the caching allocator at once, which is safe because every
  * kernel runs in stream order.
  *
- * Formats without an entry here (the GGUF k-quants and other legacy blocks, ConvRot embeddings, scaled
+ * Formats without an entry here (the GGUF iq* / q8_1 / q8_k / tq* blocks, ConvRot embeddings, scaled
  * fp8 experts) are E_UNSUPPORTED through the front-end, naming op, backend and format; ./README.md
  * keeps the table.
  */
@@ -23,6 +23,7 @@ import {
 } from "@tp/tensor";
 import { fakeQuantizeQ8_0Kernel, Q8_BLOCKS_PER_CTA } from "./ptx/activations.ts";
 import { attentionKernel } from "./ptx/attention.ts";
+import { ggmlQuantizeKernel, QUANTIZE_WARPS } from "./ptx/blocks.ts";
 import { EMBEDDING_FORMATS, MATMUL_FORMATS, MATMUL_ID_FORMATS } from "./ptx/catalogue.ts";
 import {
   countNonFiniteKernel,
@@ -235,14 +236,28 @@ function map(
   );
 }
 
-/** Weight formats whose matmul takes x quantized as ggml's `vec_dot_type` Q8_0 (./ptx/activations.ts). */
-const Q8_0_ACTIVATIONS: ReadonlySet<string> = new Set(["q8_0", "q4_0"]);
+/**
+ * Weight formats whose matmul takes x quantized as ggml's `vec_dot_type`: Q8_0 per 32 (Q8_1 for Q4_1 /
+ * Q5_1, whose codes and d are Q8_0's; ./ptx/activations.ts), Q8_K per 256 for the k-quants.
+ */
+const Q8_0_ACTIVATIONS: ReadonlySet<string> = new Set(["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]);
+const Q8_K_ACTIVATIONS: ReadonlySet<string> = new Set(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]);
 
 /**
- * x [rows, K] contiguous f32 → a scratch copy quantized to Q8_0 per 32 and dequantized (ggml's
- * activations for Q8_0 / Q4_0 weights), or x itself for other formats.
+ * x [rows, K] contiguous f32 → a scratch copy quantized to Q8_0 per 32 (Q8_K per 256) and dequantized
+ * (ggml's activations for the GGUF weights), or x itself for other formats.
  */
 function ggmlActivations(host: PtxOpHost, x: Tensor, format: string): Tensor {
+  if (Q8_K_ACTIVATIONS.has(format)) {
+    if (x.numel % 256 !== 0) throw unsupported("matmul", `${format}: K is not a multiple of 256`);
+    const out = host.alloc(x.shape, "f32", "x_q8_k");
+    host.launch(
+      host.kernel("fq_q8_k", () => ggmlQuantizeKernel(256)),
+      [blocks(x.numel / 256, QUANTIZE_WARPS), 1, 1],
+      { out, x, n: x.numel },
+    );
+    return out;
+  }
   if (!Q8_0_ACTIVATIONS.has(format)) return x;
   if (x.numel % 32 !== 0) throw unsupported("matmul", `${format}: K is not a multiple of 32`);
   const out = host.alloc(x.shape, "f32", "x_q8_0");

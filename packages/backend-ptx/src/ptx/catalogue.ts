@@ -5,6 +5,7 @@
  */
 import { fakeQuantizeQ8_0Kernel } from "./activations.ts";
 import { type AttentionSpec, attentionKernel } from "./attention.ts";
+import { type BlockFormat, ggmlQuantizeKernel } from "./blocks.ts";
 import {
   countNonFiniteKernel,
   type FloatDtype,
@@ -39,6 +40,19 @@ import {
 
 const FLOATS: readonly FloatDtype[] = ["f32", "f16", "bf16"];
 
+/** The GGUF block types with decoders (blocks.ts). */
+export const GGUF_BLOCK_FORMATS = [
+  "q8_0",
+  "q4_0",
+  "q4_1",
+  "q5_0",
+  "q5_1",
+  "q2_k",
+  "q3_k",
+  "q4_k",
+  "q5_k",
+  "q6_k",
+] as const satisfies readonly BlockFormat[];
 /** Weight formats of the matmul and embedding kernels. */
 export const MATMUL_FORMATS = [
   "f32",
@@ -46,14 +60,27 @@ export const MATMUL_FORMATS = [
   "bf16",
   "f8_e4m3fn",
   "f8_e5m2",
-  "q8_0",
-  "q4_0",
+  ...GGUF_BLOCK_FORMATS,
   "int8_convrot",
   "int4_convrot",
 ] as const;
 /** Weight formats of matmul_id (the unscaled ones). */
-export const MATMUL_ID_FORMATS = ["f32", "f16", "bf16", "f8_e4m3fn", "f8_e5m2", "q8_0", "q4_0"] as const;
-export const EMBEDDING_FORMATS = ["f32", "f16", "bf16", "f8_e4m3fn", "f8_e5m2", "q8_0", "q4_0"] as const;
+export const MATMUL_ID_FORMATS = [
+  "f32",
+  "f16",
+  "bf16",
+  "f8_e4m3fn",
+  "f8_e5m2",
+  ...GGUF_BLOCK_FORMATS,
+] as const;
+export const EMBEDDING_FORMATS = [
+  "f32",
+  "f16",
+  "bf16",
+  "f8_e4m3fn",
+  "f8_e5m2",
+  ...GGUF_BLOCK_FORMATS,
+] as const;
 
 /** The catalogue: family name → its variants. */
 export function kernelCatalogue(): Record<string, KernelSource[]> {
@@ -102,7 +129,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     }
   }
   for (const format of MATMUL_ID_FORMATS) matmul.push(gemvIdKernel(format));
-  matmul.push(fakeQuantizeQ8_0Kernel());
+  matmul.push(fakeQuantizeQ8_0Kernel(), ggmlQuantizeKernel(256));
   const convrot = [
     rotateKernel(256),
     rotateKernel(64),

@@ -3,11 +3,17 @@
  * block format the matmuls read, conv2d (direct), ssm_conv, and the ConvRot Hadamard rotation.
  *
  * Sources: RoFormer (arXiv:2104.09864) §3.4 — neox pairs (i, i + d/2), interleaved (2i, 2i + 1);
- * GGUF blocks Q8_0 (f16 d, 32 × int8) and Q4_0 (f16 d, 16 bytes: element j < 16 the low nibble of byte
- * j, element j ≥ 16 the high nibble of byte j − 16, value (q − 8)·d) — ../shared/spec/llm.md §2;
+ * GGUF blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K … Q6_K) — ./blocks.ts, ../shared/spec/llm.md §2;
  * ConvRot rotation — ../shared/spec/krea2.md §1.6 (the 4-point butterfly per base-4 digit, ÷ √G).
  */
 import { TpError } from "@tp/tensor";
+import {
+  type BlockFormat,
+  blockRowBytes,
+  blockRowBytesOps,
+  isBlockFormat,
+  loadBlockElement,
+} from "./blocks.ts";
 import { ELEMENTWISE_BLOCK, type FloatDtype, floatBytes, loadF32 } from "./elementwise.ts";
 import { f32Imm, f64Imm, KernelBuilder, type KernelSource } from "./emit.ts";
 
@@ -16,18 +22,14 @@ export type ElementFormat =
   | FloatDtype
   | "f8_e4m3fn"
   | "f8_e5m2"
-  | "q8_0"
-  | "q4_0"
+  | BlockFormat
   | "int8_convrot"
   | "int4_convrot";
 
 /** Bytes of one row of K elements in `format`. */
 export function rowBytes(format: ElementFormat, k: number): number {
+  if (isBlockFormat(format)) return blockRowBytes(format, k);
   switch (format) {
-    case "q8_0":
-      return (k / 32) * 34;
-    case "q4_0":
-      return (k / 32) * 18;
     case "int8_convrot":
     case "f8_e4m3fn":
     case "f8_e5m2":
@@ -83,36 +85,7 @@ export function loadElement(kb: KernelBuilder, format: ElementFormat, row: strin
     );
     return f;
   }
-  const blk = kb.reg("b32");
-  const j = kb.reg("b32");
-  kb.op(`shr.u32 ${blk}, ${k}, 5;`, `and.b32 ${j}, ${k}, 31;`);
-  const base = kb.addr(row, blk, format === "q8_0" ? 34 : 18);
-  const h = kb.reg("b16");
-  const d = kb.reg("f32");
-  kb.op(`ld.global.b16 ${h}, [${base}];`, `cvt.f32.f16 ${d}, ${h};`);
-  if (format === "q8_0") {
-    kb.op(`add.u32 ${j}, ${j}, 2;`);
-    const at = kb.addr(base, j, 1);
-    kb.op(`ld.global.s8 ${q}, [${at}];`);
-  } else {
-    const hi = kb.reg("pred");
-    const sh = kb.reg("b32");
-    kb.op(
-      `setp.ge.u32 ${hi}, ${j}, 16;`,
-      `selp.b32 ${sh}, 4, 0, ${hi};`,
-      `and.b32 ${j}, ${j}, 15;`,
-      `add.u32 ${j}, ${j}, 2;`,
-    );
-    const at = kb.addr(base, j, 1);
-    kb.op(
-      `ld.global.u8 ${q}, [${at}];`,
-      `shr.u32 ${q}, ${q}, ${sh};`,
-      `and.b32 ${q}, ${q}, 15;`,
-      `sub.s32 ${q}, ${q}, 8;`,
-    );
-  }
-  kb.op(`cvt.rn.f32.s32 ${f}, ${q};`, `mul.f32 ${f}, ${f}, ${d};`);
-  return f;
+  return loadBlockElement(kb, format, row, k);
 }
 
 /**
@@ -197,10 +170,9 @@ export function embeddingKernel(format: ElementFormat): KernelSource {
   );
   // row address: table + id · rowBytes(D); rowBytes is linear in D for every format
   const rb = kb.reg("b32");
-  const perRow =
-    format === "q8_0" || format === "q4_0"
-      ? [`shr.u32 ${rb}, ${D}, 5;`, `mul.lo.u32 ${rb}, ${rb}, ${format === "q8_0" ? 34 : 18};`]
-      : [`mul.lo.u32 ${rb}, ${D}, ${rowBytes(format, 1)};`];
+  const perRow = isBlockFormat(format)
+    ? blockRowBytesOps(format, rb, D)
+    : [`mul.lo.u32 ${rb}, ${D}, ${rowBytes(format, 1)};`];
   kb.op(...perRow);
   const rowAddr = kb.reg("b64");
   kb.op(`mul.wide.u32 ${rowAddr}, ${id}, ${rb};`, `add.u64 ${rowAddr}, ${rowAddr}, ${table};`);

@@ -20,6 +20,7 @@
  * (eight nibbles per register, columns 8t..8t+7 and +32).
  */
 import { TpError } from "@tp/tensor";
+import { blockRowBytesOps, isBlockFormat } from "./blocks.ts";
 import { KernelBuilder, type KernelSource } from "./emit.ts";
 import { type ElementFormat, loadElement, rowBytes } from "./gather.ts";
 
@@ -51,8 +52,7 @@ function params(kb: KernelBuilder, s: MatmulSpec) {
 /** The byte length of one weight row as a register (linear in K for every format). */
 function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): string {
   const r = kb.reg("b32");
-  if (format === "q8_0" || format === "q4_0")
-    kb.op(`shr.u32 ${r}, ${K}, 5;`, `mul.lo.u32 ${r}, ${r}, ${rowBytes(format, 32)};`);
+  if (isBlockFormat(format)) kb.op(...blockRowBytesOps(format, r, K));
   else if (format === "int4_convrot") kb.op(`shr.u32 ${r}, ${K}, 1;`);
   else if (rowBytes(format, 1) === 1) kb.op(`mov.u32 ${r}, ${K};`);
   else kb.op(`mul.lo.u32 ${r}, ${K}, ${rowBytes(format, 1)};`);

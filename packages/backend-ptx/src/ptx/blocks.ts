@@ -1,0 +1,504 @@
+/**
+ * GGUF block decoders of the matmul, matmul_id and embedding kernels, and the activation quantizer that
+ * rounds x the way ggml's CPU backend does before a quantized dot product.
+ *
+ * Decoders: {@link loadBlockElement} is element k of a row of blocks as f32, with exactly the float
+ * operations of @tp/quant's dequantizeGgml (ggml `dequantize_row_*`, no FMA contraction: every product
+ * and difference is `.rn`, which ptxas never fuses). In the k loops of gather.ts / matmul.ts (lanes or
+ * stage slots on consecutive k) 32 consecutive k are one sub-block: one block of the 32-element types,
+ * one scale (and min) of the k-quants, so a warp reads that sub-block's scale bytes once through the
+ * cache and each lane its own code bits. Layouts (byte offsets inside a block; multi-byte fields
+ * little-endian, d / m / dmin binary16):
+ * - Q8_0 (34 B): d, qs[32] i8 — q · d;
+ * - Q4_0 (18 B): d, qs[16] — element j < 16 the low nibble of byte j, j ≥ 16 the high nibble of
+ *   byte j − 16 — (n − 8) · d;
+ * - Q4_1 (20 B): d, m, qs[16] — f32(n · d) + m;
+ * - Q5_0 (22 B): d, qh u32 (bit j is bit 4 of element j), qs[16] — (n | h << 4 − 16) · d;
+ * - Q5_1 (24 B): d, m, qh, qs[16] — f32((n | h << 4) · d) + m;
+ * - Q2_K (84 B): scales[16] (low nibble scale, high nibble min of each 16), qs[64], d, dmin —
+ *   f32(f32(d · sc) · q) − f32(dmin · mn) with q = qs[32·(e / 128) + e % 32] >> 2·((e % 128) / 32) & 3;
+ * - Q3_K (110 B): hmask[32], qs[64], scales[12] (16 signed 6-bit scales S3), d —
+ *   f32(d · S3) · (q − 4·!h), h = hmask[e % 32] >> (e / 32) & 1;
+ * - Q4_K (144 B): d, dmin, scales[12] (8 × 6-bit scale and min, ggml get_scale_min_k4), qs[128] —
+ *   f32(f32(d · sc) · n) − f32(dmin · mn), n the low nibble of qs[32·(e / 64) + e % 32] for
+ *   e % 64 < 32, else the high one;
+ * - Q5_K (176 B): d, dmin, scales[12], qh[32], qs[128] — as Q4_K with n + 16·(qh[e % 32] >> (e / 32) & 1);
+ * - Q6_K (210 B): ql[128], qh[64], scales[16] i8, d — f32(d · sc) · ((lo4 | hi2 << 4) − 32).
+ *
+ * Activations ({@link ggmlQuantizeKernel}): ggml's `vec_dot_type` is Q8_0 (Q8_1 for Q4_1 / Q5_1, whose
+ * codes and d are Q8_0's) for the 32-element types and Q8_K for the k-quants; the kernel writes the
+ * dequantized values, so the f32 k loops multiply exactly ggml's rounded x.
+ *
+ * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K, block_q8_0, block_q8_K),
+ * ggml/src/ggml-quants.c (`dequantize_row_*`, `quantize_row_q8_0_ref`, `quantize_row_q8_K_ref`),
+ * ../shared/spec/llm.md §2; packages/quant/src/ggml-dequant.ts and ggml-quantize.ts (the CPU side).
+ */
+import { f32Imm, f64Imm, KernelBuilder, type KernelSource } from "./emit.ts";
+
+/** The GGUF block types the kernels decode. */
+export type BlockFormat =
+  | "q8_0"
+  | "q4_0"
+  | "q4_1"
+  | "q5_0"
+  | "q5_1"
+  | "q2_k"
+  | "q3_k"
+  | "q4_k"
+  | "q5_k"
+  | "q6_k";
+
+/** Elements and bytes of one block of each type (ggml-common.h). */
+export const BLOCKS: Readonly<Record<BlockFormat, { readonly elems: 32 | 256; readonly bytes: number }>> = {
+  q8_0: { elems: 32, bytes: 34 },
+  q4_0: { elems: 32, bytes: 18 },
+  q4_1: { elems: 32, bytes: 20 },
+  q5_0: { elems: 32, bytes: 22 },
+  q5_1: { elems: 32, bytes: 24 },
+  q2_k: { elems: 256, bytes: 84 },
+  q3_k: { elems: 256, bytes: 110 },
+  q4_k: { elems: 256, bytes: 144 },
+  q5_k: { elems: 256, bytes: 176 },
+  q6_k: { elems: 256, bytes: 210 },
+};
+
+/** Whether `format` is one of the {@link BLOCKS}. */
+export function isBlockFormat(format: string): format is BlockFormat {
+  return Object.hasOwn(BLOCKS, format);
+}
+
+/** Bytes of a row of `k` elements of `format` (k a multiple of its block). */
+export function blockRowBytes(format: BlockFormat, k: number): number {
+  const b = BLOCKS[format];
+  return (k / b.elems) * b.bytes;
+}
+
+/** `rb = (K / elems) · bytes` into register `rb` (the byte length of a row of K elements). */
+export function blockRowBytesOps(format: BlockFormat, rb: string, K: string): string[] {
+  const b = BLOCKS[format];
+  return [`shr.u32 ${rb}, ${K}, ${Math.log2(b.elems)};`, `mul.lo.u32 ${rb}, ${rb}, ${b.bytes};`];
+}
+
+/** The decoder's view of one element: its block's address, index inside the block, and helpers. */
+interface Element {
+  readonly kb: KernelBuilder;
+  /** 64-bit address of the block. */
+  readonly base: string;
+  /** Index of the element inside its block (0 ≤ e < elems), a 32-bit register. */
+  readonly e: string;
+}
+
+/** byte at base + off (off a register or an immediate) into a fresh u32 register. */
+function byteAt(x: Element, off: string | number): string {
+  const { kb, base } = x;
+  const r = kb.reg("b32");
+  if (typeof off === "number") kb.op(`ld.global.u8 ${r}, [${base}+${off}];`);
+  else {
+    const at = kb.addr(base, off, 1);
+    kb.op(`ld.global.u8 ${r}, [${at}];`);
+  }
+  return r;
+}
+
+/** the binary16 at base + off (an immediate, 2-aligned) as f32. */
+function halfAt(x: Element, off: number): string {
+  const { kb, base } = x;
+  const h = kb.reg("b16");
+  const f = kb.reg("f32");
+  kb.op(`ld.global.b16 ${h}, [${base}+${off}];`, `cvt.f32.f16 ${f}, ${h};`);
+  return f;
+}
+
+/** A u32 register = `expr` lines with `%d` standing for the new register. */
+function int(x: Element, ...lines: string[]): string {
+  const r = x.kb.reg("b32");
+  x.kb.op(...lines.map((l) => l.replaceAll("%d", r)));
+  return r;
+}
+
+/** f32 of a signed 32-bit integer register. */
+function toF32(x: Element, q: string): string {
+  const f = x.kb.reg("f32");
+  x.kb.op(`cvt.rn.f32.s32 ${f}, ${q};`);
+  return f;
+}
+
+/** a · b (f32, rounded once, never fused). */
+function mul(x: Element, a: string, b: string): string {
+  const f = x.kb.reg("f32");
+  x.kb.op(`mul.rn.f32 ${f}, ${a}, ${b};`);
+  return f;
+}
+
+/**
+ * The 4-bit code of element j of a 32-element block whose 16 code bytes start at byte `qs`: the low
+ * nibble of byte j for j < 16, else the high nibble of byte j − 16.
+ */
+function nibble32(x: Element, qs: number): string {
+  const { kb, e } = x;
+  const hi = kb.reg("pred");
+  const sh = kb.reg("b32");
+  const j = kb.reg("b32");
+  kb.op(
+    `setp.ge.u32 ${hi}, ${e}, 16;`,
+    `selp.b32 ${sh}, 4, 0, ${hi};`,
+    `and.b32 ${j}, ${e}, 15;`,
+    `add.u32 ${j}, ${j}, ${qs};`,
+  );
+  const b = byteAt(x, j);
+  kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 15;`);
+  return b;
+}
+
+/** Bit e of the u32 at byte `qh` of a 32-element block (Q5_0 / Q5_1), as 0 or 16. */
+function highBit32(x: Element, qh: number): string {
+  const { kb, e } = x;
+  const at = int(x, `shr.u32 %d, ${e}, 3;`, `add.u32 %d, %d, ${qh};`);
+  const b = byteAt(x, at);
+  const sh = int(x, `and.b32 %d, ${e}, 7;`);
+  kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 1;`, `shl.b32 ${b}, ${b}, 4;`);
+  return b;
+}
+
+/** f32(f32(d · sc) · q) − f32(dmin · mn), the k-quants with a min (Q2_K, Q4_K, Q5_K). */
+function scaledMinusMin(x: Element, d: string, sc: string, q: string, dmin: string, mn: string): string {
+  const ds = mul(x, d, toF32(x, sc));
+  const v = mul(x, ds, toF32(x, q));
+  const m = mul(x, dmin, toF32(x, mn));
+  const f = x.kb.reg("f32");
+  x.kb.op(`sub.rn.f32 ${f}, ${v}, ${m};`);
+  return f;
+}
+
+/**
+ * The 6-bit scale and min of sub-block t = e / 32 of Q4_K / Q5_K (ggml `get_scale_min_k4`; the 12
+ * scale bytes S at byte 4): t < 4 — S[t] & 63, S[t + 4] & 63; t ≥ 4 — (S[t + 4] & 15) | (S[t − 4] >> 6) << 4,
+ * (S[t + 4] >> 4) | (S[t] >> 6) << 4. Both forms are computed and selected (no divergence).
+ */
+function scaleMinK4(x: Element): { sc: string; mn: string } {
+  const { kb, e } = x;
+  const t = int(x, `shr.u32 %d, ${e}, 5;`);
+  const lowHalf = kb.reg("pred");
+  kb.op(`setp.lt.u32 ${lowHalf}, ${t}, 4;`);
+  const st = byteAt(x, int(x, `add.u32 %d, ${t}, 4;`)); // S[t]
+  const st4 = byteAt(x, int(x, `add.u32 %d, ${t}, 8;`)); // S[t + 4]
+  const stm4 = byteAt(x, int(x, `and.b32 %d, ${t}, 3;`, `add.u32 %d, %d, 4;`)); // S[t − 4] when t ≥ 4
+  const [sc, mn, hiBits] = kb.regs("b32", 3);
+  kb.op(
+    // t ≥ 4
+    `and.b32 ${sc}, ${st4}, 15;`,
+    `shr.u32 ${hiBits}, ${stm4}, 6;`,
+    `shl.b32 ${hiBits}, ${hiBits}, 4;`,
+    `or.b32 ${sc}, ${sc}, ${hiBits};`,
+    `shr.u32 ${mn}, ${st4}, 4;`,
+    `shr.u32 ${hiBits}, ${st}, 6;`,
+    `shl.b32 ${hiBits}, ${hiBits}, 4;`,
+    `or.b32 ${mn}, ${mn}, ${hiBits};`,
+    // t < 4
+    `and.b32 ${st}, ${st}, 63;`,
+    `and.b32 ${st4}, ${st4}, 63;`,
+    `selp.b32 ${sc}, ${st}, ${sc}, ${lowHalf};`,
+    `selp.b32 ${mn}, ${st4}, ${mn}, ${lowHalf};`,
+  );
+  return { sc, mn };
+}
+
+/** The 4-bit code of element e of a Q4_K / Q5_K block: nibble of qs[32·(e / 64) + e % 32] at byte `qs`. */
+function nibbleK(x: Element, qs: number): string {
+  const { kb, e } = x;
+  const at = int(x, `shr.u32 %d, ${e}, 6;`, `shl.b32 %d, %d, 5;`);
+  const l = int(x, `and.b32 %d, ${e}, 31;`);
+  kb.op(`add.u32 ${at}, ${at}, ${l};`, `add.u32 ${at}, ${at}, ${qs};`);
+  const b = byteAt(x, at);
+  const sh = int(x, `and.b32 %d, ${e}, 32;`, `shr.u32 %d, %d, 3;`); // 4 when e % 64 ≥ 32
+  kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 15;`);
+  return b;
+}
+
+/** The 2-bit code of element e of Q2_K / Q3_K: qs[32·(e / 128) + e % 32] >> 2·((e % 128) / 32) & 3. */
+function crumbK(x: Element, qs: number): string {
+  const { e } = x;
+  const at = int(x, `shr.u32 %d, ${e}, 7;`, `shl.b32 %d, %d, 5;`);
+  const l = int(x, `and.b32 %d, ${e}, 31;`);
+  x.kb.op(`add.u32 ${at}, ${at}, ${l};`, `add.u32 ${at}, ${at}, ${qs};`);
+  const b = byteAt(x, at);
+  const sh = int(x, `shr.u32 %d, ${e}, 4;`, `and.b32 %d, %d, 6;`); // 2·((e / 32) % 4)
+  x.kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 3;`);
+  return b;
+}
+
+/** Bit e / 32 of byte `at + e % 32` (Q3_K hmask, Q5_K qh): 0 or 1. */
+function highBitK(x: Element, at: number): string {
+  const { e } = x;
+  const l = int(x, `and.b32 %d, ${e}, 31;`, `add.u32 %d, %d, ${at};`);
+  const b = byteAt(x, l);
+  const sh = int(x, `shr.u32 %d, ${e}, 5;`);
+  x.kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 1;`);
+  return b;
+}
+
+/** One decoder per block type: element e of the block at `base` as f32. */
+const DECODERS: Record<BlockFormat, (x: Element) => string> = {
+  q8_0: (x) => {
+    const d = halfAt(x, 0);
+    const q = x.kb.reg("b32");
+    const at = x.kb.addr(x.base, x.e, 1);
+    x.kb.op(`ld.global.s8 ${q}, [${at}+2];`);
+    return mul(x, toF32(x, q), d);
+  },
+  q4_0: (x) => {
+    const d = halfAt(x, 0);
+    const n = nibble32(x, 2);
+    x.kb.op(`sub.s32 ${n}, ${n}, 8;`);
+    return mul(x, toF32(x, n), d);
+  },
+  q4_1: (x) => {
+    const d = halfAt(x, 0);
+    const m = halfAt(x, 2);
+    const v = mul(x, toF32(x, nibble32(x, 4)), d);
+    x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
+    return v;
+  },
+  q5_0: (x) => {
+    const d = halfAt(x, 0);
+    const h = highBit32(x, 2);
+    const n = nibble32(x, 6);
+    x.kb.op(`or.b32 ${n}, ${n}, ${h};`, `sub.s32 ${n}, ${n}, 16;`);
+    return mul(x, toF32(x, n), d);
+  },
+  q5_1: (x) => {
+    const d = halfAt(x, 0);
+    const m = halfAt(x, 2);
+    const h = highBit32(x, 4);
+    const n = nibble32(x, 8);
+    x.kb.op(`or.b32 ${n}, ${n}, ${h};`);
+    const v = mul(x, toF32(x, n), d);
+    x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
+    return v;
+  },
+  q2_k: (x) => {
+    const d = halfAt(x, 80);
+    const dmin = halfAt(x, 82);
+    const q = crumbK(x, 16);
+    const s = byteAt(x, int(x, `shr.u32 %d, ${x.e}, 4;`));
+    const sc = int(x, `and.b32 %d, ${s}, 15;`);
+    const mn = int(x, `shr.u32 %d, ${s}, 4;`);
+    return scaledMinusMin(x, d, sc, q, dmin, mn);
+  },
+  q3_k: (x) => {
+    const { kb, e } = x;
+    const d = halfAt(x, 108);
+    const q = crumbK(x, 32);
+    const h = highBitK(x, 0);
+    // q − 4 when the hmask bit is clear
+    kb.op(`xor.b32 ${h}, ${h}, 1;`, `shl.b32 ${h}, ${h}, 2;`, `sub.s32 ${q}, ${q}, ${h};`);
+    // S3(t), t = e / 16: low nibble of scales[t] (t < 8) or high nibble of scales[t − 8]; high 2 bits
+    // from scales[8 + t % 4] >> 2·(t / 4)
+    const t = int(x, `shr.u32 %d, ${e}, 4;`);
+    const lo = byteAt(x, int(x, `and.b32 %d, ${t}, 7;`, `add.u32 %d, %d, 96;`));
+    const losh = int(x, `and.b32 %d, ${t}, 8;`, `shr.u32 %d, %d, 1;`); // 4 when t ≥ 8
+    kb.op(`shr.u32 ${lo}, ${lo}, ${losh};`, `and.b32 ${lo}, ${lo}, 15;`);
+    const hi = byteAt(x, int(x, `and.b32 %d, ${t}, 3;`, `add.u32 %d, %d, 104;`));
+    const hish = int(x, `shr.u32 %d, ${t}, 2;`, `shl.b32 %d, %d, 1;`);
+    kb.op(
+      `shr.u32 ${hi}, ${hi}, ${hish};`,
+      `and.b32 ${hi}, ${hi}, 3;`,
+      `shl.b32 ${hi}, ${hi}, 4;`,
+      `or.b32 ${lo}, ${lo}, ${hi};`,
+      `sub.s32 ${lo}, ${lo}, 32;`,
+    );
+    const ds = mul(x, d, toF32(x, lo));
+    return mul(x, ds, toF32(x, q));
+  },
+  q4_k: (x) => {
+    const d = halfAt(x, 0);
+    const dmin = halfAt(x, 2);
+    const { sc, mn } = scaleMinK4(x);
+    const n = nibbleK(x, 16);
+    return scaledMinusMin(x, d, sc, n, dmin, mn);
+  },
+  q5_k: (x) => {
+    const d = halfAt(x, 0);
+    const dmin = halfAt(x, 2);
+    const { sc, mn } = scaleMinK4(x);
+    const n = nibbleK(x, 48);
+    const h = highBitK(x, 16);
+    x.kb.op(`shl.b32 ${h}, ${h}, 4;`, `add.u32 ${n}, ${n}, ${h};`);
+    return scaledMinusMin(x, d, sc, n, dmin, mn);
+  },
+  q6_k: (x) => {
+    const { kb, e } = x;
+    const d = halfAt(x, 208);
+    // ql[64·half + l + 32·(j & 1)], low nibble for j < 2 (j = (e % 128) / 32), high for j ≥ 2
+    const l = int(x, `and.b32 %d, ${e}, 63;`);
+    const lo = byteAt(x, int(x, `shr.u32 %d, ${e}, 7;`, `shl.b32 %d, %d, 6;`, `add.u32 %d, %d, ${l};`));
+    const losh = int(x, `and.b32 %d, ${e}, 64;`, `shr.u32 %d, %d, 4;`); // 4 when j ≥ 2
+    kb.op(`shr.u32 ${lo}, ${lo}, ${losh};`, `and.b32 ${lo}, ${lo}, 15;`);
+    // qh[32·half + l] >> 2j & 3
+    const hi = crumbK(x, 128);
+    kb.op(`shl.b32 ${hi}, ${hi}, 4;`, `or.b32 ${lo}, ${lo}, ${hi};`, `sub.s32 ${lo}, ${lo}, 32;`);
+    const s = kb.reg("b32");
+    const at = int(x, `shr.u32 %d, ${e}, 4;`);
+    const sAt = kb.addr(x.base, at, 1);
+    kb.op(`ld.global.s8 ${s}, [${sAt}+192];`);
+    const ds = mul(x, d, toF32(x, s));
+    return mul(x, ds, toF32(x, lo));
+  },
+};
+
+/**
+ * Element k of the row of `format` blocks at `row` (a 64-bit address) as f32, exactly as @tp/quant's
+ * dequantizeGgml computes it. `k` is a 32-bit register, left unchanged.
+ */
+export function loadBlockElement(kb: KernelBuilder, format: BlockFormat, row: string, k: string): string {
+  const b = BLOCKS[format];
+  const blk = kb.reg("b32");
+  const e = kb.reg("b32");
+  kb.op(`shr.u32 ${blk}, ${k}, ${Math.log2(b.elems)};`, `and.b32 ${e}, ${k}, ${b.elems - 1};`);
+  const base = kb.addr(row, blk, b.bytes);
+  return DECODERS[format]({ kb, base, e });
+}
+
+/** Which activation blocks ggml rounds x to for each weight type: 32 (Q8_0 / Q8_1) or 256 (Q8_K). */
+export function activationBlock(format: BlockFormat): 32 | 256 {
+  return BLOCKS[format].elems;
+}
+
+/** Threads per block of {@link ggmlQuantizeKernel}: 8 warps, one activation block each. */
+export const QUANTIZE_WARPS = 8;
+
+/**
+ * x rounded as ggml quantizes activations, written back dequantized (f32): out [n] = dequant(quant(x [n]))
+ * in blocks of `block` consecutive values (n a multiple of it; blocks never straddle rows when the row
+ * length is a multiple). Grid (ceil(blocks / 8), 1), 256 threads, warp w of CTA c takes block 8c + w.
+ * - 32 (Q8_0; Q8_1 has the same codes and d): amax = max |x|, d = amax / 127, id = 1 / d (0 when d = 0),
+ *   q = roundf(x · id) (ties away from zero), value q · f16(d) (ggml `quantize_row_q8_0_ref`, the
+ *   stored d is binary16). A block holding NaN or ±∞ is all NaN, as the reference's d = NaN / ∞ makes it.
+ * - 256 (Q8_K): max the first value of largest |x| (its sign is what matters: either sign of a tie gives
+ *   the same values), iscale = −127 / max, q = min(127, nearest_int(iscale · x)) (ties to even),
+ *   d = f32(1 / iscale), value f32(d · q); an all-zero block stays 0 (ggml `quantize_row_q8_K_ref`).
+ *   NaN elements round to code 0 and ±∞ gives d = ∓∞, so NaN values, as the reference.
+ * Parameters: out, x, n (elements).
+ */
+export function ggmlQuantizeKernel(block: 32 | 256): KernelSource {
+  const kb = new KernelBuilder(`ggml_quantize_q8_${block === 32 ? "0" : "k"}`);
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const n = kb.ld("n", "u32");
+  const [tid, lane, blk, first] = kb.regs("b32", 4);
+  const end = kb.label("end");
+  const q = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${blk}, ${tid}, 5;`,
+    `mov.u32 ${first}, %ctaid.x;`,
+    `mad.lo.u32 ${blk}, ${first}, ${QUANTIZE_WARPS}, ${blk};`,
+    `mul.lo.u32 ${first}, ${blk}, ${block};`,
+    `setp.ge.u32 ${q}, ${first}, ${n};`,
+    `@${q} bra ${end};`,
+  );
+  const per = block / 32; // values per lane: lane + 32·i
+  const idx: string[] = [];
+  const v: string[] = [];
+  for (let i = 0; i < per; i++) {
+    const r = kb.reg("b32");
+    kb.op(`add.u32 ${r}, ${first}, ${lane};`, `add.u32 ${r}, ${r}, ${32 * i};`);
+    const at = kb.addr(x, r, 4);
+    const f = kb.reg("f32");
+    kb.op(`ld.global.f32 ${f}, [${at}];`);
+    idx.push(r);
+    v.push(f);
+  }
+  const t = kb.reg("f32");
+  const res: string[] = [];
+  if (block === 32) {
+    const [xv] = v as [string];
+    const amax = kb.reg("f32");
+    const bad = kb.reg("f32");
+    kb.op(`abs.f32 ${amax}, ${xv};`, `mul.f32 ${bad}, ${xv}, 0f00000000;`);
+    for (let o = 16; o >= 1; o >>= 1)
+      kb.op(
+        `shfl.sync.bfly.b32 ${t}, ${amax}, ${o}, 31, -1;`,
+        `max.f32 ${amax}, ${amax}, ${t};`,
+        `shfl.sync.bfly.b32 ${t}, ${bad}, ${o}, 31, -1;`,
+        `add.f32 ${bad}, ${bad}, ${t};`,
+      );
+    const [d, id, dh, s] = kb.regs("f32", 4);
+    const h = kb.reg("b16");
+    const zero = kb.reg("pred");
+    const nan = kb.reg("pred");
+    const qd = kb.reg("f64");
+    const qi = kb.reg("b32");
+    kb.op(
+      `div.rn.f32 ${d}, ${amax}, ${f32Imm(127)};`,
+      `setp.eq.f32 ${zero}, ${d}, 0f00000000;`,
+      `rcp.rn.f32 ${id}, ${d};`,
+      `selp.f32 ${id}, 0f00000000, ${id}, ${zero};`,
+      `cvt.rn.f16.f32 ${h}, ${d};`,
+      `cvt.f32.f16 ${dh}, ${h};`,
+      // roundf(x · id) in f64, where |x · id| + ½ is exact
+      `mul.rn.f32 ${s}, ${xv}, ${id};`,
+      `cvt.f64.f32 ${qd}, ${s};`,
+      `abs.f64 ${qd}, ${qd};`,
+      `add.f64 ${qd}, ${qd}, ${f64Imm(0.5)};`,
+      `cvt.rzi.s32.f64 ${qi}, ${qd};`,
+      `setp.lt.f32 ${zero}, ${s}, 0f00000000;`,
+      `@${zero} neg.s32 ${qi}, ${qi};`,
+      `cvt.rn.f32.s32 ${s}, ${qi};`,
+      `mul.rn.f32 ${s}, ${s}, ${dh};`,
+      // Σ x · 0 over the block is 0, or NaN when it holds a NaN or ±∞
+      `setp.nan.f32 ${nan}, ${bad}, ${bad};`,
+      `@${nan} mov.f32 ${s}, 0f7FC00000;`,
+    );
+    res.push(s);
+  } else {
+    // the lane's value of largest |x| (first in index order), then across the warp
+    const [amax, max, a] = kb.regs("f32", 3);
+    const gt = kb.reg("pred");
+    // strictly greater, from 0: a NaN never wins (ggml's loop)
+    kb.op(`mov.f32 ${amax}, 0f00000000;`, `mov.f32 ${max}, 0f00000000;`);
+    for (let i = 0; i < per; i++)
+      kb.op(
+        `abs.f32 ${a}, ${v[i]};`,
+        `setp.gt.f32 ${gt}, ${a}, ${amax};`,
+        `@${gt} mov.f32 ${amax}, ${a};`,
+        `@${gt} mov.f32 ${max}, ${v[i]};`,
+      );
+    const tm = kb.reg("f32");
+    for (let o = 16; o >= 1; o >>= 1)
+      kb.op(
+        `shfl.sync.bfly.b32 ${t}, ${amax}, ${o}, 31, -1;`,
+        `shfl.sync.bfly.b32 ${tm}, ${max}, ${o}, 31, -1;`,
+        `setp.gt.f32 ${gt}, ${t}, ${amax};`,
+        `@${gt} mov.f32 ${amax}, ${t};`,
+        `@${gt} mov.f32 ${max}, ${tm};`,
+      );
+    const [iscale, d] = kb.regs("f32", 2);
+    const zero = kb.reg("pred");
+    kb.op(
+      `setp.eq.f32 ${zero}, ${amax}, 0f00000000;`,
+      `div.rn.f32 ${iscale}, ${f32Imm(-127)}, ${max};`,
+      `rcp.rn.f32 ${d}, ${iscale};`,
+    );
+    for (let i = 0; i < per; i++) {
+      const s = kb.reg("f32");
+      const qi = kb.reg("b32");
+      kb.op(
+        `mul.rn.f32 ${s}, ${iscale}, ${v[i]};`,
+        `cvt.rni.s32.f32 ${qi}, ${s};`,
+        `min.s32 ${qi}, ${qi}, 127;`,
+        `cvt.rn.f32.s32 ${s}, ${qi};`,
+        `mul.rn.f32 ${s}, ${d}, ${s};`,
+        `@${zero} mov.f32 ${s}, 0f00000000;`,
+      );
+      res.push(s);
+    }
+  }
+  res.forEach((s, i) => {
+    const at = kb.addr(out, idx[i] as string, 4);
+    kb.op(`st.global.f32 [${at}], ${s};`);
+  });
+  kb.place(end);
+  return kb.build([QUANTIZE_WARPS * 32, 1]);
+}
