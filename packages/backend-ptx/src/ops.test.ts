@@ -337,8 +337,8 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     expect(() => b.matmulId(f32(b, [1, 1, 256]), iq, b.alloc([1, 1], "i32"), { experts: 4 })).toThrow(
       /ptx.*matmul_id.*iq4_xs|matmul_id.*ptx.*iq4_xs/,
     );
-    for (const op of ["matmul", "matmul_id", "embedding"])
-      for (const format of ["iq4_nl", "iq4_xs", "iq2_xxs", "q8_k"])
+    for (const op of ["matmul", "matmul_id", "embedding"] as const)
+      for (const format of ["iq4_nl", "iq4_xs", "iq2_xxs", "q8_k"] as const)
         expect(b.supports(op, [format])).toBe(false);
   });
 });
