@@ -9,11 +9,12 @@ import { BLOCKS, type BlockFormat, blockRowBytes, ggmlQuantizeKernel, isBlockFor
 import { GGUF_BLOCK_FORMATS } from "./catalogue.ts";
 import { type KernelSource, ptxModule } from "./emit.ts";
 import { embeddingKernel, rowBytes } from "./gather.ts";
+import { GEMV_WARPS, gemvKernel } from "./matmul.ts";
 
-/** Run `k` on a fresh simulated sm_86 over 1-D `grid`; buffers by parameter name, numbers as u32; returns out. */
+/** Run `k` on a fresh simulated sm_86 over `grid` (x, or x and y); buffers by parameter name, numbers as u32; returns out. */
 function simulate(
   k: KernelSource,
-  grid: number,
+  grid: number | readonly [number, number],
   args: Record<string, Uint8Array | number>,
   outBytes: number,
 ) {
@@ -31,7 +32,7 @@ function simulate(
   for (const [name, v] of Object.entries(args)) if (typeof v !== "number") put(name, v);
   d.launch(
     fn,
-    [grid, 1, 1],
+    typeof grid === "number" ? [grid, 1, 1] : [grid[0], grid[1], 1],
     [k.block[0], 1, 1],
     0,
     0,
@@ -310,4 +311,73 @@ describe("activation quantizers on the simulator (sm_86)", () => {
     expect([...out.subarray(0, 6)]).toEqual([4, -254, 4, 254, 8, 0]);
     expect(out.subarray(256).every((v) => v === 0)).toBe(true);
   });
+});
+
+describe("GEMV sub-block decoders on the simulator (sm_86) against the element decoders", () => {
+  // random code bytes with small binary16 scales (the d / m / dmin offsets of each block type); K = 9
+  // blocks of 32 (one whole pass of the warp's 256 and one where 28 lanes skip) or 2 blocks of 256
+  const SCALES: Record<BlockFormat, number[]> = {
+    q8_0: [0],
+    q4_0: [0],
+    q4_1: [0, 2],
+    q5_0: [0],
+    q5_1: [0, 2],
+    q2_k: [80, 82],
+    q3_k: [108],
+    q4_k: [0, 2],
+    q5_k: [0, 2],
+    q6_k: [208],
+  };
+  for (const f of GGUF_BLOCK_FORMATS) {
+    test(`${f}: y = x · Wᵀ equals the f64 dot product of x with the embedding-decoded rows`, () => {
+      const [N, M] = [5, 2];
+      const K = BLOCKS[f].elems === 32 ? 288 : 512;
+      let seed = 7 + f.length * 31 + f.charCodeAt(1);
+      const u = () => {
+        seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+        return seed / 2 ** 32;
+      };
+      const w = Uint8Array.from({ length: blockRowBytes(f, K) * N }, () => Math.floor(u() * 256));
+      for (let at = 0; at < w.length; at += BLOCKS[f].bytes)
+        for (const o of SCALES[f]) {
+          // binary16 of ±(0.001 … 0.01): exponent 2^-10 … 2^-7, random mantissa
+          const h =
+            ((u() < 0.3 ? 0x8000 : 0) | ((5 + Math.floor(u() * 3)) << 10) | Math.floor(u() * 1024)) >>> 0;
+          w[at + o] = h & 255;
+          w[at + o + 1] = h >> 8;
+        }
+      const x = Float32Array.from({ length: M * K }, () => u() * 2 - 1);
+      // the rows as the element decoders give them (checked by hand above): embedding of ids 0 … N − 1
+      const table = simulate(
+        embeddingKernel(f),
+        Math.ceil((N * K) / 256),
+        {
+          table: w,
+          ids: new Uint8Array(Int32Array.from({ length: N }, (_, i) => i).buffer),
+          n: N * K,
+          d: K,
+          vocab: N,
+        },
+        N * K * 4,
+      );
+      const y = simulate(
+        gemvKernel({ format: f, bias: false, scaled: false }),
+        [Math.ceil(N / GEMV_WARPS), M],
+        { x: new Uint8Array(x.buffer), w, m: M, n: N, k: K },
+        M * N * 4,
+      );
+      for (let m = 0; m < M; m++)
+        for (let n = 0; n < N; n++) {
+          let ref = 0;
+          let mag = 0;
+          for (let k = 0; k < K; k++) {
+            const p = (x[m * K + k] as number) * (table[n * K + k] as number);
+            ref += p;
+            mag += Math.abs(p);
+          }
+          // f32 products and sums over K terms: within K · 2^-24 of Σ|x·w|
+          expect(Math.abs((y[m * N + n] as number) - ref)).toBeLessThanOrEqual(mag * K * 2 ** -24);
+        }
+    });
+  }
 });

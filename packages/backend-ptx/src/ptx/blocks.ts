@@ -2,13 +2,14 @@
  * GGUF block decoders of the matmul, matmul_id and embedding kernels, and the activation quantizer that
  * rounds x the way ggml's CPU backend does before a quantized dot product.
  *
- * Decoders: {@link loadBlockElement} is element k of a row of blocks as f32, with exactly the float
- * operations of @tp/quant's dequantizeGgml (ggml `dequantize_row_*`, no FMA contraction: every product
- * and difference is `.rn`, which ptxas never fuses). In the k loops of gather.ts / matmul.ts (lanes or
- * stage slots on consecutive k) 32 consecutive k are one sub-block: one block of the 32-element types,
- * one scale (and min) of the k-quants, so a warp reads that sub-block's scale bytes once through the
- * cache and each lane its own code bits. Layouts (byte offsets inside a block; multi-byte fields
- * little-endian, d / m / dmin binary16):
+ * Decoders, with exactly the float operations of @tp/quant's dequantizeGgml (ggml `dequantize_row_*`,
+ * no FMA contraction: every product and difference is `.rn`, which ptxas never fuses), two per type:
+ * - {@link blockWarpDot}, the GEMV k loop (matmul gemv and matmul_id): lane l of a warp pass takes the
+ *   8 consecutive elements from 8l of 256, inside one sub-block (one scale, and min, of the k-quants;
+ *   a quarter of a 32-element block), decoded together by the type's sub-block decoder
+ *   ({@link GROUP_DECODERS}: the scale once, the codes from four 16-bit loads);
+ * - {@link loadBlockElement}, one element k of a row (the tiled kernel's staging, embedding).
+ * Layouts (byte offsets inside a block; multi-byte fields little-endian, d / m / dmin binary16):
  * - Q8_0 (34 B): d, qs[32] i8 — q · d;
  * - Q4_0 (18 B): d, qs[16] — element j < 16 the low nibble of byte j, j ≥ 16 the high nibble of
  *   byte j − 16 — (n − 8) · d;
@@ -345,6 +346,257 @@ const DECODERS: Record<BlockFormat, (x: Element) => string> = {
     return mul(x, ds, toF32(x, lo));
   },
 };
+
+/**
+ * Bytes base + off … base + off + 7 (off an even register; blocks start 2-aligned, as the binary16
+ * fields need) as 8 registers: four `ld.u16`, split with `bfe` (signed: each byte sign-extended).
+ */
+function bytes8(x: Element, off: string, signed = false): string[] {
+  const { kb, base } = x;
+  const at = kb.addr(base, off, 1);
+  const out: string[] = [];
+  for (let j = 0; j < 4; j++) {
+    const h = kb.reg("b32");
+    const [lo, hi] = kb.regs("b32", 2);
+    const t = signed ? "s32" : "u32";
+    kb.op(
+      `ld.global.u16 ${h}, [${at}+${2 * j}];`,
+      `bfe.${t} ${lo}, ${h}, 0, 8;`,
+      `bfe.${t} ${hi}, ${h}, 8, 8;`,
+    );
+    out.push(lo, hi);
+  }
+  return out;
+}
+
+/** Bits `pos` … `pos + len − 1` of each register (pos a register or an immediate). */
+function fields(x: Element, regs: readonly string[], pos: string | number, len: number): string[] {
+  return regs.map((r) => int(x, `bfe.u32 %d, ${r}, ${pos}, ${len};`));
+}
+
+/** The byte offset `qs + (e0 & 15)` and nibble shift (4 when e0 ≥ 16) of 8 elements of a 32-element block. */
+function nibbles32(x: Element, qs: number): string[] {
+  const off = int(x, `and.b32 %d, ${x.e}, 15;`, `add.u32 %d, %d, ${qs};`);
+  const sh = int(x, `and.b32 %d, ${x.e}, 16;`, `shr.u32 %d, %d, 2;`);
+  return fields(x, bytes8(x, off), sh, 4);
+}
+
+/** Bits e0 … e0 + 7 of the u32 qh at byte `qh` (Q5_0 / Q5_1), each as 0 or 16. */
+function highBits32(x: Element, qh: number): string[] {
+  const b = byteAt(x, int(x, `shr.u32 %d, ${x.e}, 3;`, `add.u32 %d, %d, ${qh};`));
+  return Array.from({ length: 8 }, (_, i) => int(x, `bfe.u32 %d, ${b}, ${i}, 1;`, `shl.b32 %d, %d, 4;`));
+}
+
+/** f32(f32(ds · q) − dm) for each code q (ds = f32(d · sc), dm = f32(dmin · mn) of the sub-block). */
+function minusMin(x: Element, ds: string, dm: string, q: readonly string[]): string[] {
+  return q.map((c) => {
+    const v = mul(x, ds, toF32(x, c));
+    x.kb.op(`sub.rn.f32 ${v}, ${v}, ${dm};`);
+    return v;
+  });
+}
+
+/** 2-bit codes of elements e0 … e0 + 7 of Q2_K / Q3_K (qs bytes at `qs`, shift 2·((e0 / 32) % 4)). */
+function crumbs(x: Element, qs: number): string[] {
+  const { e } = x;
+  const off = int(x, `shr.u32 %d, ${e}, 7;`, `shl.b32 %d, %d, 5;`);
+  const l = int(x, `and.b32 %d, ${e}, 31;`);
+  x.kb.op(`add.u32 ${off}, ${off}, ${l};`, `add.u32 ${off}, ${off}, ${qs};`);
+  const sh = int(x, `shr.u32 %d, ${e}, 4;`, `and.b32 %d, %d, 6;`);
+  return fields(x, bytes8(x, off), sh, 2);
+}
+
+/** Bit e0 / 32 of bytes `at + e0 % 32` … + 7 (Q3_K hmask, Q5_K qh): 0 or 1 each. */
+function highBitsK(x: Element, at: number): string[] {
+  const off = int(x, `and.b32 %d, ${x.e}, 31;`, `add.u32 %d, %d, ${at};`);
+  const sh = int(x, `shr.u32 %d, ${x.e}, 5;`);
+  return fields(x, bytes8(x, off), sh, 1);
+}
+
+/** 4-bit codes of elements e0 … e0 + 7 of Q4_K / Q5_K (qs bytes at `qs`). */
+function nibblesK(x: Element, qs: number): string[] {
+  const { e } = x;
+  const off = int(x, `shr.u32 %d, ${e}, 6;`, `shl.b32 %d, %d, 5;`);
+  const l = int(x, `and.b32 %d, ${e}, 31;`);
+  x.kb.op(`add.u32 ${off}, ${off}, ${l};`, `add.u32 ${off}, ${off}, ${qs};`);
+  const sh = int(x, `and.b32 %d, ${e}, 32;`, `shr.u32 %d, %d, 3;`);
+  return fields(x, bytes8(x, off), sh, 4);
+}
+
+/**
+ * One sub-block decoder per block type: elements e0 … e0 + 7 (e0 = `x.e`, a multiple of 8) of the block
+ * at `x.base` as 8 f32 registers, with the float operations of {@link DECODERS} (so the same values):
+ * the sub-block's scale (and min) are decoded once, the codes come from four 16-bit loads.
+ */
+const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
+  q8_0: (x) => {
+    const d = halfAt(x, 0);
+    const off = int(x, `add.u32 %d, ${x.e}, 2;`);
+    return bytes8(x, off, true).map((q) => mul(x, toF32(x, q), d));
+  },
+  q4_0: (x) => {
+    const d = halfAt(x, 0);
+    return nibbles32(x, 2).map((n) => {
+      x.kb.op(`sub.s32 ${n}, ${n}, 8;`);
+      return mul(x, toF32(x, n), d);
+    });
+  },
+  q4_1: (x) => {
+    const d = halfAt(x, 0);
+    const m = halfAt(x, 2);
+    return nibbles32(x, 4).map((n) => {
+      const v = mul(x, toF32(x, n), d);
+      x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
+      return v;
+    });
+  },
+  q5_0: (x) => {
+    const d = halfAt(x, 0);
+    const h = highBits32(x, 2);
+    return nibbles32(x, 6).map((n, i) => {
+      x.kb.op(`or.b32 ${n}, ${n}, ${h[i]};`, `sub.s32 ${n}, ${n}, 16;`);
+      return mul(x, toF32(x, n), d);
+    });
+  },
+  q5_1: (x) => {
+    const d = halfAt(x, 0);
+    const m = halfAt(x, 2);
+    const h = highBits32(x, 4);
+    return nibbles32(x, 8).map((n, i) => {
+      x.kb.op(`or.b32 ${n}, ${n}, ${h[i]};`);
+      const v = mul(x, toF32(x, n), d);
+      x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
+      return v;
+    });
+  },
+  q2_k: (x) => {
+    const d = halfAt(x, 80);
+    const dmin = halfAt(x, 82);
+    const s = byteAt(x, int(x, `shr.u32 %d, ${x.e}, 4;`));
+    const ds = mul(x, d, toF32(x, int(x, `and.b32 %d, ${s}, 15;`)));
+    const dm = mul(x, dmin, toF32(x, int(x, `shr.u32 %d, ${s}, 4;`)));
+    return minusMin(x, ds, dm, crumbs(x, 16));
+  },
+  q3_k: (x) => {
+    const { kb, e } = x;
+    const d = halfAt(x, 108);
+    const t = int(x, `shr.u32 %d, ${e}, 4;`);
+    const lo = byteAt(x, int(x, `and.b32 %d, ${t}, 7;`, `add.u32 %d, %d, 96;`));
+    const losh = int(x, `and.b32 %d, ${t}, 8;`, `shr.u32 %d, %d, 1;`);
+    const hi = byteAt(x, int(x, `and.b32 %d, ${t}, 3;`, `add.u32 %d, %d, 104;`));
+    const hish = int(x, `shr.u32 %d, ${t}, 2;`, `shl.b32 %d, %d, 1;`);
+    kb.op(
+      `shr.u32 ${lo}, ${lo}, ${losh};`,
+      `and.b32 ${lo}, ${lo}, 15;`,
+      `shr.u32 ${hi}, ${hi}, ${hish};`,
+      `and.b32 ${hi}, ${hi}, 3;`,
+      `shl.b32 ${hi}, ${hi}, 4;`,
+      `or.b32 ${lo}, ${lo}, ${hi};`,
+      `sub.s32 ${lo}, ${lo}, 32;`,
+    );
+    const ds = mul(x, d, toF32(x, lo));
+    const h = highBitsK(x, 0);
+    return crumbs(x, 32).map((q, i) => {
+      // q − 4 when the hmask bit is clear
+      kb.op(`xor.b32 ${h[i]}, ${h[i]}, 1;`, `shl.b32 ${h[i]}, ${h[i]}, 2;`, `sub.s32 ${q}, ${q}, ${h[i]};`);
+      return mul(x, ds, toF32(x, q));
+    });
+  },
+  q4_k: (x) => {
+    const d = halfAt(x, 0);
+    const dmin = halfAt(x, 2);
+    const { sc, mn } = scaleMinK4(x);
+    const ds = mul(x, d, toF32(x, sc));
+    const dm = mul(x, dmin, toF32(x, mn));
+    return minusMin(x, ds, dm, nibblesK(x, 16));
+  },
+  q5_k: (x) => {
+    const d = halfAt(x, 0);
+    const dmin = halfAt(x, 2);
+    const { sc, mn } = scaleMinK4(x);
+    const ds = mul(x, d, toF32(x, sc));
+    const dm = mul(x, dmin, toF32(x, mn));
+    const h = highBitsK(x, 16);
+    const n = nibblesK(x, 48).map((c, i) => {
+      x.kb.op(`shl.b32 ${h[i]}, ${h[i]}, 4;`, `add.u32 ${c}, ${c}, ${h[i]};`);
+      return c;
+    });
+    return minusMin(x, ds, dm, n);
+  },
+  q6_k: (x) => {
+    const { kb, e } = x;
+    const d = halfAt(x, 208);
+    const s = kb.reg("b32");
+    const sAt = kb.addr(x.base, int(x, `shr.u32 %d, ${e}, 4;`), 1);
+    kb.op(`ld.global.s8 ${s}, [${sAt}+192];`);
+    const ds = mul(x, d, toF32(x, s));
+    const l = int(x, `and.b32 %d, ${e}, 63;`);
+    const off = int(x, `shr.u32 %d, ${e}, 7;`, `shl.b32 %d, %d, 6;`, `add.u32 %d, %d, ${l};`);
+    const losh = int(x, `and.b32 %d, ${e}, 64;`, `shr.u32 %d, %d, 4;`);
+    const lo = fields(x, bytes8(x, off), losh, 4);
+    const hi = crumbs(x, 128);
+    return lo.map((c, i) => {
+      kb.op(`shl.b32 ${hi[i]}, ${hi[i]}, 4;`, `or.b32 ${c}, ${c}, ${hi[i]};`, `sub.s32 ${c}, ${c}, 32;`);
+      return mul(x, ds, toF32(x, c));
+    });
+  },
+};
+
+/**
+ * The k loop of the GEMV kernels (matmul.ts warpDot) for a row of `format` blocks: each pass of the warp
+ * covers 256 consecutive k, lane l the 8 elements from k0 + 8l (one sub-block decode: scale once, codes
+ * from four 16-bit loads, {@link GROUP_DECODERS}), summed with their x into `acc` (f32 fma in k order);
+ * lanes past K (K a multiple of the 32-element block) skip their part. Then `done` and the butterfly
+ * sum, so every lane holds the row's dot product, as warpDot leaves it. `k` is the loop's counter
+ * register, `q` a free predicate; a jump to `done` with `acc` set skips the loop (matmul_id's bad ids).
+ */
+export function blockWarpDot(
+  kb: KernelBuilder,
+  a: {
+    format: BlockFormat;
+    row: string;
+    x: string;
+    xrow: string;
+    k: string;
+    K: string;
+    lane: string;
+    acc: string;
+    top: string;
+    done: string;
+    q: string;
+  },
+): void {
+  const { format, row, x, xrow, k, K, lane, acc, top, done, q } = a;
+  const b = BLOCKS[format];
+  const kl = kb.reg("b32");
+  const skip = kb.label("group_skip");
+  kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, 0;`);
+  kb.place(top);
+  kb.op(
+    `setp.ge.u32 ${q}, ${k}, ${K};`,
+    `@${q} bra ${done};`,
+    `mad.lo.u32 ${kl}, ${lane}, 8, ${k};`,
+    `setp.ge.u32 ${q}, ${kl}, ${K};`,
+    `@${q} bra ${skip};`,
+  );
+  const [blk, e0] = kb.regs("b32", 2);
+  kb.op(`shr.u32 ${blk}, ${kl}, ${Math.log2(b.elems)};`, `and.b32 ${e0}, ${kl}, ${b.elems - 1};`);
+  const base = kb.addr(row, blk, b.bytes);
+  const w = GROUP_DECODERS[format]({ kb, base, e: e0 });
+  const xi = kb.reg("b32");
+  kb.op(`add.u32 ${xi}, ${xrow}, ${kl};`);
+  const xAt = kb.addr(x, xi, 4);
+  w.forEach((wv, i) => {
+    const xv = kb.reg("f32");
+    kb.op(`ld.global.f32 ${xv}, [${xAt}+${4 * i}];`, `fma.rn.f32 ${acc}, ${xv}, ${wv}, ${acc};`);
+  });
+  kb.place(skip);
+  kb.op(`add.u32 ${k}, ${k}, 256;`, `bra ${top};`);
+  kb.place(done);
+  const t = kb.reg("f32");
+  for (let o = 16; o >= 1; o >>= 1)
+    kb.op(`shfl.sync.bfly.b32 ${t}, ${acc}, ${o}, 31, -1;`, `add.f32 ${acc}, ${acc}, ${t};`);
+}
 
 /**
  * Element k of the row of `format` blocks at `row` (a 64-bit address) as f32, exactly as @tp/quant's

@@ -20,7 +20,7 @@
  * (eight nibbles per register, columns 8t..8t+7 and +32).
  */
 import { TpError } from "@tp/tensor";
-import { blockRowBytesOps, isBlockFormat } from "./blocks.ts";
+import { blockRowBytesOps, blockWarpDot, isBlockFormat } from "./blocks.ts";
 import { KernelBuilder, type KernelSource } from "./emit.ts";
 import { type ElementFormat, loadElement, rowBytes } from "./gather.ts";
 
@@ -102,6 +102,11 @@ function warpDot(
   },
 ): void {
   const { format, row, x, xrow, k, K, lane, acc, top, done, q } = a;
+  // GGUF blocks: 8 consecutive k of one sub-block per lane (blocks.ts)
+  if (isBlockFormat(format)) {
+    blockWarpDot(kb, { ...a, format });
+    return;
+  }
   kb.op(`mov.f32 ${acc}, 0f00000000;`, `mov.u32 ${k}, ${lane};`);
   kb.place(top);
   kb.op(`setp.ge.u32 ${q}, ${k}, ${K};`, `@${q} bra ${done};`);
