@@ -151,7 +151,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       b.matmul(f32(b, [20, 512]), w, { bias: f32(b, [40]) });
       b.matmulId(f32(b, [3, 1, 512]), weight(format, 4 * 10, 512), b.alloc([3, 2], "i32"), { experts: 4 });
       b.embedding(weight(format, 7, 256), b.alloc([5], "i32"));
-      const q = format.endsWith("_k") ? "ggml_quantize_q8_k" : "ggml_fake_quantize_q8_0";
+      const q = format.endsWith("_k") ? "ggml_fake_quantize_q8_k" : "ggml_fake_quantize_q8_0";
       // grids: quantize ⌈(M·K / block) / 8⌉; gemv (⌈N / 8⌉, M); tiled (⌈N / 64⌉, ⌈M / 64⌉); matmul_id
       // (⌈N / 8⌉, T·S); embedding ⌈rows·D / 256⌉
       const blocksOf = (m: number) => Math.ceil((m * 512) / (format.endsWith("_k") ? 256 : 32) / 8);

@@ -21,9 +21,8 @@ import {
   type Weight,
   type WeightFormat,
 } from "@tp/tensor";
-import { fakeQuantizeQ8_0Kernel, Q8_BLOCKS_PER_CTA } from "./ptx/activations.ts";
+import { fakeQuantizeQ8_0Kernel, fakeQuantizeQ8_KKernel, Q8_BLOCKS_PER_CTA } from "./ptx/activations.ts";
 import { attentionKernel } from "./ptx/attention.ts";
-import { ggmlQuantizeKernel, QUANTIZE_WARPS } from "./ptx/blocks.ts";
 import { EMBEDDING_FORMATS, MATMUL_FORMATS, MATMUL_ID_FORMATS } from "./ptx/catalogue.ts";
 import {
   countNonFiniteKernel,
@@ -251,11 +250,12 @@ function ggmlActivations(host: PtxOpHost, x: Tensor, format: string): Tensor {
   if (Q8_K_ACTIVATIONS.has(format)) {
     if (x.numel % 256 !== 0) throw unsupported("matmul", `${format}: K is not a multiple of 256`);
     const out = host.alloc(x.shape, "f32", "x_q8_k");
-    host.launch(
-      host.kernel("fq_q8_k", () => ggmlQuantizeKernel(256)),
-      [blocks(x.numel / 256, QUANTIZE_WARPS), 1, 1],
-      { out, x, n: x.numel },
-    );
+    const n = x.numel / 256;
+    host.launch(host.kernel("fq_q8_k", fakeQuantizeQ8_KKernel), [blocks(n, Q8_BLOCKS_PER_CTA), 1, 1], {
+      out,
+      x,
+      blocks: n,
+    });
     return out;
   }
   if (!Q8_0_ACTIVATIONS.has(format)) return x;

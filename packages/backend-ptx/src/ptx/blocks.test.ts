@@ -5,7 +5,8 @@
 import { describe, expect, test } from "bun:test";
 import { weightBytes, weightFormatInfo } from "@tp/tensor";
 import { SimCudaDriver } from "../sim/driver.ts";
-import { BLOCKS, type BlockFormat, blockRowBytes, ggmlQuantizeKernel, isBlockFormat } from "./blocks.ts";
+import { fakeQuantizeQ8_0Kernel, fakeQuantizeQ8_KKernel } from "./activations.ts";
+import { BLOCKS, type BlockFormat, blockRowBytes, isBlockFormat } from "./blocks.ts";
 import { GGUF_BLOCK_FORMATS } from "./catalogue.ts";
 import { type KernelSource, ptxModule } from "./emit.ts";
 import { embeddingKernel, rowBytes } from "./gather.ts";
@@ -266,13 +267,6 @@ describe("GGUF block table", () => {
     for (const f of ["iq4_nl", "iq4_xs", "q8_1", "q8_k", "f32", "tq1_0"])
       expect(isBlockFormat(f)).toBe(false);
   });
-  test("activation quantizers: one per block size, parameters out, x, n", () => {
-    const q0 = ggmlQuantizeKernel(32);
-    const qk = ggmlQuantizeKernel(256);
-    expect([q0.name, qk.name]).toEqual(["ggml_quantize_q8_0", "ggml_quantize_q8_k"]);
-    expect(q0.params.map((p) => `${p.name}:${p.type}`)).toEqual(["out:u64", "x:u64", "n:u32"]);
-    expect(qk.block).toEqual([256, 1]);
-  });
 });
 
 describe("block decoders on the simulator (sm_86): embedding of one block, values worked by hand", () => {
@@ -291,7 +285,7 @@ describe("block decoders on the simulator (sm_86): embedding of one block, value
   }
 });
 
-describe("activation quantizers on the simulator (sm_86)", () => {
+describe("activation quantizers (./activations.ts) on the simulator (sm_86)", () => {
   test("Q8_0: d = amax / 127, codes rounded half away from zero, q · f16(d); a block with NaN or ±∞ is NaN", () => {
     const x = new Float32Array(96);
     // block 0: amax 127 → d = 1, id = 1; −2.5 → −3 (away from zero), 3.5 → 4, 0.49 → 0
@@ -299,7 +293,7 @@ describe("activation quantizers on the simulator (sm_86)", () => {
     x[40] = Number.NaN; // block 1
     x[64] = 1;
     x[70] = Number.POSITIVE_INFINITY; // block 2
-    const out = simulate(ggmlQuantizeKernel(32), 1, { x: new Uint8Array(x.buffer), n: 96 }, 96 * 4);
+    const out = simulate(fakeQuantizeQ8_0Kernel(), 1, { x: new Uint8Array(x.buffer), blocks: 3 }, 96 * 4);
     expect([...out.subarray(0, 5)]).toEqual([127, -3, 4, 0, 0]);
     expect(out.subarray(32, 96).every(Number.isNaN)).toBe(true);
   });
@@ -307,7 +301,7 @@ describe("activation quantizers on the simulator (sm_86)", () => {
     const x = new Float32Array(512);
     // block 0: max −254 → iscale 0.5, d 2: 3 → 1.5 → 2 → 4; 5 → 2.5 → 2 → 4; 254 → 127 → 254; 7 → 3.5 → 4 → 8
     x.set([3, -254, 5, 254, 7]);
-    const out = simulate(ggmlQuantizeKernel(256), 1, { x: new Uint8Array(x.buffer), n: 512 }, 512 * 4);
+    const out = simulate(fakeQuantizeQ8_KKernel(), 1, { x: new Uint8Array(x.buffer), blocks: 2 }, 512 * 4);
     expect([...out.subarray(0, 6)]).toEqual([4, -254, 4, 254, 8, 0]);
     expect(out.subarray(256).every((v) => v === 0)).toBe(true);
   });

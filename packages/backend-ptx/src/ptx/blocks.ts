@@ -26,15 +26,14 @@
  * - Q5_K (176 B): d, dmin, scales[12], qh[32], qs[128] — as Q4_K with n + 16·(qh[e % 32] >> (e / 32) & 1);
  * - Q6_K (210 B): ql[128], qh[64], scales[16] i8, d — f32(d · sc) · ((lo4 | hi2 << 4) − 32).
  *
- * Activations ({@link ggmlQuantizeKernel}): ggml's `vec_dot_type` is Q8_0 (Q8_1 for Q4_1 / Q5_1, whose
- * codes and d are Q8_0's) for the 32-element types and Q8_K for the k-quants; the kernel writes the
- * dequantized values, so the f32 k loops multiply exactly ggml's rounded x.
+ * x is rounded first as ggml rounds activations for these weights (./activations.ts: Q8_0 for the
+ * 32-element types, Q8_K for the k-quants), so the f32 k loops multiply exactly ggml's x.
  *
  * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K, block_q8_0, block_q8_K),
- * ggml/src/ggml-quants.c (`dequantize_row_*`, `quantize_row_q8_0_ref`, `quantize_row_q8_K_ref`),
- * ../shared/spec/llm.md §2; packages/quant/src/ggml-dequant.ts and ggml-quantize.ts (the CPU side).
+ * ggml/src/ggml-quants.c (`dequantize_row_*`), ../shared/spec/llm.md §2;
+ * packages/quant/src/ggml-dequant.ts (the CPU side).
  */
-import { f32Imm, f64Imm, KernelBuilder, type KernelSource } from "./emit.ts";
+import type { KernelBuilder } from "./emit.ts";
 
 /** The GGUF block types the kernels decode. */
 export type BlockFormat =
@@ -609,148 +608,4 @@ export function loadBlockElement(kb: KernelBuilder, format: BlockFormat, row: st
   kb.op(`shr.u32 ${blk}, ${k}, ${Math.log2(b.elems)};`, `and.b32 ${e}, ${k}, ${b.elems - 1};`);
   const base = kb.addr(row, blk, b.bytes);
   return DECODERS[format]({ kb, base, e });
-}
-
-/** Which activation blocks ggml rounds x to for each weight type: 32 (Q8_0 / Q8_1) or 256 (Q8_K). */
-export function activationBlock(format: BlockFormat): 32 | 256 {
-  return BLOCKS[format].elems;
-}
-
-/** Threads per block of {@link ggmlQuantizeKernel}: 8 warps, one activation block each. */
-export const QUANTIZE_WARPS = 8;
-
-/**
- * x rounded as ggml quantizes activations, written back dequantized (f32): out [n] = dequant(quant(x [n]))
- * in blocks of `block` consecutive values (n a multiple of it; blocks never straddle rows when the row
- * length is a multiple). Grid (ceil(blocks / 8), 1), 256 threads, warp w of CTA c takes block 8c + w.
- * - 32 (Q8_0; Q8_1 has the same codes and d): amax = max |x|, d = amax / 127, id = 1 / d (0 when d = 0),
- *   q = roundf(x · id) (ties away from zero), value q · f16(d) (ggml `quantize_row_q8_0_ref`, the
- *   stored d is binary16). A block holding NaN or ±∞ is all NaN, as the reference's d = NaN / ∞ makes it.
- * - 256 (Q8_K): max the first value of largest |x| (its sign is what matters: either sign of a tie gives
- *   the same values), iscale = −127 / max, q = min(127, nearest_int(iscale · x)) (ties to even),
- *   d = f32(1 / iscale), value f32(d · q); an all-zero block stays 0 (ggml `quantize_row_q8_K_ref`).
- *   NaN elements round to code 0 and ±∞ gives d = ∓∞, so NaN values, as the reference.
- * Parameters: out, x, n (elements).
- */
-export function ggmlQuantizeKernel(block: 32 | 256): KernelSource {
-  const kb = new KernelBuilder(`ggml_quantize_q8_${block === 32 ? "0" : "k"}`);
-  const out = kb.ld("out", "u64");
-  const x = kb.ld("x", "u64");
-  const n = kb.ld("n", "u32");
-  const [tid, lane, blk, first] = kb.regs("b32", 4);
-  const end = kb.label("end");
-  const q = kb.reg("pred");
-  kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${blk}, ${tid}, 5;`,
-    `mov.u32 ${first}, %ctaid.x;`,
-    `mad.lo.u32 ${blk}, ${first}, ${QUANTIZE_WARPS}, ${blk};`,
-    `mul.lo.u32 ${first}, ${blk}, ${block};`,
-    `setp.ge.u32 ${q}, ${first}, ${n};`,
-    `@${q} bra ${end};`,
-  );
-  const per = block / 32; // values per lane: lane + 32·i
-  const idx: string[] = [];
-  const v: string[] = [];
-  for (let i = 0; i < per; i++) {
-    const r = kb.reg("b32");
-    kb.op(`add.u32 ${r}, ${first}, ${lane};`, `add.u32 ${r}, ${r}, ${32 * i};`);
-    const at = kb.addr(x, r, 4);
-    const f = kb.reg("f32");
-    kb.op(`ld.global.f32 ${f}, [${at}];`);
-    idx.push(r);
-    v.push(f);
-  }
-  const t = kb.reg("f32");
-  const res: string[] = [];
-  if (block === 32) {
-    const [xv] = v as [string];
-    const amax = kb.reg("f32");
-    const bad = kb.reg("f32");
-    kb.op(`abs.f32 ${amax}, ${xv};`, `mul.f32 ${bad}, ${xv}, 0f00000000;`);
-    for (let o = 16; o >= 1; o >>= 1)
-      kb.op(
-        `shfl.sync.bfly.b32 ${t}, ${amax}, ${o}, 31, -1;`,
-        `max.f32 ${amax}, ${amax}, ${t};`,
-        `shfl.sync.bfly.b32 ${t}, ${bad}, ${o}, 31, -1;`,
-        `add.f32 ${bad}, ${bad}, ${t};`,
-      );
-    const [d, id, dh, s] = kb.regs("f32", 4);
-    const h = kb.reg("b16");
-    const zero = kb.reg("pred");
-    const nan = kb.reg("pred");
-    const qd = kb.reg("f64");
-    const qi = kb.reg("b32");
-    kb.op(
-      `div.rn.f32 ${d}, ${amax}, ${f32Imm(127)};`,
-      `setp.eq.f32 ${zero}, ${d}, 0f00000000;`,
-      `rcp.rn.f32 ${id}, ${d};`,
-      `selp.f32 ${id}, 0f00000000, ${id}, ${zero};`,
-      `cvt.rn.f16.f32 ${h}, ${d};`,
-      `cvt.f32.f16 ${dh}, ${h};`,
-      // roundf(x · id) in f64, where |x · id| + ½ is exact
-      `mul.rn.f32 ${s}, ${xv}, ${id};`,
-      `cvt.f64.f32 ${qd}, ${s};`,
-      `abs.f64 ${qd}, ${qd};`,
-      `add.f64 ${qd}, ${qd}, ${f64Imm(0.5)};`,
-      `cvt.rzi.s32.f64 ${qi}, ${qd};`,
-      `setp.lt.f32 ${zero}, ${s}, 0f00000000;`,
-      `@${zero} neg.s32 ${qi}, ${qi};`,
-      `cvt.rn.f32.s32 ${s}, ${qi};`,
-      `mul.rn.f32 ${s}, ${s}, ${dh};`,
-      // Σ x · 0 over the block is 0, or NaN when it holds a NaN or ±∞
-      `setp.nan.f32 ${nan}, ${bad}, ${bad};`,
-      `@${nan} mov.f32 ${s}, 0f7FC00000;`,
-    );
-    res.push(s);
-  } else {
-    // the lane's value of largest |x| (first in index order), then across the warp
-    const [amax, max, a] = kb.regs("f32", 3);
-    const gt = kb.reg("pred");
-    // strictly greater, from 0: a NaN never wins (ggml's loop)
-    kb.op(`mov.f32 ${amax}, 0f00000000;`, `mov.f32 ${max}, 0f00000000;`);
-    for (let i = 0; i < per; i++)
-      kb.op(
-        `abs.f32 ${a}, ${v[i]};`,
-        `setp.gt.f32 ${gt}, ${a}, ${amax};`,
-        `@${gt} mov.f32 ${amax}, ${a};`,
-        `@${gt} mov.f32 ${max}, ${v[i]};`,
-      );
-    const tm = kb.reg("f32");
-    for (let o = 16; o >= 1; o >>= 1)
-      kb.op(
-        `shfl.sync.bfly.b32 ${t}, ${amax}, ${o}, 31, -1;`,
-        `shfl.sync.bfly.b32 ${tm}, ${max}, ${o}, 31, -1;`,
-        `setp.gt.f32 ${gt}, ${t}, ${amax};`,
-        `@${gt} mov.f32 ${amax}, ${t};`,
-        `@${gt} mov.f32 ${max}, ${tm};`,
-      );
-    const [iscale, d] = kb.regs("f32", 2);
-    const zero = kb.reg("pred");
-    kb.op(
-      `setp.eq.f32 ${zero}, ${amax}, 0f00000000;`,
-      `div.rn.f32 ${iscale}, ${f32Imm(-127)}, ${max};`,
-      `rcp.rn.f32 ${d}, ${iscale};`,
-    );
-    for (let i = 0; i < per; i++) {
-      const s = kb.reg("f32");
-      const qi = kb.reg("b32");
-      kb.op(
-        `mul.rn.f32 ${s}, ${iscale}, ${v[i]};`,
-        `cvt.rni.s32.f32 ${qi}, ${s};`,
-        `min.s32 ${qi}, ${qi}, 127;`,
-        `cvt.rn.f32.s32 ${s}, ${qi};`,
-        `mul.rn.f32 ${s}, ${d}, ${s};`,
-        `@${zero} mov.f32 ${s}, 0f00000000;`,
-      );
-      res.push(s);
-    }
-  }
-  res.forEach((s, i) => {
-    const at = kb.addr(out, idx[i] as string, 4);
-    kb.op(`st.global.f32 [${at}], ${s};`);
-  });
-  kb.place(end);
-  return kb.build([QUANTIZE_WARPS * 32, 1]);
 }

@@ -3,9 +3,9 @@
  * spread of ranks and geometries), for the `ptxas` test and the package README's table. The backend
  * generates the same templates on demand with the exact folded values of each call.
  */
-import { fakeQuantizeQ8_0Kernel } from "./activations.ts";
+import { fakeQuantizeQ8_0Kernel, fakeQuantizeQ8_KKernel } from "./activations.ts";
 import { type AttentionSpec, attentionKernel } from "./attention.ts";
-import { type BlockFormat, ggmlQuantizeKernel } from "./blocks.ts";
+import type { BlockFormat } from "./blocks.ts";
 import {
   countNonFiniteKernel,
   type FloatDtype,
@@ -129,7 +129,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     }
   }
   for (const format of MATMUL_ID_FORMATS) matmul.push(gemvIdKernel(format));
-  matmul.push(fakeQuantizeQ8_0Kernel(), ggmlQuantizeKernel(256));
+  matmul.push(fakeQuantizeQ8_0Kernel(), fakeQuantizeQ8_KKernel());
   const convrot = [
     rotateKernel(256),
     rotateKernel(64),
