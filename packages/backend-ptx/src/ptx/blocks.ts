@@ -1,6 +1,5 @@
 /**
- * GGUF block decoders of the matmul, matmul_id and embedding kernels, and the activation quantizer that
- * rounds x the way ggml's CPU backend does before a quantized dot product.
+ * GGUF block decoders of the matmul, matmul_id and embedding kernels.
  *
  * Decoders, with exactly the float operations of @tp/quant's dequantizeGgml (ggml `dequantize_row_*`,
  * no FMA contraction: every product and difference is `.rn`, which ptxas never fuses), two per type:
@@ -29,7 +28,7 @@
  * x is rounded first as ggml rounds activations for these weights (./activations.ts: Q8_0 for the
  * 32-element types, Q8_K for the k-quants), so the f32 k loops multiply exactly ggml's x.
  *
- * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K, block_q8_0, block_q8_K),
+ * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K),
  * ggml/src/ggml-quants.c (`dequantize_row_*`), ../shared/spec/llm.md §2;
  * packages/quant/src/ggml-dequant.ts (the CPU side).
  */
