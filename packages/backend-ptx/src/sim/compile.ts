@@ -29,6 +29,9 @@ export interface CollectiveSite {
   readonly opcode: readonly string[];
 }
 
+/** How an instruction touches shared memory, for the race check (atomics never race). */
+type SharedAccess = "read" | "write" | "atomic";
+
 /** A memory instruction site (for error messages). */
 export interface MemorySite {
   readonly line: number;
@@ -394,7 +397,12 @@ class KernelCompiler {
   }
 
   /** A checked global / shared address index: statements, and the index expression. */
-  checked(space: "global" | "shared", op: string, bytes: number): { pre: string; idx: string } {
+  checked(
+    space: "global" | "shared",
+    op: string,
+    bytes: number,
+    access: SharedAccess = "read",
+  ): { pre: string; idx: string } {
     const a = this.address(op, space);
     const t = `a${this.tmp++}`;
     const site = this.memSite();
@@ -405,7 +413,11 @@ class KernelCompiler {
         idx: t,
       };
     }
-    return { pre: `const ${t} = T.sharedIndex(${a.base} + ${a.offset}, ${bytes}, ${site});`, idx: t };
+    const mode = access === "read" ? 0 : access === "write" ? 1 : 2;
+    return {
+      pre: `const ${t} = T.sharedIndex(${a.base} + ${a.offset}, ${bytes}, ${site}, ${mode});`,
+      idx: t,
+    };
   }
 
   compileInstr(ins: PtxInstr): string {
@@ -500,7 +512,7 @@ class KernelCompiler {
         known(["v2", "v4", "v8"]);
         const size = BYTES[type];
         if (size === undefined) this.fail(`a .${type} store`);
-        const { pre, idx } = this.checked(space, o(0), size * n);
+        const { pre, idx } = this.checked(space, o(0), size * n, "write");
         const srcs = n === 1 ? [o(1)] : this.vector(o(1));
         const arr = space === "global" ? "M" : "T.S";
         const c = this.memCls(type);
@@ -814,7 +826,7 @@ class KernelCompiler {
         const size = BYTES[type];
         if (size === undefined || size < 4) this.fail(`${op} of .${type}`);
         const at = op === "red" ? 0 : 1;
-        const { pre, idx } = this.checked(space, o(at), size);
+        const { pre, idx } = this.checked(space, o(at), size, "atomic");
         const arr = space === "global" ? "M" : "T.S";
         const c = clsOf(type);
         const t = `o${this.tmp++}`;
@@ -842,7 +854,7 @@ class KernelCompiler {
         if (parts[2] === "commit_group" || parts[2] === "wait_group" || parts[2] === "wait_all") return "";
         const bytes = Number(o(2));
         if (![4, 8, 16].includes(bytes)) this.fail("cp.async of a size other than 4, 8, 16");
-        const dst = this.checked("shared", o(0), bytes);
+        const dst = this.checked("shared", o(0), bytes, "write");
         const srcSize = ops[3] === undefined ? String(bytes) : this.read(ops[3], "u32");
         const t = `n${this.tmp++}`;
         const src = this.address(o(1), "global");

@@ -212,7 +212,8 @@ interface ThreadState {
   warp: number;
   params: Record<string, number>;
   S: Views & { bytes: number };
-  sharedIndex: (a: number, bytes: number, site: number) => number;
+  /** Check a shared access (mode 0 read, 1 write, 2 atomic) and return its index. */
+  sharedIndex: (a: number, bytes: number, site: number, mode: number) => number;
   site: number;
   a: number;
   b: number;
@@ -452,13 +453,64 @@ export class SimMachine {
     const [gx, gy, gz] = spec.grid;
     const sharedBuf = new ArrayBuffer(Math.max(16, Math.ceil(sharedTotal / 16) * 16));
     const S = Object.assign(views(sharedBuf), { bytes: sharedTotal });
-    const sharedIndex = (a: number, bytes: number, site: number): number => {
+    // Race check, per 4-byte word of shared memory: the last writer and reader (−2: several) and the
+    // barrier epoch of each; a read of a word another thread wrote, or a write of a word another
+    // thread read or wrote, in the same epoch (no bar.sync between) is a race. Sub-word accesses are not
+    // checked (a word may hold several threads' bytes), nor atomics.
+    const words = Math.ceil(sharedTotal / 4);
+    const race = {
+      epoch: 0,
+      writer: new Int32Array(words),
+      writeEpoch: new Int32Array(words),
+      writeSite: new Int32Array(words),
+      reader: new Int32Array(words),
+      readEpoch: new Int32Array(words),
+      readSite: new Int32Array(words),
+    };
+    const siteText = (s: number) => {
+      const m = kernel.memSites[s];
+      return `line ${m?.line} (${m?.text})`;
+    };
+    const sharedAccess = (a: number, bytes: number, site: number, mode: number, tid: number): number => {
       if (a < 0 || a + bytes > sharedTotal || (a & (bytes - 1)) !== 0) {
         const s = kernel.memSites[site];
         throw new TpError(
           "E_INTERNAL",
           `PTX simulator: kernel ${name}, line ${s?.line}: ${s?.text}: ${bytes}-byte shared access at ${a} is ${(a & (bytes - 1)) !== 0 ? "misaligned" : `outside the block's ${sharedTotal} B`}`,
         );
+      }
+      if (mode === 2 || bytes < 4) return a;
+      const e = race.epoch;
+      for (let w = a >> 2; w < (a + bytes) >> 2; w++) {
+        const writer = race.writer[w] as number;
+        const wrote = race.writeEpoch[w] === e && writer !== tid && writer >= 0;
+        if (mode === 0) {
+          if (wrote)
+            throw new TpError(
+              "E_INTERNAL",
+              `PTX simulator: kernel ${name}: shared-memory race at byte ${w * 4}: thread ${tid} reads it at ${siteText(site)} after thread ${writer} wrote it at ${siteText(race.writeSite[w] as number)} with no bar.sync between`,
+            );
+          if (race.readEpoch[w] === e && race.reader[w] !== tid) race.reader[w] = -2;
+          else {
+            race.reader[w] = tid;
+            race.readEpoch[w] = e;
+          }
+          race.readSite[w] = site;
+        } else {
+          const reader = race.reader[w] as number;
+          if (wrote || (race.readEpoch[w] === e && reader !== tid && reader !== -1)) {
+            const other = wrote
+              ? `thread ${writer} wrote it at ${siteText(race.writeSite[w] as number)}`
+              : `${reader === -2 ? "other threads" : `thread ${reader}`} read it at ${siteText(race.readSite[w] as number)}`;
+            throw new TpError(
+              "E_INTERNAL",
+              `PTX simulator: kernel ${name}: shared-memory race at byte ${w * 4}: thread ${tid} writes it at ${siteText(site)} after ${other} with no bar.sync between`,
+            );
+          }
+          race.writer[w] = tid;
+          race.writeEpoch[w] = e;
+          race.writeSite[w] = site;
+        }
       }
       return a;
     };
@@ -481,7 +533,8 @@ export class SimMachine {
         warp: t >> 5,
         params,
         S,
-        sharedIndex,
+        sharedIndex: (a: number, bytes: number, site: number, mode: number) =>
+          sharedAccess(a, bytes, site, mode, t),
         site: -1,
         a: 0,
         b: 0,
@@ -499,16 +552,23 @@ export class SimMachine {
       for (let y = 0; y < gy; y++)
         for (let x = 0; x < gx; x++) {
           S.u8.fill(0xff);
+          race.epoch = 0;
+          race.writer.fill(-1);
+          race.reader.fill(-1);
+          race.writeEpoch.fill(-1);
+          race.readEpoch.fill(-1);
           for (const st of states) {
             st.ctaidx = x;
             st.ctaidy = y;
             st.ctaidz = z;
           }
-          this.#runBlock(k, states);
+          this.#runBlock(k, states, () => {
+            race.epoch++;
+          });
         }
   }
 
-  #runBlock(k: LoadedKernel, states: ThreadState[]): void {
+  #runBlock(k: LoadedKernel, states: ThreadState[], onBarrier: () => void): void {
     const kernel = k.kernel;
     const n = states.length;
     const gens = states.map((s) => k.run(s));
@@ -589,6 +649,7 @@ export class SimMachine {
       for (let i = 0; i < n; i++)
         if (status[i] === 1 && kernel.sites[(states[i] as ThreadState).site]?.kind === "bar") atBar++;
       if (atBar === waiting) {
+        onBarrier();
         for (let i = 0; i < n; i++) if (status[i] === 1) step(i);
         continue;
       }

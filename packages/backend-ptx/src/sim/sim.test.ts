@@ -298,6 +298,43 @@ describe("faults", () => {
     const msg = fault(() => run(body, ".param .u32 k_n", [1, 1, 1], [32, 1, 1], [0]));
     expect(msg).toMatch(/lane 30 of the member mask has exited/);
   });
+  // Thread 0 writes sh[0]; every thread then reads it: with bar.sync between, all read 7.
+  const shared = (sync: boolean, order: "raw" | "war") => `
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<3>;
+    .reg .pred %p<1>;
+    .shared .align 4 .b8 k_sh[128];
+    ld.param.u64 %rd0, [k_out];
+    mov.u32 %r0, %tid.x;
+    mov.u32 %r1, k_sh;
+    mov.u32 %r2, 7;
+    setp.eq.u32 %p0, %r0, ${order === "raw" ? 0 : 31};
+    ${order === "raw" ? "@%p0 st.shared.u32 [%r1], %r2;" : "ld.shared.u32 %r3, [%r1];"}
+    ${sync ? "bar.sync 0;" : ""}
+    ${order === "raw" ? "ld.shared.u32 %r3, [%r1];" : "@%p0 st.shared.u32 [%r1], %r2;"}
+    mul.wide.u32 %rd1, %r0, 4;
+    add.u64 %rd2, %rd0, %rd1;
+    st.global.u32 [%rd2], %r3;
+    ret;`;
+  test("shared memory: a read of another thread's write with no bar.sync between is a race", () => {
+    const ok = run(shared(true, "raw"), ".param .u64 k_out", [1, 1, 1], [32, 1, 1], [new Uint32Array(32)]);
+    expect([...(ok[0] as Uint32Array)]).toEqual(Array(32).fill(7));
+    const msg = fault(() =>
+      run(shared(false, "raw"), ".param .u64 k_out", [1, 1, 1], [32, 1, 1], [new Uint32Array(32)]),
+    );
+    expect(msg).toMatch(
+      /shared-memory race at byte 0: thread 1 reads it at line \d+ \(ld\.shared\.u32 %r3, \[%r1\]\) after thread 0 wrote it at line \d+ \(@%p0 st\.shared|shared-memory race at byte 0: thread 1 reads it .* after thread 0 wrote it/,
+    );
+  });
+  test("shared memory: a write over a word other threads read in the same epoch is a race", () => {
+    const msg = fault(() =>
+      run(shared(false, "war"), ".param .u64 k_out", [1, 1, 1], [32, 1, 1], [new Uint32Array(32)]),
+    );
+    expect(msg).toMatch(/shared-memory race at byte 0: thread 31 writes it .* after other threads read it/);
+    // the barrier orders them: no race (every thread read the NaN-filled word, 0xffffffff)
+    const ok = run(shared(true, "war"), ".param .u64 k_out", [1, 1, 1], [32, 1, 1], [new Uint32Array(32)]);
+    expect([...(ok[0] as Uint32Array)]).toEqual(Array(32).fill(0xffffffff));
+  });
   test("PTX outside the simulated subset is refused at load naming the line", () => {
     const msg = fault(() => run("\tbrkpt;\n\tret;", ".param .u32 k_n", [1, 1, 1], [1, 1, 1], [0]));
     expect(msg).toMatch(/E_UNSUPPORTED: PTX simulator: kernel k, line 6: instruction brkpt is not simulated/);
