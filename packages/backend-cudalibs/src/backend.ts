@@ -19,10 +19,18 @@
  * Environment: as ptx (TP_CUDA_DEVICE, TP_CUDA_LIB_DIR — here a ':'-separated list of folders, searched
  * for libcublasLt.so.13/.12 and libcudnn.so.9 before the loader path).
  */
-import { PtxBackend, type PtxBackendOptions, type PtxOpHost, ptx, ptxKernelTable } from "@tp/backend-ptx";
+import {
+  PtxBackend,
+  type PtxBackendOptions,
+  type PtxOpHost,
+  ptx,
+  ptxKernelTable,
+  SimCudaDriver,
+} from "@tp/backend-ptx";
 import { type KernelTable, type Tensor, TpError, type Weight } from "@tp/tensor";
 import { CublasLt, type GemmKind, type GemmShape, loadCublasLt, WORKSPACE_BYTES } from "./cublaslt.ts";
 import { type Cudnn, loadCudnn } from "./cudnn.ts";
+import { fakeCublasLt } from "./fake-cublaslt.ts";
 import { absMaxKernel, DEQUANT_BLOCK, dequantInt32Kernel, FP8_BLOCK, quantizeFp8Kernel } from "./kernels.ts";
 
 /** What the cuBLASLt matmul path needs of its backend (a PtxBackend, or a fake in tests). */
@@ -249,24 +257,34 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
     super(options, "cuda");
     const env = options.env ?? process.env;
     this.fp8Activations = options.fp8Activations ?? env.TP_CUDA_FP8_ACTIVATIONS === "1";
+    const sim = this.driver instanceof SimCudaDriver ? this.driver : null;
     try {
-      const lib = loadCublasLt(env);
-      this.lt = new CublasLt(lib.symbols);
+      // On the PTX simulator no real library can run (its buffers are not device memory): cuBLASLt is
+      // the float64 model of ./fake-cublaslt.ts computing on the simulator's memory.
+      const symbols =
+        sim === null ? loadCublasLt(env).symbols : fakeCublasLt({ view: (a) => sim.dataView(a) }).symbols;
+      this.lt = new CublasLt(symbols);
     } catch (e) {
       super.dispose();
       throw e;
     }
     let cudnn: Cudnn | null = null;
-    let missing: string | null = null;
-    try {
-      cudnn = loadCudnn(this.stream, env);
-    } catch (e) {
-      missing = e instanceof Error ? e.message : String(e);
+    let missing: string | null = sim === null ? null : "the PTX simulator has no cuDNN";
+    if (sim === null) {
+      try {
+        cudnn = loadCudnn(this.stream, env);
+      } catch (e) {
+        missing = e instanceof Error ? e.message : String(e);
+      }
     }
     this.cudnn = cudnn;
     this.cudnnMissing = missing;
     const v = this.lt.version();
-    this.device += `, cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}${cudnn === null ? ", no cuDNN" : `, cuDNN ${cudnn.versionString()}`}`;
+    // The workspace is the backend's from the start (not the first GEMM's): ops leave memory as they found it.
+    this.workspace();
+    if (sim !== null) this.device += ", cuBLASLt model (float64), no cuDNN";
+    else
+      this.device += `, cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}${cudnn === null ? ", no cuDNN" : `, cuDNN ${cudnn.versionString()}`}`;
   }
 
   workspace(): { ptr: bigint; bytes: number } {

@@ -4,7 +4,8 @@
  * computing D = α·op(A)·op(B) (+ bias) (·scale_A·scale_B for fp8) in float64 from the layouts exactly as
  * the cuBLAS documentation defines them (column-major, element (i, j) of a rows × cols matrix at
  * i + j·ld; op(A) = Aᵀ for TRANSA = T). A layout that does not fit the product is
- * CUBLAS_STATUS_INVALID_VALUE, as the library answers. Test code only.
+ * CUBLAS_STATUS_INVALID_VALUE, as the library answers. Used by the tests, and by the cuda backend on the
+ * PTX simulator (computing on the simulator's memory: `view`), where no real library can run.
  */
 import type { CublasLtSymbols } from "./cublaslt.ts";
 import {
@@ -46,7 +47,15 @@ export function e4m3(bits: number): number {
 }
 
 /** The fake and its observable state. */
-export function fakeCublasLt(options: { failCreate?: number; failMatmul?: number; noAlgoFor?: number } = {}) {
+export function fakeCublasLt(
+  options: {
+    failCreate?: number;
+    failMatmul?: number;
+    noAlgoFor?: number;
+    /** Device memory to compute on (the PTX simulator's), instead of the model's own byte arrays. */
+    view?: (address: bigint) => DataView;
+  } = {},
+) {
   let next = 0x100;
   let nextAddr = 0x7000_0000n;
   const memory = new Map<bigint, Uint8Array>();
@@ -58,6 +67,7 @@ export function fakeCublasLt(options: { failCreate?: number; failMatmul?: number
     out[0] = BigInt(v);
   };
   const view = (addr: bigint): DataView => {
+    if (options.view !== undefined) return options.view(addr);
     for (const [base, bytes] of memory) {
       if (addr >= base && addr < base + BigInt(bytes.byteLength))
         return new DataView(bytes.buffer, bytes.byteOffset + Number(addr - base));

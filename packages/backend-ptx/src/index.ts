@@ -15,3 +15,4 @@ export {
 export * as driver from "./driver/index.ts";
 export { type LaunchArg, type PtxOpHost, ptxKernelTable } from "./ops.ts";
 export * as ptx from "./ptx/index.ts";
+export { parseSimTarget, SimCudaDriver, type SimDriverOptions } from "./sim/driver.ts";

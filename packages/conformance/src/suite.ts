@@ -36,6 +36,13 @@ export const SUITE_BACKENDS: readonly SuiteBackend[] = [
   { backend: "ptx", label: "ptx", options: {} },
   // The ptx backend's kernels executed by its PTX simulator: what they compute, checked without a GPU.
   { backend: "ptx", label: "ptx (simulated sm_86)", options: { simulate: "sm_86" } as BackendOptions },
+  // The cuda backend on the simulator: its PTX kernels around cuBLASLt (casts, ConvRot quantization,
+  // int32 dequant, fp8 scaling) executed, the GEMMs by a float64 model of cuBLASLt.
+  {
+    backend: "cuda",
+    label: "cuda (simulated sm_89, cuBLASLt model)",
+    options: { simulate: "sm_89" } as BackendOptions,
+  },
   { backend: "cuda", label: "cuda", options: {} },
 ];
 

@@ -249,4 +249,16 @@ export class SimCudaDriver {
   }
 
   ctxSynchronize(): void {}
+
+  /**
+   * A view of simulated device memory from `address` to the end of its allocation, for a model of a
+   * library that computes on device buffers (the cuda backend's cuBLASLt model under simulation).
+   * @throws TpError E_ARG when the address is in no allocation
+   */
+  dataView(address: bigint): DataView {
+    const at = this.machine.checkedOffset(Number(address), 1, "device access");
+    const r = this.machine.region(at, 1);
+    const end = r === null ? at + 1 : r.start + r.bytes;
+    return new DataView(this.machine.memory, at, end - at);
+  }
 }
