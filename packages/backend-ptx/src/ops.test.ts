@@ -269,7 +269,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "map_gelu_tanh_f32_to_f32_r1",
       "map_scale_f32_to_f32_r1",
       "map_modulate_f32_f32_f32_to_f32_r2",
-      "map_cast_f32_to_bf16_r1_sat",
+      "cast_f32_to_bf16_r1", // saturate changes fp8 outputs only (as the cpu backend)
       // concat: [2, 3, 4, 8] into slices of [2, 6, 4, 8], the inner 4 × 8 merged: rank 2
       "move_b32_r2_so",
       "move_b32_r2_so",
@@ -308,6 +308,83 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       ["top_k_f32", 3, 1, 1],
       ["ggml_fake_quantize_q8_0", 1, 1, 1],
       ["matmul_id_gemv_q4_0", 3, 6, 1],
+    ]);
+  });
+  test("casts: fp8 through ptx/casts.ts, a dtype to itself as a bit copy, other pairs E_UNSUPPORTED", () => {
+    const b = new Recorder(86);
+    const x = f32(b, [4, 6]);
+    b.cast(x, "f8_e4m3fn", { saturate: true });
+    b.cast(x.transpose(0, 1), "f8_e5m2");
+    b.cast(b.alloc([7], "f8_e4m3fn"), "f32");
+    b.cast(b.alloc([7], "f8_e5m2"), "bf16");
+    b.cast(b.alloc([3, 5], "i32"), "i32");
+    b.cast(b.alloc([9], "u8"), "u8");
+    expect(b.names()).toEqual([
+      "cast_f32_to_f8_e4m3fn_r1_sat",
+      "cast_f32_to_f8_e5m2_r2",
+      "cast_f8_e4m3fn_to_f32_r1",
+      "cast_f8_e5m2_to_bf16_r1",
+      "move_b32_r1",
+      "move_b8_r1",
+    ]);
+    for (const [from, to] of [
+      ["i32", "f32"],
+      ["f32", "i32"],
+      ["i8", "i16"],
+      ["f64", "f32"],
+    ] as const) {
+      expect(() => b.cast(b.alloc([2], from), to)).toThrow(
+        `op cast on backend ptx: no conversion ${from} → ${to}`,
+      );
+    }
+    expect(b.supports("cast", ["f8_e4m3fn", "f8_e5m2", "i64", "bool"])).toBe(true);
+  });
+  test("matmul_id: GEMV per row below the threshold, else routing + one grouped GEMM launch", () => {
+    const b = new Recorder(86);
+    const experts = weight("q8_0", 8 * 40, 64); // 8 experts of N = 40
+    // 63 rows: GEMV; 64 rows over 8 experts: grouped; 64 rows over 32 experts (< 4 per expert): GEMV
+    b.matmulId(f32(b, [21, 1, 64]), experts, b.alloc([21, 3], "i32"), { experts: 8 });
+    b.matmulId(f32(b, [16, 4, 64]), experts, b.alloc([16, 4], "i32"), { experts: 8 });
+    b.matmulId(f32(b, [16, 4, 64]), weight("q8_0", 32 * 10, 64), b.alloc([16, 4], "i32"), { experts: 32 });
+    // 1000 rows (x one slot per token), f16: the tile bound is ⌈1000 / 64⌉ + 9 buckets
+    b.matmulId(f32(b, [250, 1, 64]), weight("f16", 8 * 40, 64), b.alloc([250, 4], "i32"), { experts: 8 });
+    expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
+      ["matmul_id_gemv_q8_0", 5, 63, 1],
+      ["moe_route_count", 1, 1, 1],
+      ["moe_route_scan", 1, 1, 1],
+      ["moe_route_scatter", 1, 1, 1],
+      ["matmul_id_grouped_q8_0", 1, 1 + 9, 1],
+      ["matmul_id_gemv_q8_0", 2, 64, 1],
+      ["moe_route_count", 4, 1, 1],
+      ["moe_route_scan", 1, 1, 1],
+      ["moe_route_scatter", 4, 1, 1],
+      ["matmul_id_grouped_f16", 1, 16 + 9, 1],
+    ]);
+  });
+  test("matmul_id ConvRot and scaled fp8 experts: x rotated, then the scaled kernels", () => {
+    const b = new Recorder(90);
+    const w8 = weight("int8_convrot", 4 * 16, 256);
+    b.matmulId(f32(b, [2, 1, 256]), w8, b.alloc([2, 2], "i32"), { experts: 4 });
+    b.matmulId(f32(b, [40, 2, 256]), weight("int4_convrot", 4 * 16, 256), b.alloc([40, 2], "i32"), {
+      experts: 4,
+    });
+    const e5 = new Weight({
+      name: "exps.e5m2",
+      format: "f8_e5m2",
+      shape: [4 * 16, 64],
+      data: new Uint8Array(4 * 16 * 64),
+      scale: { kind: "tensor", value: 0.25 },
+    });
+    b.matmulId(f32(b, [3, 1, 64]), e5, b.alloc([3, 2], "i32"), { experts: 4 });
+    expect(b.names()).toEqual([
+      "convrot_rotate_g256",
+      "matmul_id_gemv_int8_convrot_s",
+      "convrot_rotate_g256",
+      "moe_route_count",
+      "moe_route_scan",
+      "moe_route_scatter",
+      "matmul_id_grouped_int4_convrot_s",
+      "matmul_id_gemv_f8_e5m2_s",
     ]);
   });
   test("gated_delta_net: one thread per (value head, value dim), all tokens in order", () => {

@@ -23,6 +23,7 @@ import {
 } from "@tp/tensor";
 import { fakeQuantizeQ8_0Kernel, fakeQuantizeQ8_KKernel, Q8_BLOCKS_PER_CTA } from "./ptx/activations.ts";
 import { attentionKernel } from "./ptx/attention.ts";
+import { CAST_FLOATS, type CastFloat, castKernel } from "./ptx/casts.ts";
 import { EMBEDDING_FORMATS, MATMUL_FORMATS, MATMUL_ID_FORMATS } from "./ptx/catalogue.ts";
 import {
   countNonFiniteKernel,
@@ -59,6 +60,16 @@ import {
   mmaTiledKernel,
   mmaTiledName,
 } from "./ptx/mma-tiled.ts";
+import {
+  groupedKernel,
+  groupedMatmulId,
+  MOE_ROUTE_BLOCK,
+  MOE_TILE,
+  moeCountKernel,
+  moeScanKernel,
+  moeScatterKernel,
+  moeTileBound,
+} from "./ptx/moe.ts";
 import {
   argmaxKernel,
   fakeQuantizeRowsKernel,
@@ -270,6 +281,37 @@ function ggmlActivations(host: PtxOpHost, x: Tensor, format: string): Tensor {
   return out;
 }
 
+const isCastFloat = (d: DTypeName): d is CastFloat => (CAST_FLOATS as readonly string[]).includes(d);
+
+/**
+ * cast: any dtype to itself (the bits copied, as the cpu backend); between f32, f16, bf16, f8_e4m3fn and
+ * f8_e5m2 through ptx/casts.ts (the cpu's rounding, overflow and NaN rules, bit for bit).
+ * @throws TpError E_UNSUPPORTED for another pair (integers, f64, bool convert only to themselves)
+ */
+function cast(host: PtxOpHost, out: Tensor, x: Tensor, saturate: boolean): void {
+  const from = x.dtype;
+  const to = out.dtype;
+  if (from === to) {
+    move(host, out, x);
+    return;
+  }
+  if (!isCastFloat(from) || !isCastFloat(to))
+    throw unsupported(
+      "cast",
+      `no conversion ${from} → ${to} (between ${CAST_FLOATS.join(", ")}, or a dtype to itself)`,
+    );
+  const sat = saturate && (to === "f8_e4m3fn" || to === "f8_e5m2");
+  strided(
+    host,
+    "cast",
+    (rank) =>
+      host.kernel(`cast:${from}:${to}:${rank}:${sat}`, () => castKernel({ from, to, rank, saturate: sat })),
+    out,
+    [x],
+    false,
+  );
+}
+
 /** Copy the elements of `src` (any view) into `dst` (any non-overlapping view), bits unchanged. */
 export function move(host: PtxOpHost, dst: Tensor, src: Tensor): void {
   const bytes = dtypeBytes(src.dtype) as 1 | 2 | 4 | 8;
@@ -464,6 +506,124 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor
   });
 }
 
+/**
+ * matmul_id: ConvRot experts take x rotated (and quantized as the dense matmul does: W8A8, W4A4 by
+ * default), Q8_0 / Q4_0 experts x quantized as ggml's Q8_0, and the row scales (fp8: the tensor scale)
+ * multiply the sums; then one GEMV per routed row, or from {@link groupedMatmulId}'s threshold the grouped path of
+ * ptx/moe.ts (routing on the device, one tiled GEMM launch over all experts).
+ */
+function matmulId(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, ids: Tensor, experts: number): void {
+  host.scope(() => {
+    if (out.numel === 0) return;
+    const [T, S, N] = out.shape as [number, number, number];
+    const K = w.shape[1];
+    const R = T * S;
+    const convrot = scaledFormat(w.format);
+    const scaled = convrot || w.scale?.kind === "tensor";
+    if (w.scale !== undefined && !scaled)
+      throw unsupported(
+        "matmul_id",
+        `${w.name}: ${w.format} experts with ${w.scale.kind} scales have no kernel`,
+      );
+    let xc = contiguous(host, x);
+    check32("matmul_id", xc, out);
+    if (convrot) {
+      const group = w.rotationGroup ?? 256;
+      if (K % group !== 0)
+        throw unsupported(
+          "matmul_id",
+          `${w.name}: K = ${K} is not a multiple of the rotation group ${group}`,
+        );
+      const rows = xc.numel / K;
+      const rot = host.alloc([rows, K], "f32", "x_rot");
+      host.launch(
+        host.kernel(`rotate:${group}`, () => rotateKernel(group)),
+        [K / group, rows, 1],
+        { out: rot, x: xc, k: K },
+      );
+      xc = rot;
+      // the activations as the dense matmul's float-x kernels take them: W8A8 always, W4A4 unless
+      // weight-only was asked for (quantized per row and dequantized, rows.ts fakeQuantizeRowsKernel)
+      const bits = w.format === "int8_convrot" ? 8 : host.w4a4 ? 4 : null;
+      if (bits !== null) {
+        const fq = host.alloc([rows, K], "f32", "x_fq");
+        const sx = host.alloc([rows], "f32", "x_scale");
+        host.launch(
+          host.kernel(`fake_quant${bits}`, () => fakeQuantizeRowsKernel(bits)),
+          [rows, 1, 1],
+          {
+            out: fq,
+            x: rot,
+            d: K,
+            scales: sx,
+          },
+        );
+        xc = fq;
+      }
+    }
+    xc = ggmlActivations(host, xc, w.format);
+    const format = w.format as ElementFormat;
+    const args: Record<string, LaunchArg> = {
+      out,
+      x: xc,
+      w: host.weightBytes(w),
+      ...(scaled ? { scale: host.weightScale(w) } : {}),
+      m: R,
+      n: N,
+      k: K,
+      experts,
+      x_div: x.shape[1] === 1 ? S : 1,
+    };
+    const ic = contiguous(host, ids);
+    if (!groupedMatmulId(R, experts)) {
+      if (R > 65535) throw unsupported("matmul_id", `${R} routed rows past the GEMV grid's 65535`);
+      const k = host.kernel(`mmid:${format}:${scaled}`, () => gemvIdKernel(format, scaled));
+      host.launch(k, [blocks(N, GEMV_WARPS), R, 1], { ...args, ids: ic });
+      return;
+    }
+    const bound = moeTileBound(R, experts);
+    if (bound > 65535)
+      throw unsupported(
+        "matmul_id",
+        `${R} routed rows over ${experts} experts: ${bound} row tiles past the grid's 65535`,
+      );
+    const buckets = experts + 1;
+    const counts = host.alloc([buckets], "u32", "moe_counts");
+    const cursor = host.alloc([buckets], "u32", "moe_cursor");
+    const rowStart = host.alloc([buckets], "u32", "moe_row_start");
+    const tileExpert = host.alloc([bound], "u32", "moe_tile_expert");
+    const tileRow = host.alloc([bound], "u32", "moe_tile_row");
+    const tiles = host.alloc([1], "u32", "moe_tiles");
+    const list = host.alloc([R], "u32", "moe_list");
+    host.fill(counts, 0);
+    host.fill(cursor, 0);
+    const routeGrid: [number, number, number] = [blocks(R, MOE_ROUTE_BLOCK), 1, 1];
+    host.launch(host.kernel("moe_count", moeCountKernel), routeGrid, { ids: ic, counts, m: R, experts });
+    host.launch(host.kernel("moe_scan", moeScanKernel), [1, 1, 1], {
+      counts,
+      row_start: rowStart,
+      tile_expert: tileExpert,
+      tile_row: tileRow,
+      tiles,
+      experts,
+    });
+    host.launch(host.kernel("moe_scatter", moeScatterKernel), routeGrid, {
+      ids: ic,
+      row_start: rowStart,
+      cursor,
+      list,
+      m: R,
+      experts,
+    });
+    const spec = { format, scaled };
+    host.launch(
+      host.kernel(`mmid_grouped:${format}:${scaled}`, () => groupedKernel(spec)),
+      [blocks(N, MOE_TILE.bn), bound, 1],
+      { ...args, counts, row_start: rowStart, tile_expert: tileExpert, tile_row: tileRow, tiles, list },
+    );
+  });
+}
+
 function attention(host: PtxOpHost, out: Tensor, q: Tensor, k: Tensor, v: Tensor, p: AttentionParams): void {
   if (p.batch > 65535 || p.heads > 65535)
     throw unsupported("attention", `batch ${p.batch} × heads ${p.heads} past the grid's 65535`);
@@ -508,34 +668,7 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
     matmul_id: {
       dtypes: ["f32"],
       weightFormats: MATMUL_ID_FORMATS,
-      run: (out, x, w, ids, experts) =>
-        host.scope(() => {
-          if (out.numel === 0) return;
-          if (w.scale !== undefined && w.scale.kind !== "tensor")
-            throw unsupported(
-              "matmul_id",
-              `${w.name}: per-row scaled ${w.format} experts have no kernel yet`,
-            );
-          const [T, S, N] = out.shape as [number, number, number];
-          const K = w.shape[1];
-          const xc = ggmlActivations(host, contiguous(host, x), w.format);
-          const ic = contiguous(host, ids);
-          check32("matmul_id", xc, out);
-          const k = host.kernel(`mmid:${w.format}`, () => gemvIdKernel(w.format as ElementFormat));
-          host.launch(k, [blocks(N, GEMV_WARPS), T * S, 1], {
-            out,
-            x: xc,
-            w: host.weightBytes(w),
-            ids: ic,
-            m: T * S,
-            n: N,
-            k: K,
-            experts,
-            x_div: x.shape[1] === 1 ? S : 1,
-          });
-          // fp8 scaled: w = f32(fp8) · scale, one scale for all experts
-          if (w.scale?.kind === "tensor") map(host, "scale", out, [out], { s: w.scale.value });
-        }),
+      run: (out, x, w, ids, experts) => matmulId(host, out, x, w, ids, experts),
     },
     attention: { dtypes: ["f32"], run: (out, q, k, v, p) => attention(host, out, q, k, v, p) },
     rms_norm: {
@@ -743,10 +876,7 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
     slice: { dtypes: ALL_DTYPES, run: (out, view) => move(host, out, view) },
     copy: { dtypes: ALL_DTYPES, run: (out, x) => move(host, out, x) },
     set: { dtypes: ALL_DTYPES, run: (dst, src) => move(host, dst, src) },
-    cast: {
-      dtypes: FLOATS,
-      run: (out, x, saturate) => map(host, "cast", out, [x], {}, saturate),
-    },
+    cast: { dtypes: ALL_DTYPES, run: (out, x, saturate) => cast(host, out, x, saturate) },
     argmax: {
       dtypes: ["f32"],
       run: (out, x) =>

@@ -6,6 +6,7 @@
 import { fakeQuantizeQ8_0Kernel, fakeQuantizeQ8_KKernel } from "./activations.ts";
 import { type AttentionSpec, attentionKernel } from "./attention.ts";
 import type { BlockFormat } from "./blocks.ts";
+import { CAST_FLOATS, castKernel } from "./casts.ts";
 import {
   countNonFiniteKernel,
   type FloatDtype,
@@ -25,6 +26,7 @@ import {
 } from "./gather.ts";
 import { gemvIdKernel, gemvKernel, mmaIntKernel, mmaKernel, tiledKernel } from "./matmul.ts";
 import { type MmaOperand, mmaTiledKernel } from "./mma-tiled.ts";
+import { groupedKernel, moeCountKernel, moeScanKernel, moeScatterKernel } from "./moe.ts";
 import {
   argmaxKernel,
   fakeQuantizeRowsKernel,
@@ -64,15 +66,8 @@ export const MATMUL_FORMATS = [
   "int8_convrot",
   "int4_convrot",
 ] as const;
-/** Weight formats of matmul_id (the unscaled ones). */
-export const MATMUL_ID_FORMATS = [
-  "f32",
-  "f16",
-  "bf16",
-  "f8_e4m3fn",
-  "f8_e5m2",
-  ...GGUF_BLOCK_FORMATS,
-] as const;
+/** Weight formats of matmul_id (fp8 raw or with a tensor scale; ConvRot with its row scales). */
+export const MATMUL_ID_FORMATS = MATMUL_FORMATS;
 export const EMBEDDING_FORMATS = [
   "f32",
   "f16",
@@ -87,17 +82,19 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
   const map: KernelSource[] = [];
   for (const op of Object.keys(MAP_OPS) as MapOp[]) {
     const arity = MAP_OPS[op];
-    if (op === "cast") {
-      for (const a of FLOATS)
-        for (const b of FLOATS)
-          for (const saturate of [false, true])
-            map.push(mapKernel({ op, inputs: [a], out: b, rank: 2, saturate }));
-      continue;
-    }
+    if (op === "cast") continue; // the cast op runs ./casts.ts
     for (const d of FLOATS)
       for (const rank of [1, 4]) map.push(mapKernel({ op, inputs: Array(arity).fill(d), out: d, rank }));
   }
   map.push(mapKernel({ op: "add", inputs: ["f32", "f32"], out: "f32", rank: 8 }));
+  const casts: KernelSource[] = [];
+  for (const from of CAST_FLOATS)
+    for (const to of CAST_FLOATS) {
+      if (from === to) continue;
+      const fp8 = to === "f8_e4m3fn" || to === "f8_e5m2";
+      for (const saturate of fp8 ? [false, true] : [false])
+        casts.push(castKernel({ from, to, rank: from === "f32" ? 1 : 3, saturate }));
+    }
   const move: KernelSource[] = [];
   for (const bytes of [1, 2, 4, 8] as const)
     for (const outStrided of [false, true])
@@ -128,7 +125,13 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
       if (format === "f16" || format === "bf16") matmul.push(mmaKernel({ format, bias, scaled: false }));
     }
   }
-  for (const format of MATMUL_ID_FORMATS) matmul.push(gemvIdKernel(format));
+  const moe: KernelSource[] = [moeCountKernel(), moeScanKernel(), moeScatterKernel()];
+  for (const format of MATMUL_ID_FORMATS) {
+    const convrot = format === "int8_convrot" || format === "int4_convrot";
+    const fp8 = format === "f8_e4m3fn" || format === "f8_e5m2";
+    for (const scaled of convrot ? [true] : fp8 ? [false, true] : [false])
+      moe.push(gemvIdKernel(format, scaled), groupedKernel({ format, scaled }));
+  }
   matmul.push(fakeQuantizeQ8_0Kernel(), fakeQuantizeQ8_KKernel());
   const convrot = [
     rotateKernel(256),
@@ -162,11 +165,13 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
   ];
   return {
     map,
+    casts,
     move,
     rows,
     rope,
     embedding: EMBEDDING_FORMATS.map(embeddingKernel),
     matmul,
+    moe,
     convrot,
     mma_tiled: mmaTiled,
     attention,

@@ -164,7 +164,7 @@ export const ELEMENTWISE_BLOCK = 256;
  * Emits the bounds check (threads past n jump to `end`, to be placed after the body). Parameters, in
  * order: n, sizes[rank], then strides[rank] per strided operand. Returns the offsets (32-bit).
  */
-function stridedOffsets(
+export function stridedOffsets(
   kb: KernelBuilder,
   rank: number,
   operands: number,

@@ -50,7 +50,7 @@ function params(kb: KernelBuilder, s: MatmulSpec) {
 }
 
 /** The byte length of one weight row as a register (linear in K for every format). */
-function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): string {
+export function rowBytesReg(kb: KernelBuilder, format: ElementFormat, K: string): string {
   const r = kb.reg("b32");
   if (isBlockFormat(format)) kb.op(...blockRowBytesOps(format, r, K));
   else if (format === "int4_convrot") kb.op(`shr.u32 ${r}, ${K}, 1;`);
@@ -513,14 +513,16 @@ export function mmaIntKernel(bits: 8 | 4, bias: boolean): KernelSource {
  * matmul_id (ggml mul_mat_id) for decode: GEMV per routed row. Row r = t·S + s of out [T, S, N] is
  * x[t, s] (or x[t, 0] when x has one slot: x_div = S) · W_{ids[r]}ᵀ with W the expert-major stack
  * [experts·N, K]; an id outside [0, experts) gives a row of NaN. Grid (ceil(N / 8), T·S), 256 threads.
- * Parameters: out, x, w, ids, m (T·S), n, k, experts, x_div.
+ * `scaled`: the sum times scale[e·N + n] (ConvRot row scales, fp8's tensor scale repeated).
+ * Parameters: out, x, w, ids, [scale], m (T·S), n, k, experts, x_div.
  */
-export function gemvIdKernel(format: ElementFormat): KernelSource {
-  const kb = new KernelBuilder(`matmul_id_gemv_${format}`);
+export function gemvIdKernel(format: ElementFormat, scaled = false): KernelSource {
+  const kb = new KernelBuilder(`matmul_id_gemv_${format}${scaled ? "_s" : ""}`);
   const out = kb.ld("out", "u64");
   const x = kb.ld("x", "u64");
   const w = kb.ld("w", "u64");
   const ids = kb.ld("ids", "u64");
+  const scale = scaled ? kb.ld("scale", "u64") : null;
   kb.ld("m", "u32");
   const N = kb.ld("n", "u32");
   const K = kb.ld("k", "u32");
@@ -556,6 +558,11 @@ export function gemvIdKernel(format: ElementFormat): KernelSource {
   kb.op(`mul.wide.u32 ${row}, ${wrow}, ${rb};`, `add.u64 ${row}, ${row}, ${w};`);
   const top = kb.label("k");
   warpDot(kb, { format, row, x, xrow, k, K, lane, acc, top, done, q: kb.reg("pred") });
+  if (scale !== null) {
+    const sv = kb.reg("f32");
+    const sAt = kb.addr(scale, wrow, 4);
+    kb.op(`@!${bad} ld.global.f32 ${sv}, [${sAt}];`, `@!${bad} mul.f32 ${acc}, ${acc}, ${sv};`);
+  }
   const lead = kb.reg("pred");
   const oi = kb.reg("b32");
   kb.op(`setp.eq.u32 ${lead}, ${lane}, 0;`, `mad.lo.u32 ${oi}, ${r}, ${N}, ${n};`);

@@ -1,0 +1,449 @@
+/**
+ * matmul_id (ggml mul_mat_id) for prefill: the routed rows grouped by expert on the device, then one
+ * tiled GEMM launch over every expert's gathered rows.
+ *
+ * Routing, over R = T·S routed rows r with ids[r] (i32), in B = experts + 1 buckets (bucket `experts`
+ * collects the ids outside [0, experts), whose rows become NaN as on the GEMV path):
+ * 1. `moe_route_count`: counts[b] += 1 per row (counts zeroed by the host first);
+ * 2. `moe_route_scan` (one block): exclusive prefix sums of the counts (row_start[b]) and of the row
+ *    tiles ⌈counts[b] / 64⌉ (the tile list: tile_expert[j], tile_row[j] = the tile's first row within
+ *    its bucket, and tiles[0] = how many);
+ * 3. `moe_route_scatter`: list[row_start[b] + atomic cursor[b]++] = r (cursor zeroed first). The order
+ *    of rows within a bucket depends on the atomics, the results do not: every output is one thread's
+ *    k-ordered sum wherever its row sits in the tile.
+ * Then `matmul_id_grouped_<format>`: grid (⌈N / 64⌉, tile-list bound, 1); block (x, y) computes the
+ * 64 × 64 outputs of columns 64x… of tile y's expert for its (up to 64) gathered rows, as the tiled
+ * matmul (matmul.ts tiledKernel: 16 × 16 threads of 4 × 4 outputs, K in steps of 16 through shared
+ * memory, weights decoded to f32 when staged, f32 FMA), and writes them back to the routed rows
+ * out[r, :]. Blocks past tiles[0] return at once (the grid is sized for the worst case, no read back to
+ * the host). Nothing here reads routing ids on the host.
+ */
+import { TpError } from "@tp/tensor";
+import { KernelBuilder, type KernelSource } from "./emit.ts";
+import { type ElementFormat, loadElement } from "./gather.ts";
+import { rowBytesReg } from "./matmul.ts";
+
+/** Rows (and columns) of one output tile of the grouped GEMM; K step 16. */
+export const MOE_TILE = { bm: 64, bn: 64, bk: 16 } as const;
+
+/** Threads per block of the routing kernels. */
+export const MOE_ROUTE_BLOCK = 256;
+
+/**
+ * Whether matmul_id takes the grouped path for R routed rows over `experts` experts: R ≥ 64 and
+ * R ≥ 4 · experts (on average four rows or more per expert). Why: the GEMV path reads the whole
+ * expert matrix once per routed row (one decode and one FMA per weight element and row); a 64-row tile
+ * decodes each weight element once and spends 64 FMAs on it, so with a rows in a tile the tile costs
+ * about as much as ~5 GEMV rows for f32 weights (bandwidth-bound GEMV) and fewer for the block
+ * formats (decode-bound GEMV); four rows per expert on average (routing is skewed, so the busy experts
+ * hold more) is where the grouped path stops losing. Below 64 rows the three routing launches and two
+ * fills cost about what the GEMV rows do.
+ */
+export function groupedMatmulId(rows: number, experts: number): boolean {
+  return rows >= 64 && rows >= 4 * experts;
+}
+
+/** The tile list's length bound for R rows in `experts` + 1 buckets: Σ ⌈c_b / 64⌉ ≤ ⌈R / 64⌉ + min(B, R). */
+export function moeTileBound(rows: number, experts: number): number {
+  return Math.ceil(rows / MOE_TILE.bm) + Math.min(experts + 1, rows);
+}
+
+/** The bucket of routed row `r` in `b`: ids[r] when in [0, experts), else experts (unsigned compare). */
+function bucket(kb: KernelBuilder, ids: string, r: string, experts: string): string {
+  const b = kb.reg("b32");
+  const bad = kb.reg("pred");
+  const at = kb.addr(ids, r, 4);
+  kb.op(
+    `ld.global.u32 ${b}, [${at}];`,
+    `setp.ge.u32 ${bad}, ${b}, ${experts};`,
+    `@${bad} mov.u32 ${b}, ${experts};`,
+  );
+  return b;
+}
+
+/** Routing step 1: counts[bucket(r)] += 1. Grid ⌈R / 256⌉. Parameters: ids, counts, m (R), experts. */
+export function moeCountKernel(): KernelSource {
+  const kb = new KernelBuilder("moe_route_count");
+  const ids = kb.ld("ids", "u64");
+  const counts = kb.ld("counts", "u64");
+  const [R, experts] = kb.lds("u32", "m", "experts");
+  const r = kb.globalIndex();
+  const end = kb.label("end");
+  const q = kb.reg("pred");
+  kb.op(`setp.ge.u32 ${q}, ${r}, ${R};`, `@${q} bra ${end};`);
+  const b = bucket(kb, ids, r, experts);
+  const at = kb.addr(counts, b, 4);
+  kb.op(`red.global.add.u32 [${at}], 1;`);
+  kb.place(end);
+  return kb.build([MOE_ROUTE_BLOCK, 1]);
+}
+
+/**
+ * Routing step 2, one block of 256 threads: thread t takes buckets [t·c, t·c + c), c = ⌈B / 256⌉; the
+ * chunk sums of rows and tiles are scanned across the block (Hillis–Steele in shared memory), then
+ * each thread writes its buckets' row_start and tile list entries. Parameters: counts, row_start,
+ * tile_expert, tile_row, tiles, experts.
+ */
+export function moeScanKernel(): KernelSource {
+  const T = MOE_ROUTE_BLOCK;
+  const kb = new KernelBuilder("moe_route_scan");
+  const counts = kb.ld("counts", "u64");
+  const rowStart = kb.ld("row_start", "u64");
+  const tileExpert = kb.ld("tile_expert", "u64");
+  const tileRow = kb.ld("tile_row", "u64");
+  const tiles = kb.ld("tiles", "u64");
+  const experts = kb.ld("experts", "u32");
+  const sRows = kb.shared("rows", T * 4, 4);
+  const sTiles = kb.shared("tiles", T * 4, 4);
+  const [tid, nb, chunk, b0, b1, b, c, ct, rows, tl] = kb.regs("b32", 10);
+  const q = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `add.u32 ${nb}, ${experts}, 1;`,
+    `add.u32 ${chunk}, ${nb}, ${T - 1};`,
+    `shr.u32 ${chunk}, ${chunk}, ${Math.log2(T)};`,
+    `mul.lo.u32 ${b0}, ${tid}, ${chunk};`,
+    `min.u32 ${b0}, ${b0}, ${nb};`,
+    `add.u32 ${b1}, ${b0}, ${chunk};`,
+    `min.u32 ${b1}, ${b1}, ${nb};`,
+    `mov.u32 ${rows}, 0;`,
+    `mov.u32 ${tl}, 0;`,
+    `mov.u32 ${b}, ${b0};`,
+  );
+  // pass 1: the chunk's rows and tiles
+  const sum = kb.label("sum");
+  const sumDone = kb.label("sum_done");
+  kb.place(sum);
+  kb.op(`setp.ge.u32 ${q}, ${b}, ${b1};`, `@${q} bra ${sumDone};`);
+  const cAt = kb.addr(counts, b, 4);
+  kb.op(
+    `ld.global.u32 ${c}, [${cAt}];`,
+    `add.u32 ${rows}, ${rows}, ${c};`,
+    `add.u32 ${ct}, ${c}, ${MOE_TILE.bm - 1};`,
+    `shr.u32 ${ct}, ${ct}, ${Math.log2(MOE_TILE.bm)};`,
+    `add.u32 ${tl}, ${tl}, ${ct};`,
+    `add.u32 ${b}, ${b}, 1;`,
+    `bra ${sum};`,
+  );
+  kb.place(sumDone);
+  // inclusive scan of (rows, tiles) over the block
+  const [aR, aT, vR, vT, src] = kb.regs("b32", 5);
+  const has = kb.reg("pred");
+  kb.op(
+    `mov.u32 ${aR}, ${sRows};`,
+    `mad.lo.u32 ${aR}, ${tid}, 4, ${aR};`,
+    `mov.u32 ${aT}, ${sTiles};`,
+    `mad.lo.u32 ${aT}, ${tid}, 4, ${aT};`,
+    `st.shared.u32 [${aR}], ${rows};`,
+    `st.shared.u32 [${aT}], ${tl};`,
+  );
+  for (let off = 1; off < T; off <<= 1) {
+    kb.op(
+      "bar.sync 0;",
+      `setp.ge.u32 ${has}, ${tid}, ${off};`,
+      `mov.u32 ${vR}, 0;`,
+      `mov.u32 ${vT}, 0;`,
+      `sub.u32 ${src}, ${aR}, ${off * 4};`,
+      `@${has} ld.shared.u32 ${vR}, [${src}];`,
+      `sub.u32 ${src}, ${aT}, ${off * 4};`,
+      `@${has} ld.shared.u32 ${vT}, [${src}];`,
+      "bar.sync 0;",
+      `ld.shared.u32 ${src}, [${aR}];`,
+      `add.u32 ${src}, ${src}, ${vR};`,
+      `st.shared.u32 [${aR}], ${src};`,
+      `ld.shared.u32 ${src}, [${aT}];`,
+      `add.u32 ${src}, ${src}, ${vT};`,
+      `st.shared.u32 [${aT}], ${src};`,
+    );
+  }
+  kb.op("bar.sync 0;");
+  // the last thread's inclusive tile sum is the list's length
+  const [incR, incT] = kb.regs("b32", 2);
+  const last = kb.reg("pred");
+  kb.op(
+    `ld.shared.u32 ${incR}, [${aR}];`,
+    `ld.shared.u32 ${incT}, [${aT}];`,
+    `setp.eq.u32 ${last}, ${tid}, ${T - 1};`,
+    `@${last} st.global.u32 [${tiles}], ${incT};`,
+    // exclusive starts of this chunk
+    `sub.u32 ${rows}, ${incR}, ${rows};`,
+    `sub.u32 ${tl}, ${incT}, ${tl};`,
+    `mov.u32 ${b}, ${b0};`,
+  );
+  // pass 2: row_start of each bucket, and its tiles in the list
+  const put = kb.label("put");
+  const putDone = kb.label("put_done");
+  const jr = kb.reg("b32");
+  const q2 = kb.reg("pred");
+  kb.place(put);
+  kb.op(`setp.ge.u32 ${q}, ${b}, ${b1};`, `@${q} bra ${putDone};`);
+  const c2At = kb.addr(counts, b, 4);
+  const rsAt = kb.addr(rowStart, b, 4);
+  kb.op(
+    `ld.global.u32 ${c}, [${c2At}];`,
+    `st.global.u32 [${rsAt}], ${rows};`,
+    `add.u32 ${rows}, ${rows}, ${c};`,
+    `mov.u32 ${jr}, 0;`,
+  );
+  const tile = kb.label("tile");
+  const tileDone = kb.label("tile_done");
+  kb.place(tile);
+  kb.op(`setp.ge.u32 ${q2}, ${jr}, ${c};`, `@${q2} bra ${tileDone};`);
+  const teAt = kb.addr(tileExpert, tl, 4);
+  kb.op(`st.global.u32 [${teAt}], ${b};`);
+  const trAt = kb.addr(tileRow, tl, 4);
+  kb.op(
+    `st.global.u32 [${trAt}], ${jr};`,
+    `add.u32 ${tl}, ${tl}, 1;`,
+    `add.u32 ${jr}, ${jr}, ${MOE_TILE.bm};`,
+    `bra ${tile};`,
+  );
+  kb.place(tileDone);
+  kb.op(`add.u32 ${b}, ${b}, 1;`, `bra ${put};`);
+  kb.place(putDone);
+  return kb.build([T, 1]);
+}
+
+/**
+ * Routing step 3: list[row_start[b] + cursor[b]++] = r with b = bucket(r) (cursor zeroed by the host).
+ * Grid ⌈R / 256⌉. Parameters: ids, row_start, cursor, list, m (R), experts.
+ */
+export function moeScatterKernel(): KernelSource {
+  const kb = new KernelBuilder("moe_route_scatter");
+  const ids = kb.ld("ids", "u64");
+  const rowStart = kb.ld("row_start", "u64");
+  const cursor = kb.ld("cursor", "u64");
+  const list = kb.ld("list", "u64");
+  const [R, experts] = kb.lds("u32", "m", "experts");
+  const r = kb.globalIndex();
+  const end = kb.label("end");
+  const q = kb.reg("pred");
+  kb.op(`setp.ge.u32 ${q}, ${r}, ${R};`, `@${q} bra ${end};`);
+  const b = bucket(kb, ids, r, experts);
+  const [pos, start] = kb.regs("b32", 2);
+  const curAt = kb.addr(cursor, b, 4);
+  kb.op(`atom.global.add.u32 ${pos}, [${curAt}], 1;`);
+  const rsAt = kb.addr(rowStart, b, 4);
+  kb.op(`ld.global.u32 ${start}, [${rsAt}];`, `add.u32 ${pos}, ${pos}, ${start};`);
+  const at = kb.addr(list, pos, 4);
+  kb.op(`st.global.u32 [${at}], ${r};`);
+  kb.place(end);
+  return kb.build([MOE_ROUTE_BLOCK, 1]);
+}
+
+/** What the grouped GEMM folds in: the experts' weight format and whether outputs take scale[e·N + n]. */
+export interface GroupedSpec {
+  readonly format: ElementFormat;
+  /** Multiply out[r, n] by scale[e·N + n] (ConvRot per-row scales; fp8's tensor scale repeated). */
+  readonly scaled: boolean;
+}
+
+/** The entry name: `matmul_id_grouped_<format>[_s]`. */
+export function groupedKernelName(s: GroupedSpec): string {
+  return `matmul_id_grouped_${s.format}${s.scaled ? "_s" : ""}`;
+}
+
+/**
+ * The grouped GEMM: out [R, N] (rows r = t·S + s) = x[r / x_div] · W_eᵀ for the rows the routing put in
+ * expert e's list, W the expert-major stack [experts·N, K] in `format`; rows of the bucket `experts`
+ * (ids out of range) are NaN. Grid (⌈N / 64⌉, moeTileBound(R, experts), 1), 256 threads.
+ * Parameters: out, x, w, [scale], counts, row_start, tile_expert, tile_row, tiles, list, m, n, k,
+ * experts, x_div.
+ */
+export function groupedKernel(s: GroupedSpec): KernelSource {
+  if (s.format === "int4_convrot" || s.format === "int8_convrot") {
+    if (!s.scaled) throw new TpError("E_INTERNAL", `grouped matmul_id: ${s.format} needs its row scales`);
+  }
+  const { bm, bn, bk } = MOE_TILE;
+  const kb = new KernelBuilder(groupedKernelName(s));
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const scale = s.scaled ? kb.ld("scale", "u64") : null;
+  const counts = kb.ld("counts", "u64");
+  const rowStart = kb.ld("row_start", "u64");
+  const tileExpert = kb.ld("tile_expert", "u64");
+  const tileRow = kb.ld("tile_row", "u64");
+  const tiles = kb.ld("tiles", "u64");
+  const list = kb.ld("list", "u64");
+  kb.ld("m", "u32");
+  const [N, K, experts, xDiv] = kb.lds("u32", "n", "k", "experts", "x_div");
+  const As = kb.shared("a", bk * bm * 4);
+  const Bs = kb.shared("b", bk * bn * 4);
+  const [tid, tx, ty, y, total, e, row0, cnt, valid, first, n0, k0] = kb.regs("b32", 12);
+  const q = kb.reg("pred");
+  const end = kb.label("end");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${tx}, ${tid}, 15;`,
+    `shr.u32 ${ty}, ${tid}, 4;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${bn};`,
+    `mov.u32 ${y}, %ctaid.y;`,
+    `ld.global.u32 ${total}, [${tiles}];`,
+    `setp.ge.u32 ${q}, ${y}, ${total};`,
+    `@${q} bra ${end};`,
+  );
+  const teAt = kb.addr(tileExpert, y, 4);
+  const trAt = kb.addr(tileRow, y, 4);
+  kb.op(`ld.global.u32 ${e}, [${teAt}];`, `ld.global.u32 ${row0}, [${trAt}];`);
+  const cAt = kb.addr(counts, e, 4);
+  const rsAt = kb.addr(rowStart, e, 4);
+  kb.op(
+    `ld.global.u32 ${cnt}, [${cAt}];`,
+    `ld.global.u32 ${first}, [${rsAt}];`,
+    `sub.u32 ${valid}, ${cnt}, ${row0};`,
+    `min.u32 ${valid}, ${valid}, ${bm};`,
+    `add.u32 ${first}, ${first}, ${row0};`, // list index of the tile's row 0
+  );
+  // the routed row of the tile's local row `i` (a register), or nothing when past `valid`
+  const routed = (i: string): { r: string; ok: string } => {
+    const r = kb.reg("b32");
+    const ok = kb.reg("pred");
+    const li = kb.reg("b32");
+    kb.op(`setp.lt.u32 ${ok}, ${i}, ${valid};`, `add.u32 ${li}, ${first}, ${i};`, `mov.u32 ${r}, 0;`);
+    const at = kb.addr(list, li, 4);
+    kb.op(`@${ok} ld.global.u32 ${r}, [${at}];`);
+    return { r, ok };
+  };
+  // the out-of-range bucket: NaN rows
+  const compute = kb.label("compute");
+  const invalid = kb.reg("pred");
+  kb.op(`setp.lt.u32 ${invalid}, ${e}, ${experts};`, `@${invalid} bra ${compute};`);
+  const nanRows = Array.from({ length: 4 }, (_, i) => {
+    const li = kb.reg("b32");
+    kb.op(`mad.lo.u32 ${li}, ${ty}, 4, ${i};`);
+    return routed(li);
+  });
+  const nan = kb.reg("f32");
+  kb.op(`mov.f32 ${nan}, 0f7FC00000;`);
+  for (let i = 0; i < 4; i++) {
+    for (let j = 0; j < 4; j++) {
+      const row = nanRows[i] as { r: string; ok: string };
+      const [n, oi] = kb.regs("b32", 2);
+      const ok = kb.reg("pred");
+      kb.op(
+        `mad.lo.u32 ${n}, ${tx}, 4, ${n0};`,
+        `add.u32 ${n}, ${n}, ${j};`,
+        `setp.lt.and.u32 ${ok}, ${n}, ${N}, ${row.ok};`,
+        `mad.lo.u32 ${oi}, ${row.r}, ${N}, ${n};`,
+      );
+      const at = kb.addr(out, oi, 4);
+      kb.op(`@${ok} st.global.f32 [${at}], ${nan};`);
+    }
+  }
+  kb.op(`bra ${end};`);
+  kb.place(compute);
+  // staging rows of this thread: tile row (and weight column) tid / 16 + 16·l, k offset tid % 16
+  const rb = rowBytesReg(kb, s.format, K);
+  const stage = Array.from({ length: 4 }, (_, l) => {
+    const lr = kb.reg("b32");
+    kb.op(`add.u32 ${lr}, ${ty}, ${16 * l};`);
+    const xr = routed(lr);
+    const xBase = kb.reg("b32");
+    kb.op(`div.u32 ${xBase}, ${xr.r}, ${xDiv};`, `mul.lo.u32 ${xBase}, ${xBase}, ${K};`);
+    const [gn, wr] = kb.regs("b32", 2);
+    const wok = kb.reg("pred");
+    const wrow = kb.reg("b64");
+    kb.op(
+      `add.u32 ${gn}, ${n0}, ${lr};`,
+      `setp.lt.u32 ${wok}, ${gn}, ${N};`,
+      `mad.lo.u32 ${wr}, ${e}, ${N}, ${gn};`,
+      `mul.wide.u32 ${wrow}, ${wr}, ${rb};`,
+      `add.u64 ${wrow}, ${wrow}, ${w};`,
+    );
+    // shared offset of (kk = tid % 16, row lr): [kk][row] as the tiled kernel
+    const sa = kb.reg("b32");
+    kb.op(`mad.lo.u32 ${sa}, ${tx}, ${bm}, ${lr};`, `shl.b32 ${sa}, ${sa}, 2;`);
+    return { xok: xr.ok, xBase, wok, wrow, sa };
+  });
+  const acc = kb.regs("f32", 16);
+  for (const a of acc) kb.op(`mov.f32 ${a}, 0f00000000;`);
+  kb.op(`mov.u32 ${k0}, 0;`);
+  const top = kb.label("kt");
+  const done = kb.label("kt_done");
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k0}, ${K};`, `@${q} bra ${done};`);
+  const gk = kb.reg("b32");
+  const kin = kb.reg("pred");
+  kb.op(`add.u32 ${gk}, ${k0}, ${tx};`, `setp.lt.u32 ${kin}, ${gk}, ${K};`);
+  for (const st of stage) {
+    const ok = kb.reg("pred");
+    const xv = kb.reg("f32");
+    const xi = kb.reg("b32");
+    kb.op(
+      `and.pred ${ok}, ${st.xok}, ${kin};`,
+      `mov.f32 ${xv}, 0f00000000;`,
+      `add.u32 ${xi}, ${st.xBase}, ${gk};`,
+    );
+    const xAt = kb.addr(x, xi, 4);
+    const ax = kb.reg("b32");
+    kb.op(
+      `@${ok} ld.global.f32 ${xv}, [${xAt}];`,
+      `mov.u32 ${ax}, ${As};`,
+      `add.u32 ${ax}, ${ax}, ${st.sa};`,
+      `st.shared.f32 [${ax}], ${xv};`,
+    );
+    const wv = kb.reg("f32");
+    const skip = kb.label("wskip");
+    kb.op(`and.pred ${ok}, ${st.wok}, ${kin};`, `mov.f32 ${wv}, 0f00000000;`, `@!${ok} bra ${skip};`);
+    const v = loadElement(kb, s.format, st.wrow, gk);
+    kb.op(`mov.f32 ${wv}, ${v};`);
+    kb.place(skip);
+    const bx = kb.reg("b32");
+    kb.op(`mov.u32 ${bx}, ${Bs};`, `add.u32 ${bx}, ${bx}, ${st.sa};`, `st.shared.f32 [${bx}], ${wv};`);
+  }
+  kb.op("bar.sync 0;");
+  const aBase = kb.reg("b32");
+  const bBase = kb.reg("b32");
+  kb.op(
+    `mov.u32 ${aBase}, ${As};`,
+    `mad.lo.u32 ${aBase}, ${ty}, 16, ${aBase};`,
+    `mov.u32 ${bBase}, ${Bs};`,
+    `mad.lo.u32 ${bBase}, ${tx}, 16, ${bBase};`,
+  );
+  const av = kb.regs("f32", 4);
+  const bv = kb.regs("f32", 4);
+  for (let kk = 0; kk < bk; kk++) {
+    kb.op(
+      `ld.shared.v4.f32 {${av.join(", ")}}, [${aBase}+${kk * bm * 4}];`,
+      `ld.shared.v4.f32 {${bv.join(", ")}}, [${bBase}+${kk * bn * 4}];`,
+    );
+    for (let i = 0; i < 4; i++)
+      for (let j = 0; j < 4; j++)
+        kb.op(`fma.rn.f32 ${acc[i * 4 + j]}, ${av[i]}, ${bv[j]}, ${acc[i * 4 + j]};`);
+  }
+  kb.op("bar.sync 0;", `add.u32 ${k0}, ${k0}, ${bk};`, `bra ${top};`);
+  kb.place(done);
+  // epilogue: outputs (ty·4 + i, tx·4 + j) to out[routed row, n]
+  for (let i = 0; i < 4; i++) {
+    const li = kb.reg("b32");
+    kb.op(`mad.lo.u32 ${li}, ${ty}, 4, ${i};`);
+    const row = routed(li);
+    for (let j = 0; j < 4; j++) {
+      const [n, oi] = kb.regs("b32", 2);
+      const ok = kb.reg("pred");
+      const skip = kb.label("st");
+      const v = acc[i * 4 + j] as string;
+      kb.op(
+        `mad.lo.u32 ${n}, ${tx}, 4, ${n0};`,
+        `add.u32 ${n}, ${n}, ${j};`,
+        `setp.lt.and.u32 ${ok}, ${n}, ${N}, ${row.ok};`,
+        `@!${ok} bra ${skip};`,
+      );
+      if (scale !== null) {
+        const si = kb.reg("b32");
+        const sv = kb.reg("f32");
+        kb.op(`mad.lo.u32 ${si}, ${e}, ${N}, ${n};`);
+        const sAt = kb.addr(scale, si, 4);
+        kb.op(`ld.global.f32 ${sv}, [${sAt}];`, `mul.f32 ${v}, ${v}, ${sv};`);
+      }
+      kb.op(`mad.lo.u32 ${oi}, ${row.r}, ${N}, ${n};`);
+      const at = kb.addr(out, oi, 4);
+      kb.op(`st.global.f32 [${at}], ${v};`);
+      kb.place(skip);
+    }
+  }
+  kb.place(end);
+  return kb.build([256, 1]);
+}
