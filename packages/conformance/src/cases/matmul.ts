@@ -197,8 +197,10 @@ function embeddingCases(): ConformanceCase[] {
  * matmul_id on stacks of experts in every weight format: tokens routed unevenly (one expert takes
  * most rows, one none), one input row per token for every slot ([T, 1, K], as the gate / up
  * projections of a MoE block) or one per slot ([T, S, K], as the down projection), a strided x, a
- * decoding step (T = 1), and a K past one dispatch's chunk of K on vulkan (MATMUL_K_CHUNK.vec = 65536:
- * the f32 sums add across dispatches, ConvRot's exact i32 partial sums carry over).
+ * decoding step (T = 1), a K past one dispatch's chunk of K on vulkan (MATMUL_K_CHUNK.vec = 65536:
+ * the f32 sums add across dispatches, ConvRot's exact i32 partial sums carry over), and two prefill
+ * batches (64 and 160 routed rows over 8 experts, some empty, one past a 64-row tile) that take the
+ * ptx backend's grouped GEMM (ptx/moe.ts groupedMatmulId).
  */
 function matmulIdCases(): ConformanceCase[] {
   const shapes: {
@@ -217,6 +219,23 @@ function matmulIdCases(): ConformanceCase[] {
     { x: [1, 1, 512], ids: [5, 0, 2], slots: 3, experts: 6, n: 17 },
     // K = 257 · 256: past 65536, in whole blocks of every format (and ConvRot groups of 256)
     { x: [2, 1, 65792], ids: [1, 0], slots: 1, experts: 2, n: 3 },
+    // prefill, 64 routed rows over 8 experts (ptx: the grouped GEMM): experts 2 and 5 get none,
+    // expert 0 a third; N = 72 is one whole and one partial column tile of 64
+    {
+      x: [16, 4, 256],
+      ids: Array.from({ length: 64 }, (_, i) => (i % 3 === 0 ? 0 : ([1, 3, 4, 6, 7][(i * 7) % 5] as number))),
+      slots: 4,
+      experts: 8,
+      n: 72,
+    },
+    // 160 rows from one input row per token: expert 6 takes 70 (two row tiles), experts 1 and 4 none
+    {
+      x: [40, 1, 256],
+      ids: Array.from({ length: 160 }, (_, i) => (i < 70 ? 6 : ([0, 2, 3, 5, 7][i % 5] as number))),
+      slots: 4,
+      experts: 8,
+      n: 24,
+    },
   ];
   const out: ConformanceCase[] = [];
   MATMUL_FORMATS.forEach((fc, f) => {
