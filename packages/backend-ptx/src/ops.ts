@@ -6,9 +6,8 @@
  * `host.scope`: their blocks return to the caching allocator at once, which is safe because every
  * kernel runs in stream order.
  *
- * Formats without an entry here (the GGUF iq* / q8_1 / q8_k / tq* blocks, ConvRot embeddings, scaled
- * fp8 experts) are E_UNSUPPORTED through the front-end, naming op, backend and format; ./README.md
- * keeps the table.
+ * Formats without an entry here (the GGUF iq* / q8_1 / q8_k / tq* blocks, ConvRot embeddings) are
+ * E_UNSUPPORTED through the front-end, naming op, backend and format; ./README.md keeps the table.
  */
 import {
   type AttentionParams,
