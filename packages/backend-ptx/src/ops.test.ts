@@ -348,12 +348,16 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     b.matmulId(f32(b, [16, 4, 64]), weight("q8_0", 32 * 10, 64), b.alloc([16, 4], "i32"), { experts: 32 });
     // 1000 rows (x one slot per token), f16: the tile bound is ⌈1000 / 64⌉ + 9 buckets
     b.matmulId(f32(b, [250, 1, 64]), weight("f16", 8 * 40, 64), b.alloc([250, 4], "i32"), { experts: 8 });
+    // q8_0 experts take x quantized as ggml's Q8_0 first (blocks of 32, 8 per CTA)
     expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
+      ["ggml_fake_quantize_q8_0", 6, 1, 1],
       ["matmul_id_gemv_q8_0", 5, 63, 1],
+      ["ggml_fake_quantize_q8_0", 16, 1, 1],
       ["moe_route_count", 1, 1, 1],
       ["moe_route_scan", 1, 1, 1],
       ["moe_route_scatter", 1, 1, 1],
       ["matmul_id_grouped_q8_0", 1, 1 + 9, 1],
+      ["ggml_fake_quantize_q8_0", 16, 1, 1],
       ["matmul_id_gemv_q8_0", 2, 64, 1],
       ["moe_route_count", 4, 1, 1],
       ["moe_route_scan", 1, 1, 1],
@@ -361,7 +365,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       ["matmul_id_grouped_f16", 1, 16 + 9, 1],
     ]);
   });
-  test("matmul_id ConvRot and scaled fp8 experts: x rotated, then the scaled kernels", () => {
+  test("matmul_id ConvRot and scaled fp8 experts: x rotated (W8A8-rounded for int8; this host is weight-only for int4), then the scaled kernels", () => {
     const b = new Recorder(90);
     const w8 = weight("int8_convrot", 4 * 16, 256);
     b.matmulId(f32(b, [2, 1, 256]), w8, b.alloc([2, 2], "i32"), { experts: 4 });
@@ -378,6 +382,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     b.matmulId(f32(b, [3, 1, 64]), e5, b.alloc([3, 2], "i32"), { experts: 4 });
     expect(b.names()).toEqual([
       "convrot_rotate_g256",
+      "convrot_fake_quantize_rows_int8",
       "matmul_id_gemv_int8_convrot_s",
       "convrot_rotate_g256",
       "moe_route_count",
