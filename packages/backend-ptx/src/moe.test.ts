@@ -4,7 +4,7 @@
 // reference of out[r] = x[r or r / S] · W_{ids[r]}ᵀ, with NaN rows for ids outside [0, experts).
 // Skips, saying why, where the simulator cannot start.
 import { afterAll, describe, expect, test } from "bun:test";
-import { type Tensor, Weight } from "@tp/tensor";
+import { decodeToF32, encodeFromF32, type Tensor, Weight } from "@tp/tensor";
 import { PtxBackend } from "./backend.ts";
 import {
   groupedMatmulId,
@@ -180,6 +180,46 @@ describe("grouped matmul_id on the simulator", () => {
           for (let k = 0; k < K; k++) ref += (xv[xr * K + k] as number) * (wf[(e * N + n) * K + k] as number);
           if (!(Math.abs(got - ref) <= 1e-5 * (1 + Math.abs(ref))))
             bad.push(`row ${r} col ${n}: ${got} vs ${ref}`);
+        }
+      }
+      expect(bad.slice(0, 5)).toEqual([]);
+    }
+  });
+  test("the grouped mma kernel (f16, bf16): x rounded to the weight type, exact products, f32 sums", async () => {
+    const [T, S, E, N, K] = [20, 4, 5, 72, 48];
+    const R = T * S;
+    let s = 11;
+    const rnd = () => {
+      s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+      return (s / 2 ** 32) * 2 - 1;
+    };
+    // expert 1 empty, expert 3 takes 66 rows (a tile of 64 and one of 2: warps past the rows idle)
+    const ids = Array.from({ length: R }, (_, r) => (r < 66 ? 3 : ([0, 2, 4][r % 3] as number)));
+    ids[5] = 5; // out of range: a NaN row
+    const xv = Float32Array.from({ length: R * K }, rnd);
+    for (const format of ["f16", "bf16"] as const) {
+      const wv = Float32Array.from({ length: E * N * K }, rnd);
+      const codes = encodeFromF32(wv, format);
+      const wq = decodeToF32(codes, format, wv.length);
+      const xq = decodeToF32(encodeFromF32(xv, format), format, xv.length);
+      const w = new Weight({ name: `exps.${format}`, format, shape: [E * N, K], data: codes });
+      const x = b.upload(xv, [T, S, K], "f32");
+      const out = (await b.read(
+        b.matmulId(x, w, b.upload(Int32Array.from(ids), [T, S], "i32"), { experts: E }),
+      )) as Float32Array;
+      const bad: string[] = [];
+      for (let r = 0; r < R; r++) {
+        const e = ids[r] as number;
+        for (let n = 0; n < N; n++) {
+          const got = out[r * N + n] as number;
+          if (e >= E) {
+            if (!Number.isNaN(got)) bad.push(`row ${r} col ${n}: ${got}, not NaN`);
+            continue;
+          }
+          let ref = 0;
+          for (let k = 0; k < K; k++) ref += (xq[r * K + k] as number) * (wq[(e * N + n) * K + k] as number);
+          if (!(Math.abs(got - ref) <= 1e-5 * (1 + Math.abs(ref))))
+            bad.push(`${format} row ${r} col ${n}: ${got} vs ${ref}`);
         }
       }
       expect(bad.slice(0, 5)).toEqual([]);

@@ -346,7 +346,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     b.matmulId(f32(b, [21, 1, 64]), experts, b.alloc([21, 3], "i32"), { experts: 8 });
     b.matmulId(f32(b, [16, 4, 64]), experts, b.alloc([16, 4], "i32"), { experts: 8 });
     b.matmulId(f32(b, [16, 4, 64]), weight("q8_0", 32 * 10, 64), b.alloc([16, 4], "i32"), { experts: 32 });
-    // 1000 rows (x one slot per token), f16: the tile bound is ⌈1000 / 64⌉ + 9 buckets
+    // 1000 rows (x one slot per token), f16 on tensor cores: the tile bound is ⌈1000 / 64⌉ + 9 buckets
     b.matmulId(f32(b, [250, 1, 64]), weight("f16", 8 * 40, 64), b.alloc([250, 4], "i32"), { experts: 8 });
     // q8_0 experts take x quantized as ggml's Q8_0 first (blocks of 32, 8 per CTA)
     expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([
@@ -362,7 +362,7 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       ["moe_route_count", 4, 1, 1],
       ["moe_route_scan", 1, 1, 1],
       ["moe_route_scatter", 4, 1, 1],
-      ["matmul_id_grouped_f16", 1, 16 + 9, 1],
+      ["matmul_id_grouped_mma_f16", 1, 16 + 9, 1],
     ]);
   });
   test("matmul_id ConvRot and scaled fp8 experts: x rotated (W8A8-rounded for int8; this host is weight-only for int4), then the scaled kernels", () => {

@@ -62,6 +62,7 @@ import {
 import {
   groupedKernel,
   groupedMatmulId,
+  groupedMmaKernel,
   MOE_ROUTE_BLOCK,
   MOE_TILE,
   moeCountKernel,
@@ -614,11 +615,25 @@ function matmulId(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, ids: Tenso
       m: R,
       experts,
     });
+    const routing = { counts, row_start: rowStart, tile_expert: tileExpert, tile_row: tileRow, tiles, list };
+    const grid: [number, number, number] = [blocks(N, MOE_TILE.bn), bound, 1];
+    // f16 / bf16 on tensor cores (x rounded to the weight type, as matmul's mma kernels); the mma
+    // kernel reads x in 8-byte pairs, so a view starting at an odd element is copied first
+    if ((format === "f16" || format === "bf16") && K % 16 === 0 && host.sm >= 80) {
+      let xm = xc;
+      if (xm.layout.offset % 2 !== 0) {
+        xm = host.alloc(xc.shape, "f32", "x");
+        move(host, xm, xc);
+      }
+      const k = host.kernel(`mmid_grouped_mma:${format}`, () => groupedMmaKernel(format));
+      host.launch(k, grid, { ...args, x: xm, ...routing });
+      return;
+    }
     const spec = { format, scaled };
     host.launch(
       host.kernel(`mmid_grouped:${format}:${scaled}`, () => groupedKernel(spec)),
-      [blocks(N, MOE_TILE.bn), bound, 1],
-      { ...args, counts, row_start: rowStart, tile_expert: tileExpert, tile_row: tileRow, tiles, list },
+      grid,
+      { ...args, ...routing },
     );
   });
 }

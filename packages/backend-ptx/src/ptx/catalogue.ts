@@ -26,7 +26,7 @@ import {
 } from "./gather.ts";
 import { gemvIdKernel, gemvKernel, mmaIntKernel, mmaKernel, tiledKernel } from "./matmul.ts";
 import { type MmaOperand, mmaTiledKernel } from "./mma-tiled.ts";
-import { groupedKernel, moeCountKernel, moeScanKernel, moeScatterKernel } from "./moe.ts";
+import { groupedKernel, groupedMmaKernel, moeCountKernel, moeScanKernel, moeScatterKernel } from "./moe.ts";
 import {
   argmaxKernel,
   fakeQuantizeRowsKernel,
@@ -132,6 +132,7 @@ export function kernelCatalogue(): Record<string, KernelSource[]> {
     for (const scaled of convrot ? [true] : fp8 ? [false, true] : [false])
       moe.push(gemvIdKernel(format, scaled), groupedKernel({ format, scaled }));
   }
+  moe.push(groupedMmaKernel("f16"), groupedMmaKernel("bf16"));
   matmul.push(fakeQuantizeQ8_0Kernel(), fakeQuantizeQ8_KKernel());
   const convrot = [
     rotateKernel(256),

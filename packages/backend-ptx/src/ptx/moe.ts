@@ -447,3 +447,162 @@ export function groupedKernel(s: GroupedSpec): KernelSource {
   kb.place(end);
   return kb.build([256, 1]);
 }
+
+/** Warps per block of the grouped mma kernel: warp w takes rows 16w … 16w + 15 of the 64-row tile. */
+export const MOE_MMA_WARPS = 4;
+
+/**
+ * The grouped GEMM on tensor cores for f16 / bf16 experts (sm_80+, K a multiple of 16): as
+ * {@link groupedKernel} (same routing, grid (⌈N / 64⌉, moeTileBound(R, experts), 1), same parameters
+ * less `scale`), but each warp computes 16 gathered rows × 64 columns with
+ * `mma.sync.aligned.m16n8k16.row.col.f32.<t>.<t>.f32` straight from global memory: x read as f32 pairs
+ * and rounded to the weight's type (as matmul.ts mmaKernel), f32 accumulation. 128 threads; x's base
+ * must be 8-byte aligned. Fragments: PTX ISA §9.7.13.4.8 (m16n8k16, .f16 / .bf16): A a0..a3 at rows
+ * g, g + 8 and columns 2t, 2t + 1 (+8); B b0, b1 at rows 2t, 2t + 1 (+8) of column g; C c0, c1 at row g,
+ * c2, c3 at row g + 8, columns 2t, 2t + 1; g = lane / 4, t = lane % 4.
+ */
+export function groupedMmaKernel(format: "f16" | "bf16"): KernelSource {
+  const kb = new KernelBuilder(`matmul_id_grouped_mma_${format}`);
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const counts = kb.ld("counts", "u64");
+  const rowStart = kb.ld("row_start", "u64");
+  const tileExpert = kb.ld("tile_expert", "u64");
+  const tileRow = kb.ld("tile_row", "u64");
+  const tiles = kb.ld("tiles", "u64");
+  const list = kb.ld("list", "u64");
+  kb.ld("m", "u32");
+  const [N, K, experts, xDiv] = kb.lds("u32", "n", "k", "experts", "x_div");
+  const [tid, lane, warp, g, t, y, total, e, row0, cnt, valid, first, n0, r16, k0] = kb.regs("b32", 15);
+  const q = kb.reg("pred");
+  const end = kb.label("end");
+  kb.op(
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
+    `shr.u32 ${g}, ${lane}, 2;`,
+    `and.b32 ${t}, ${lane}, 3;`,
+    `mov.u32 ${n0}, %ctaid.x;`,
+    `mul.lo.u32 ${n0}, ${n0}, ${MOE_TILE.bn};`,
+    `mov.u32 ${y}, %ctaid.y;`,
+    `ld.global.u32 ${total}, [${tiles}];`,
+    `setp.ge.u32 ${q}, ${y}, ${total};`,
+    `@${q} bra ${end};`,
+  );
+  const teAt = kb.addr(tileExpert, y, 4);
+  const trAt = kb.addr(tileRow, y, 4);
+  kb.op(`ld.global.u32 ${e}, [${teAt}];`, `ld.global.u32 ${row0}, [${trAt}];`);
+  const cAt = kb.addr(counts, e, 4);
+  const rsAt = kb.addr(rowStart, e, 4);
+  kb.op(
+    `ld.global.u32 ${cnt}, [${cAt}];`,
+    `ld.global.u32 ${first}, [${rsAt}];`,
+    `sub.u32 ${valid}, ${cnt}, ${row0};`,
+    `min.u32 ${valid}, ${valid}, ${MOE_TILE.bm};`,
+    `add.u32 ${first}, ${first}, ${row0};`,
+    // a warp whose 16 rows are all past the tile's end has nothing to do (no barrier in this kernel)
+    `shl.b32 ${r16}, ${warp}, 4;`,
+    `setp.ge.u32 ${q}, ${r16}, ${valid};`,
+    `@${q} bra ${end};`,
+  );
+  // this lane's rows g and g + 8 of the warp's 16: routed row, x row address, in-range predicate
+  const rows = [0, 8].map((d) => {
+    const [li, r, xr] = kb.regs("b32", 3);
+    const ok = kb.reg("pred");
+    kb.op(
+      `add.u32 ${li}, ${r16}, ${g};`,
+      `add.u32 ${li}, ${li}, ${d};`,
+      `setp.lt.u32 ${ok}, ${li}, ${valid};`,
+      `add.u32 ${li}, ${li}, ${first};`,
+      `mov.u32 ${r}, 0;`,
+    );
+    const at = kb.addr(list, li, 4);
+    kb.op(
+      `@${ok} ld.global.u32 ${r}, [${at}];`,
+      `div.u32 ${xr}, ${r}, ${xDiv};`,
+      `mul.lo.u32 ${xr}, ${xr}, ${K};`,
+    );
+    const xa = kb.addr(x, xr, 4);
+    return { r, ok, xa };
+  });
+  // columns n0 + 8j + g (j < 8): weight row addresses of expert e (64-bit), in-range predicates
+  const rb = kb.reg("b32");
+  kb.op(`shl.b32 ${rb}, ${K}, 1;`);
+  const cols = Array.from({ length: 8 }, (_, j) => {
+    const [c, wr] = kb.regs("b32", 2);
+    const ok = kb.reg("pred");
+    const wa = kb.reg("b64");
+    kb.op(
+      `add.u32 ${c}, ${n0}, ${j * 8};`,
+      `add.u32 ${c}, ${c}, ${g};`,
+      `setp.lt.u32 ${ok}, ${c}, ${N};`,
+      `mad.lo.u32 ${wr}, ${e}, ${N}, ${c};`,
+      `mul.wide.u32 ${wa}, ${wr}, ${rb};`,
+      `add.u64 ${wa}, ${wa}, ${w};`,
+    );
+    return { ok, wa };
+  });
+  const acc = kb.regs("f32", 32);
+  const invalid = kb.reg("pred");
+  const done = kb.label("k_done");
+  // the out-of-range bucket: NaN outputs, no products
+  kb.op(`setp.ge.u32 ${invalid}, ${e}, ${experts};`);
+  for (const a of acc) kb.op(`selp.f32 ${a}, 0f7FC00000, 0f00000000, ${invalid};`);
+  kb.op(`mov.u32 ${k0}, 0;`, `@${invalid} bra ${done};`);
+  const top = kb.label("k");
+  kb.place(top);
+  kb.op(`setp.ge.u32 ${q}, ${k0}, ${K};`, `@${q} bra ${done};`);
+  const kt = kb.reg("b32");
+  kb.op(`mad.lo.u32 ${kt}, ${t}, 2, ${k0};`); // k0 + 2t
+  const a = kb.regs("b32", 4);
+  [
+    [0, 0],
+    [1, 0],
+    [0, 8],
+    [1, 8],
+  ].forEach(([ri, dk], idx) => {
+    const row = rows[ri as number] as { ok: string; xa: string };
+    const kk = kb.reg("b32");
+    const [lo, hi] = kb.regs("f32", 2);
+    kb.op(`add.u32 ${kk}, ${kt}, ${dk};`, `mov.f32 ${lo}, 0f00000000;`, `mov.f32 ${hi}, 0f00000000;`);
+    const at = kb.addr(row.xa, kk, 4);
+    kb.op(
+      `@${row.ok} ld.global.v2.f32 {${lo}, ${hi}}, [${at}];`,
+      `cvt.rn.${format}x2.f32 ${a[idx]}, ${hi}, ${lo};`,
+    );
+  });
+  cols.forEach((col, j) => {
+    const b = kb.regs("b32", 2);
+    [0, 8].forEach((dk, bi) => {
+      const kk = kb.reg("b32");
+      kb.op(`add.u32 ${kk}, ${kt}, ${dk};`, `mov.b32 ${b[bi]}, 0;`);
+      const at = kb.addr(col.wa, kk, 2);
+      kb.op(`@${col.ok} ld.global.b32 ${b[bi]}, [${at}];`);
+    });
+    const c = acc.slice(j * 4, j * 4 + 4);
+    kb.op(
+      `mma.sync.aligned.m16n8k16.row.col.f32.${format}.${format}.f32 {${c.join(", ")}}, {${a.join(", ")}}, {${b.join(", ")}}, {${c.join(", ")}};`,
+    );
+  });
+  kb.op(`add.u32 ${k0}, ${k0}, 16;`, `bra ${top};`);
+  kb.place(done);
+  // C fragments: c0, c1 at row g, c2, c3 at row g + 8; columns n0 + 8j + 2t (+1)
+  for (let j = 0; j < 8; j++) {
+    for (let i = 0; i < 4; i++) {
+      const row = rows[i >> 1] as { r: string; ok: string };
+      const [n, oi] = kb.regs("b32", 2);
+      const ok = kb.reg("pred");
+      kb.op(
+        `mad.lo.u32 ${n}, ${t}, 2, ${n0};`,
+        `add.u32 ${n}, ${n}, ${j * 8 + (i & 1)};`,
+        `setp.lt.and.u32 ${ok}, ${n}, ${N}, ${row.ok};`,
+        `mad.lo.u32 ${oi}, ${row.r}, ${N}, ${n};`,
+      );
+      const at = kb.addr(out, oi, 4);
+      kb.op(`@${ok} st.global.f32 [${at}], ${acc[j * 4 + i]};`);
+    }
+  }
+  kb.place(end);
+  return kb.build([MOE_MMA_WARPS * 32, 1], 80);
+}
