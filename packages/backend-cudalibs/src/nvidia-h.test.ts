@@ -109,6 +109,14 @@ const CUDNN_PROTOTYPES: Record<keyof typeof CUDNN_SIGNATURES, string> = {
   cudnnCreate: "cudnnStatus_t (*)(cudnnHandle_t *)",
   cudnnDestroy: "cudnnStatus_t (*)(cudnnHandle_t)",
   cudnnSetStream: "cudnnStatus_t (*)(cudnnHandle_t, cudaStream_t)",
+  cudnnBackendCreateDescriptor: "cudnnStatus_t (*)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *)",
+  cudnnBackendDestroyDescriptor: "cudnnStatus_t (*)(cudnnBackendDescriptor_t)",
+  cudnnBackendSetAttribute:
+    "cudnnStatus_t (*)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t, const void *)",
+  cudnnBackendGetAttribute:
+    "cudnnStatus_t (*)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t, int64_t *, void *)",
+  cudnnBackendFinalize: "cudnnStatus_t (*)(cudnnBackendDescriptor_t)",
+  cudnnBackendExecute: "cudnnStatus_t (*)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t)",
 };
 /** `typedef <proto with name> ; name p = symbol;` so that a prototype mismatch fails to compile. */
 const pointerChecks = (protos: Record<string, string>) =>
@@ -174,18 +182,44 @@ describe("cudnn.h agrees with ./nvidia-h.ts and ./cudnn.ts", () => {
     test.skip(`skipped: ${why}`, () => {});
     return;
   }
-  const { got, error } = attempt(() =>
-    probe("cudnn.h", pointerChecks(CUDNN_PROTOTYPES), [
-      num("CUDNN_STATUS_SUCCESS", "CUDNN_STATUS_SUCCESS"),
-      num("cudnnStatus_t", "sizeof(cudnnStatus_t)"),
-      num("cudnnHandle_t", "sizeof(cudnnHandle_t)"),
-    ]),
-  );
-  test("the probe compiles (prototypes included) and runs", () => {
+  const CUDNN_ENUMS = {
+    CUDNN_STATUS: H.CUDNN_STATUS,
+    CUDNN_DATA_TYPE: H.CUDNN_DATA_TYPE,
+    CUDNN_BACKEND: H.CUDNN_BACKEND,
+    CUDNN_TYPE: H.CUDNN_TYPE,
+    CUDNN_ATTR: H.CUDNN_ATTR,
+    CUDNN_POINTWISE: H.CUDNN_POINTWISE,
+    CUDNN_REDUCE: H.CUDNN_REDUCE,
+    CUDNN_HEUR_MODE: H.CUDNN_HEUR_MODE,
+    CUDNN_CONV_MODE: H.CUDNN_CONV_MODE,
+    CUDNN_NUMERICAL_NOTE: H.CUDNN_NUMERICAL_NOTE,
+  };
+  // the C expression of each size in ./nvidia-h.ts CUDNN_SIZES (a CUDNN_TYPE_BOOLEAN element is a C bool)
+  const SIZE_EXPR: Record<keyof typeof H.CUDNN_SIZES, string> = {
+    cudnnStatus_t: "sizeof(cudnnStatus_t)",
+    cudnnHandle_t: "sizeof(cudnnHandle_t)",
+    cudnnBackendDescriptor_t: "sizeof(cudnnBackendDescriptor_t)",
+    cudnnDataType_t: "sizeof(cudnnDataType_t)",
+    cudnnPointwiseMode_t: "sizeof(cudnnPointwiseMode_t)",
+    cudnnBackendHeurMode_t: "sizeof(cudnnBackendHeurMode_t)",
+    cudnnBackendNumericalNote_t: "sizeof(cudnnBackendNumericalNote_t)",
+    cudnnConvolutionMode_t: "sizeof(cudnnConvolutionMode_t)",
+    cudnnReduceTensorOp_t: "sizeof(cudnnReduceTensorOp_t)",
+    bool: "sizeof(_Bool)",
+  };
+  const lines: string[] = [];
+  for (const group of Object.values(CUDNN_ENUMS)) for (const k of Object.keys(group)) lines.push(num(k, k));
+  for (const [k, expr] of Object.entries(SIZE_EXPR)) lines.push(num(`sizeof:${k}`, expr));
+  const { got, error } = attempt(() => probe("cudnn.h", pointerChecks(CUDNN_PROTOTYPES), lines));
+  test("the probe compiles (every entry point's prototype included) and runs", () => {
     expect(error).toBeUndefined();
   });
-  test("status, sizes and prototypes", () => {
-    expect(got.CUDNN_STATUS_SUCCESS).toBe(H.CUDNN_STATUS.CUDNN_STATUS_SUCCESS);
-    for (const [k, v] of Object.entries(H.CUDNN_SIZES)) expect([k, got[k]]).toEqual([k, v]);
+  for (const [group, values] of Object.entries(CUDNN_ENUMS)) {
+    test(group, () => {
+      for (const [k, v] of Object.entries(values)) expect([k, got[k]]).toEqual([k, v]);
+    });
+  }
+  test("type sizes", () => {
+    for (const [k, v] of Object.entries(H.CUDNN_SIZES)) expect([k, got[`sizeof:${k}`]]).toEqual([k, v]);
   });
 });
