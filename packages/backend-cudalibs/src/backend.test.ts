@@ -9,6 +9,7 @@ import { type LaunchArg, packLaunch, type ptx } from "@tp/backend-ptx";
 import { BackendBase, dtypeBytes, type KernelTable, type Tensor, Weight } from "@tp/tensor";
 import { type CudaOpHost, cublasLtRoute, cudaKernelTable } from "./backend.ts";
 import { CublasLt } from "./cublaslt.ts";
+import type { Cudnn } from "./cudnn.ts";
 import { bf16Bits, fakeCublasLt } from "./fake-cublaslt.ts";
 import { CUBLASLT_MATMUL_DESC, CUDA_DATA_TYPE } from "./nvidia-h.ts";
 import { referenceLinear } from "./testing.ts";
@@ -25,6 +26,8 @@ class FakeHost extends BackendBase implements CudaOpHost {
   readonly w4a4 = false;
   readonly stream = 7;
   fp8Activations = true;
+  readonly cudnn: Cudnn | null = null;
+  readonly cudnnF32Attention = false;
   readonly fake: ReturnType<typeof fakeCublasLt>;
   readonly lt: CublasLt;
   readonly launches: {

@@ -13,11 +13,24 @@
  * fp8 through cuBLASLt quantizes the activations too (per tensor, like the weight): W8A8, not the PTX
  * kernels' weight-only product. Its error is past the conformance suite's matmul tolerance (NMSE 5e-4;
  * e4m3's 3-bit mantissa gives about 7e-4 on Gaussian activations), so it is opt-in, as ptx's W4A4 is:
- * `fp8Activations: true` or TP_CUDA_FP8_ACTIVATIONS=1. Attention stays on the PTX kernel (cuDNN's graph API is not bound yet;
- * ./cudnn.ts loads the library and makes a handle).
+ * `fp8Activations: true` or TP_CUDA_FP8_ACTIVATIONS=1.
+ *
+ * Attention and conv2d go through cuDNN's graph API (./cudnn.ts) when libcudnn.so.9 loads:
+ *
+ * | op        | cuDNN when                                                              | otherwise            |
+ * |-----------|-------------------------------------------------------------------------|----------------------|
+ * | attention | q, k, v all f16 or all bf16; no mask or causal with qOffset ≥ 0; no window, prefix or softcap; head_dim = head_dim_v, a multiple of 8, ≤ 128 (≤ 256 on sm_90+); more than one query row; sm_80+ | the PTX kernel (f32; other dtypes converted to f32 and back, exactly) |
+ * | attention, f32 | opt-in only (TP_CUDA_CUDNN_ATTENTION=1 or `cudnnF32Attention`): q, k, v rounded to bf16, the output back to f32 — a change of numerics, so never by default | the PTX kernel |
+ * | conv2d    | x and weight both f32 or both f16 (NCHW; f32 compute; no TF32 engine for f32) | the PTX kernel, as for attention |
+ *
+ * A shape cuDNN has no engine for stays on the PTX kernel (cached, asked once). Plans are per shape,
+ * built on first use; the workspace comes from the backend's allocator inside the op's scope. Without
+ * libcudnn.so.9 `cudnnMissing` holds the one-line reason (naming it and how to install it) and `device`
+ * says "no cuDNN"; every op keeps working on the PTX kernels.
  *
  * Environment: as ptx (TP_CUDA_DEVICE, TP_CUDA_LIB_DIR — here a ':'-separated list of folders, searched
- * for libcublasLt.so.13/.12 and libcudnn.so.9 before the loader path).
+ * for libcublasLt.so.13/.12 and libcudnn.so.9 before the loader path), TP_CUDA_FP8_ACTIVATIONS,
+ * TP_CUDA_CUDNN_ATTENTION.
  */
 import {
   PtxBackend,
@@ -27,9 +40,16 @@ import {
   ptxKernelTable,
   SimCudaDriver,
 } from "@tp/backend-ptx";
-import { type KernelTable, type Tensor, TpError, type Weight } from "@tp/tensor";
+import {
+  type AttentionParams,
+  type DTypeName,
+  type KernelTable,
+  type Tensor,
+  TpError,
+  type Weight,
+} from "@tp/tensor";
 import { CublasLt, type GemmKind, type GemmShape, loadCublasLt, WORKSPACE_BYTES } from "./cublaslt.ts";
-import { type Cudnn, loadCudnn } from "./cudnn.ts";
+import { type Cudnn, convOut, loadCudnn } from "./cudnn.ts";
 import { fakeCublasLt } from "./fake-cublaslt.ts";
 import { absMaxKernel, DEQUANT_BLOCK, dequantInt32Kernel, FP8_BLOCK, quantizeFp8Kernel } from "./kernels.ts";
 
@@ -43,6 +63,10 @@ export interface CudaOpHost extends PtxOpHost {
   address(t: Tensor): bigint;
   /** The persisted cuBLASLt workspace (allocated on first use from the backend's allocator). */
   workspace(): { ptr: bigint; bytes: number };
+  /** cuDNN on the backend's stream, or null without libcudnn.so.9. */
+  readonly cudnn: Cudnn | null;
+  /** f32 attention through cuDNN with q, k, v rounded to bf16 (opt-in; see the module comment). */
+  readonly cudnnF32Attention: boolean;
 }
 
 /** Which cuBLASLt GEMM a linear layer takes, or null for the PTX kernels. */
@@ -219,32 +243,208 @@ function castInto(host: CudaOpHost, out: Tensor, x: Tensor): void {
   host.launch(k, [Math.max(1, Math.ceil(x.numel / ptx.ELEMENTWISE_BLOCK)), 1, 1], args);
 }
 
-/** The ptx table with matmul taking cuBLASLt first. */
+/**
+ * The element type of the cuDNN attention graph for these inputs, or null for the PTX kernel (the
+ * rules of the module comment's table). `f32OptIn`: f32 inputs go through bf16.
+ */
+export function cudnnAttentionRoute(
+  dtypes: readonly [DTypeName, DTypeName, DTypeName],
+  p: AttentionParams,
+  sm: number,
+  f32OptIn: boolean,
+): "f16" | "bf16" | null {
+  if (sm < 80 || p.window > 0 || p.fullPrefix > 0 || p.softcap > 0) return null;
+  // a query before every key (qOffset < 0) has no visible key: cuDNN's softmax of −∞ only is NaN
+  if (p.causal && p.qOffset < 0) return null;
+  if (p.headDim !== p.headDimV || p.headDim % 8 !== 0 || p.headDim > (sm >= 90 ? 256 : 128)) return null;
+  // decode: one plan per key length would be built at every step
+  if (p.sq < 2) return null;
+  const [q, k, v] = dtypes;
+  if (q !== k || q !== v) return null;
+  if (q === "f16" || q === "bf16") return q;
+  return q === "f32" && f32OptIn ? "bf16" : null;
+}
+
+type Base = KernelTable;
+type Entry<K extends keyof KernelTable> = NonNullable<KernelTable[K]>;
+
+/** `t` as a contiguous, 16-byte aligned tensor of `dtype` (itself, or a copy / conversion in the scope). */
+function dense(host: CudaOpHost, base: Base, t: Tensor, dtype: DTypeName, name: string): Tensor {
+  if (t.dtype === dtype && t.isContiguous && host.address(t) % 16n === 0n) return t;
+  const c = host.alloc(t.shape, dtype, name);
+  if (t.dtype === dtype) (base.copy as Entry<"copy">).run(c, t);
+  else (base.cast as Entry<"cast">).run(c, t, false);
+  return c;
+}
+
+/** A workspace of `bytes` from the allocator (in the current scope). */
+function cudnnWorkspace(host: CudaOpHost, bytes: number): { ptr: bigint; bytes: number } {
+  if (bytes === 0) return { ptr: 0n, bytes: 0 };
+  return { ptr: host.address(host.alloc([bytes], "u8", "cudnn.workspace")), bytes };
+}
+
+/** Attention through cuDNN; false (nothing queued) when the PTX kernel keeps it. */
+export function cudnnAttention(
+  host: CudaOpHost,
+  base: Base,
+  out: Tensor,
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  p: AttentionParams,
+): boolean {
+  const dnn = host.cudnn;
+  if (dnn === null) return false;
+  const kind = cudnnAttentionRoute([q.dtype, k.dtype, v.dtype], p, host.sm, host.cudnnF32Attention);
+  if (kind === null) return false;
+  const plan = dnn.sdpaPlan({
+    dtype: kind,
+    batch: p.batch,
+    heads: p.heads,
+    kvHeads: p.kvHeads,
+    sq: p.sq,
+    skv: p.skv,
+    headDim: p.headDim,
+    causal: p.causal,
+  });
+  if (plan === null) return false;
+  host.scope(() => {
+    const [qc, kc, vc] = [q, k, v].map((t, i) => dense(host, base, t, kind, `attn.${"qkv"[i]}`)) as [
+      Tensor,
+      Tensor,
+      Tensor,
+    ];
+    const direct = out.dtype === kind && host.address(out) % 16n === 0n;
+    const o = direct ? out : host.alloc(out.shape, kind, "attn.out");
+    dnn.sdpa(
+      plan,
+      {
+        q: host.address(qc),
+        k: host.address(kc),
+        v: host.address(vc),
+        o: host.address(o),
+        scale: p.scale,
+        qOffset: p.causal ? p.qOffset : 0,
+      },
+      cudnnWorkspace(host, plan.workspaceBytes),
+    );
+    if (!direct) (base.cast as Entry<"cast">).run(out, o, false);
+  });
+  return true;
+}
+
+/**
+ * Run a PTX entry that takes f32 only on tensors of other float dtypes: inputs converted to f32
+ * (exact: f16 and bf16 are subsets of f32), the entry, the f32 result converted to out's dtype.
+ */
+function throughF32(
+  host: CudaOpHost,
+  base: Base,
+  out: Tensor,
+  inputs: Tensor[],
+  run: (o: Tensor, xs: Tensor[]) => void,
+): void {
+  if (out.dtype === "f32" && inputs.every((t) => t.dtype === "f32")) {
+    run(out, inputs);
+    return;
+  }
+  host.scope(() => {
+    const xs = inputs.map((t) => (t.dtype === "f32" ? t : dense(host, base, t, "f32", `${t.name}.f32`)));
+    const o = out.dtype === "f32" ? out : host.alloc(out.shape, "f32", "out.f32");
+    run(o, xs);
+    if (o !== out) (base.cast as Entry<"cast">).run(out, o, false);
+  });
+}
+
+/** conv2d through cuDNN (bias added by the PTX add kernel); false when the PTX kernel keeps it. */
+export function cudnnConv2d(
+  host: CudaOpHost,
+  base: Base,
+  out: Tensor,
+  x: Tensor,
+  weight: Tensor,
+  bias: Tensor | null,
+  stride: readonly [number, number],
+  padding: readonly [number, number],
+): boolean {
+  const dnn = host.cudnn;
+  if (dnn === null || x.dtype !== weight.dtype || (x.dtype !== "f32" && x.dtype !== "f16")) return false;
+  const dtype = x.dtype;
+  const [n, cIn, h, w] = x.shape as [number, number, number, number];
+  const [cOut, , kh, kw] = weight.shape as [number, number, number, number];
+  if (convOut(h, kh, stride[0], padding[0]) < 1 || convOut(w, kw, stride[1], padding[1]) < 1) return false;
+  const plan = dnn.convPlan({ dtype, n, cIn, h, w, cOut, kh, kw, stride, padding });
+  if (plan === null) return false;
+  host.scope(() => {
+    const xc = dense(host, base, x, dtype, "conv.x");
+    const wc = dense(host, base, weight, dtype, "conv.w");
+    const direct = out.dtype === dtype && host.address(out) % 16n === 0n;
+    const y = direct ? out : host.alloc(out.shape, dtype, "conv.y");
+    dnn.conv(
+      plan,
+      { x: host.address(xc), w: host.address(wc), y: host.address(y) },
+      cudnnWorkspace(host, plan.workspaceBytes),
+    );
+    if (!direct) (base.cast as Entry<"cast">).run(out, y, false);
+    if (bias !== null) {
+      // out[n, c, y, x] += bias[c]: the bias as a [1, C, 1, 1] view broadcast to out
+      const b = dense(host, base, bias, out.dtype, "conv.bias");
+      (base.add as Entry<"add">).run(out, out, b.reshape(1, cOut, 1, 1).broadcastTo(out.shape));
+    }
+  });
+  return true;
+}
+
+/** The ptx table with matmul taking cuBLASLt first, attention and conv2d cuDNN first. */
 export function cudaKernelTable(host: CudaOpHost, base: KernelTable): KernelTable {
+  const table: { -readonly [K in keyof KernelTable]: KernelTable[K] } = { ...base };
   const m = base.matmul;
-  if (m === undefined) return base;
-  return {
-    ...base,
-    matmul: {
+  if (m !== undefined)
+    table.matmul = {
       ...m,
       run: (out, x, w, bias) => {
         if (!cublasLtMatmul(host, out, x, w, bias)) m.run(out, x, w, bias);
       },
-    },
-  };
+    };
+  const attn = base.attention;
+  if (attn !== undefined && base.cast !== undefined && base.copy !== undefined)
+    table.attention = {
+      dtypes: ["f32", "f16", "bf16"],
+      run: (out, q, k, v, p) => {
+        if (cudnnAttention(host, base, out, q, k, v, p)) return;
+        throughF32(host, base, out, [q, k, v], (o, [qf, kf, vf]) =>
+          attn.run(o, qf as Tensor, kf as Tensor, vf as Tensor, p),
+        );
+      },
+    };
+  const conv = base.conv2d;
+  if (conv !== undefined && base.cast !== undefined && base.copy !== undefined && base.add !== undefined)
+    table.conv2d = {
+      dtypes: ["f32", "f16"],
+      run: (out, x, weight, bias, stride, padding) => {
+        if (cudnnConv2d(host, base, out, x, weight, bias, stride, padding)) return;
+        throughF32(host, base, out, bias === null ? [x, weight] : [x, weight, bias], (o, [xf, wf, bf]) =>
+          conv.run(o, xf as Tensor, wf as Tensor, bf ?? null, stride, padding),
+        );
+      },
+    };
+  return table;
 }
 
 /** Options of the cuda backend: those of ptx, and the fp8 W8A8 opt-in. */
 export interface CudaBackendOptions extends PtxBackendOptions {
   /** fp8 e4m3 weights as W8A8 through cuBLASLt (see the module comment); default TP_CUDA_FP8_ACTIVATIONS=1. */
   fp8Activations?: boolean;
+  /** f32 attention through cuDNN in bf16 (see the module comment); default TP_CUDA_CUDNN_ATTENTION=1. */
+  cudnnF32Attention?: boolean;
 }
 
 /** The cuda backend. Create it with {@link createBackend} or `loadBackend("cuda", options)`. */
 export class CudaBackend extends PtxBackend implements CudaOpHost {
   readonly lt: CublasLt;
   readonly fp8Activations: boolean;
-  /** cuDNN when libcudnn.so.9 loads (no op uses it yet), else null. */
+  readonly cudnnF32Attention: boolean;
+  /** cuDNN when libcudnn.so.9 loads (attention and conv2d), else null. */
   readonly cudnn: Cudnn | null;
   /** Why cuDNN is not loaded, when it is not. */
   readonly cudnnMissing: string | null;
@@ -257,6 +457,7 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
     super(options, "cuda");
     const env = options.env ?? process.env;
     this.fp8Activations = options.fp8Activations ?? env.TP_CUDA_FP8_ACTIVATIONS === "1";
+    this.cudnnF32Attention = options.cudnnF32Attention ?? env.TP_CUDA_CUDNN_ATTENTION === "1";
     const sim = this.driver instanceof SimCudaDriver ? this.driver : null;
     try {
       // On the PTX simulator no real library can run (its buffers are not device memory): cuBLASLt is
@@ -282,9 +483,10 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
     const v = this.lt.version();
     // The workspace is the backend's from the start (not the first GEMM's): ops leave memory as they found it.
     this.workspace();
-    if (sim !== null) this.device += ", cuBLASLt model (float64), no cuDNN";
-    else
-      this.device += `, cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}${cudnn === null ? ", no cuDNN" : `, cuDNN ${cudnn.versionString()}`}`;
+    const dnn =
+      cudnn === null ? ", no cuDNN (attention and conv2d on PTX)" : `, cuDNN ${cudnn.versionString()}`;
+    if (sim !== null) this.device += `, cuBLASLt model (float64)${dnn}`;
+    else this.device += `, cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}${dnn}`;
   }
 
   workspace(): { ptr: bigint; bytes: number } {
@@ -293,7 +495,7 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
     return { ptr: this.address(this.#workspace), bytes: WORKSPACE_BYTES };
   }
 
-  /** Wait for queued work, release cuBLASLt's plans and handle, cuDNN's handle, then the ptx backend. */
+  /** Wait for queued work, release cuBLASLt's and cuDNN's plans and handles, then the ptx backend. */
   override dispose(): void {
     if (this.#libsClosed) return;
     this.#libsClosed = true;

@@ -20,26 +20,11 @@ import {
   type SdpaShape,
 } from "./cudnn.ts";
 import { CUDNN_ATTR, CUDNN_BACKEND, CUDNN_NUMERICAL_NOTE, CUDNN_TYPE } from "./nvidia-h.ts";
-import { bf16BitsRne, bf16Value, referenceAttention, referenceConv2d } from "./testing.ts";
+import { bf16BitsRne, bf16Value, buildFakeCudnn, referenceAttention, referenceConv2d } from "./testing.ts";
 
 const cc = Bun.which("cc") ?? Bun.which("gcc");
 const dir = mkdtempSync(join(tmpdir(), "tp-fake-cudnn-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-/** Build the stand-in into `folder` (as libcudnn.so.9); returns the compiler's stderr and exit code. */
-export function buildFakeCudnn(folder: string): { stderr: string; exitCode: number } {
-  const r = Bun.spawnSync([
-    cc as string,
-    "-O1",
-    "-shared",
-    "-fPIC",
-    "-o",
-    join(folder, "libcudnn.so.9"),
-    join(import.meta.dir, "../test/fake-cudnn.c"),
-    "-lm",
-  ]);
-  return { stderr: r.stderr.toString(), exitCode: r.exitCode };
-}
 
 /** Deterministic values in [−1, 1). */
 const values = (n: number, seed: number) =>
@@ -47,7 +32,7 @@ const values = (n: number, seed: number) =>
 
 const ws = new Uint8Array(1 << 12);
 const workspace = { ptr: BigInt(ptr(ws)), bytes: ws.byteLength };
-const addr = (a: ArrayBufferView) => BigInt(ptr(a));
+const addr = (a: Parameters<typeof ptr>[0]) => BigInt(ptr(a));
 
 describe("cuDNN through bun:ffi (a stand-in library built with cc)", () => {
   if (cc === null) {

@@ -1,7 +1,9 @@
 /**
- * Test helpers of the cuda backend (test code only): the float64 reference its matmul tests compare
- * with, computed here independently of cuBLASLt's layouts.
+ * Test helpers of the cuda backend (test code only): the float64 references its matmul, attention and
+ * conv2d tests compare with, computed here from the definitions, independently of cuBLASLt's layouts
+ * and cuDNN's graphs; bf16 rounding; the build of the stand-in libcudnn.so.9.
  */
+import { join } from "node:path";
 
 /**
  * y[t, o] = Σ_k x[t, k] · w[o, k] (+ b[o]) in float64: x [T, K], w [N, K] and y [T, N] row-major, b [N]
@@ -132,4 +134,28 @@ export function referenceConv2d(
           out.push(acc);
         }
   return out;
+}
+
+/**
+ * Build the stand-in cuDNN (../test/fake-cudnn.c) into `folder` as libcudnn.so.9 with the C compiler
+ * `cc`; returns the compiler's stderr and exit code.
+ */
+export function buildFakeCudnn(
+  folder: string,
+  cc = Bun.which("cc") ?? Bun.which("gcc") ?? "cc",
+): {
+  stderr: string;
+  exitCode: number;
+} {
+  const r = Bun.spawnSync([
+    cc,
+    "-O1",
+    "-shared",
+    "-fPIC",
+    "-o",
+    join(folder, "libcudnn.so.9"),
+    join(import.meta.dir, "../test/fake-cudnn.c"),
+    "-lm",
+  ]);
+  return { stderr: r.stderr.toString(), exitCode: r.exitCode };
 }
