@@ -351,18 +351,25 @@ export class Cudnn {
     return d;
   }
 
-  /** A pointwise operation y = mode(x[, b][, t]) with f32 math (axis for GEN_INDEX). */
+  /**
+   * A pointwise operation y = mode(x[, b][, t]) with f32 math, or int32 math for the index
+   * arithmetic (`axis` for GEN_INDEX). The runtime fusion engines take FLOAT or INT32 math for ADD,
+   * CMP_*, GEN_INDEX and BINARY_SELECT, FLOAT only for EXP (cuDNN developer guide, "Operation Specific
+   * Constraints for the Runtime Fusion Engines").
+   */
   #pointwise(
     owned: number[],
     mode: number,
     io: { x: number; b?: number; t?: number; y: number },
     key: string,
-    axis?: number,
+    options: { axis?: number; int32?: boolean } = {},
   ): number {
     const what = `${key}, pointwise ${mode}`;
     const pw = this.create(B.CUDNN_BACKEND_POINTWISE_DESCRIPTOR, owned, what);
+    const math = options.int32 ? DT.CUDNN_DATA_INT32 : DT.CUDNN_DATA_FLOAT;
+    const axis = options.axis;
     this.set(pw, A.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE, [mode], what);
-    this.set(pw, A.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, [DT.CUDNN_DATA_FLOAT], what);
+    this.set(pw, A.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, [math], what);
     if (axis !== undefined) this.set(pw, A.CUDNN_ATTR_POINTWISE_AXIS, T.CUDNN_TYPE_INT64, [axis], what);
     this.finalize(pw, what);
     const op = this.create(B.CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, owned, what);
@@ -584,9 +591,19 @@ export class Cudnn {
     if (s.causal) {
       const I = DT.CUDNN_DATA_INT32;
       const row = virt(I, scores);
-      ops.push(this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: row }, key, 2));
+      ops.push(
+        this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: row }, key, {
+          axis: 2,
+          int32: true,
+        }),
+      );
       const col = virt(I, scores);
-      ops.push(this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: col }, key, 3));
+      ops.push(
+        this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: col }, key, {
+          axis: 3,
+          int32: true,
+        }),
+      );
       const pos = virt(I, scores);
       ops.push(
         this.#pointwise(
@@ -594,10 +611,15 @@ export class Cudnn {
           PW.CUDNN_POINTWISE_ADD,
           { x: row, b: scalar(SDPA_UID.qOffset, I), y: pos },
           key,
+          { int32: true },
         ),
       );
       const visible = virt(DT.CUDNN_DATA_BOOLEAN, scores);
-      ops.push(this.#pointwise(owned, PW.CUDNN_POINTWISE_CMP_GE, { x: pos, b: col, y: visible }, key));
+      ops.push(
+        this.#pointwise(owned, PW.CUDNN_POINTWISE_CMP_GE, { x: pos, b: col, y: visible }, key, {
+          int32: true,
+        }),
+      );
       masked = virt(F, scores);
       ops.push(
         this.#pointwise(

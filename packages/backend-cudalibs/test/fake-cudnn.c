@@ -175,9 +175,13 @@ static st_t finalize_op(desc_t *d) {
       return OK;
     }
     case K_PW: {
-      int mode = i32(d, 0);
+      int mode = i32(d, 0), math = has(d, 1) ? i32(d, 1) : D_FLOAT;
       if (!has(d, 0)) return BAD;
       if (mode == 501 && !has(d, 9)) return BAD;
+      /* the runtime fusion engines' math precisions: FLOAT or INT32 for the arithmetic, compare, index
+         and select modes; FLOAT only for the others (EXP here) */
+      int either = mode == 0 || mode == 1 || mode == 6 || mode == 9 || mode == 303 || mode == 501 || mode == 601;
+      if (math != D_FLOAT && !(either && math == D_INT32)) return NS_DATATYPE;
       return OK;
     }
     case K_OP_PW: {
