@@ -221,6 +221,23 @@ describe("cuDNN through bun:ffi (a stand-in library built with cc)", () => {
       "operation graph: CUDNN_STATUS_NOT_SUPPORTED_SHAPE",
     );
     expect(dnn.heuristicQueries).toBe(0);
+    // refused while the graph is described (the convolution operation's finalize)
+    const conv = {
+      dtype: "f32",
+      n: 1,
+      cIn: 1,
+      h: 40,
+      w: 40,
+      cOut: 1,
+      kh: 33,
+      kw: 3,
+      stride: [1, 1],
+      padding: [0, 0],
+    } as const;
+    expect(dnn.convPlan(conv)).toBeNull();
+    expect(dnn.whyNoPlan.get("conv:f32:1x1x40x40:1x33x3:s1,1:p0,0")).toStartWith(
+      "cudnnBackendFinalize failed: CUDNN_STATUS_NOT_SUPPORTED_SHAPE (3002)",
+    );
     dnn.destroy();
     expect(fake.tp_fake_live()).toBe(live);
   });

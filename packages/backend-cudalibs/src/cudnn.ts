@@ -422,6 +422,11 @@ export class Cudnn {
     let plan: CudnnPlan | null = null;
     try {
       plan = this.#finish(key, owned, build(owned), dtype);
+    } catch (e) {
+      // a NOT_SUPPORTED status while describing the graph (a type or layout this cuDNN lacks): the
+      // caller keeps its kernel; any other status is a bug here and is thrown
+      if (!(e instanceof TpError) || e.code !== "E_UNSUPPORTED") throw e;
+      this.whyNoPlan.set(key, e.message);
     } finally {
       if (plan === null) for (const d of owned.reverse()) this.destroyDescriptor(d);
     }
