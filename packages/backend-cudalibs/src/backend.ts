@@ -254,7 +254,7 @@ export function cudnnAttentionRoute(
   f32OptIn: boolean,
 ): "f16" | "bf16" | null {
   if (sm < 80 || p.window > 0 || p.fullPrefix > 0 || p.softcap > 0) return null;
-  // a query before every key (qOffset < 0) has no visible key: cuDNN's softmax of −∞ only is NaN
+  // qOffset < 0: the first queries see no key; with the lowest-f32 mask cuDNN would average every key there
   if (p.causal && p.qOffset < 0) return null;
   if (p.headDim !== p.headDimV || p.headDim % 8 !== 0 || p.headDim > (sm >= 90 ? 256 : 128)) return null;
   // decode: one plan per key length would be built at every step

@@ -5,7 +5,7 @@
  *
  * - fused scaled-dot-product attention (f16 / bf16, grouped-query heads): S = Q·Kᵀ (matmul), S·scale
  *   (pointwise MUL by a by-value scalar), an optional causal mask from GEN_INDEX (row, column),
- *   ADD (row + qOffset, a by-value scalar), CMP_GE and BINARY_SELECT with −∞, the softmax as
+ *   ADD (row + qOffset, a by-value scalar), CMP_GE and BINARY_SELECT with the lowest f32, the softmax as
  *   REDUCTION MAX, SUB, EXP, REDUCTION ADD and DIV, then O = P·V (matmul). This is the graph of the
  *   "fused flash attention fprop" pattern of the cuDNN developer guide (Graph API → Specialized Runtime
  *   Fusion Engines); cuDNN 9 has no single SDPA operation descriptor in its backend header
@@ -201,7 +201,7 @@ export function convOut(size: number, k: number, stride: number, pad: number): n
 }
 
 /** Unique ids of the graphs' tensors (the variant pack's keys). */
-export const SDPA_UID = { q: 1, k: 2, v: 3, o: 4, scale: 5, qOffset: 6, negInf: 7 } as const;
+export const SDPA_UID = { q: 1, k: 2, v: 3, o: 4, scale: 5, qOffset: 6, maskValue: 7 } as const;
 export const CONV_UID = { x: 1, w: 2, y: 3 } as const;
 
 /** A finalized execution plan and what it keeps alive. */
@@ -352,21 +352,21 @@ export class Cudnn {
   }
 
   /**
-   * A pointwise operation y = mode(x[, b][, t]) with f32 math, or int32 math for the index
-   * arithmetic (`axis` for GEN_INDEX). The runtime fusion engines take FLOAT or INT32 math for ADD,
-   * CMP_*, GEN_INDEX and BINARY_SELECT, FLOAT only for EXP (cuDNN developer guide, "Operation Specific
-   * Constraints for the Runtime Fusion Engines").
+   * A pointwise operation y = mode(x[, b][, t]) with `math` precision (default f32; `axis` for
+   * GEN_INDEX). The causal mask takes the precisions cudnn-frontend gives it (its sliding-window /
+   * causal score modifier): GEN_INDEX in f32 math into int32 tensors, the row offset added in int32,
+   * CMP_GE in boolean math into a boolean tensor.
    */
   #pointwise(
     owned: number[],
     mode: number,
     io: { x: number; b?: number; t?: number; y: number },
     key: string,
-    options: { axis?: number; int32?: boolean } = {},
+    options: { axis?: number; math?: number } = {},
   ): number {
     const what = `${key}, pointwise ${mode}`;
     const pw = this.create(B.CUDNN_BACKEND_POINTWISE_DESCRIPTOR, owned, what);
-    const math = options.int32 ? DT.CUDNN_DATA_INT32 : DT.CUDNN_DATA_FLOAT;
+    const math = options.math ?? DT.CUDNN_DATA_FLOAT;
     const axis = options.axis;
     this.set(pw, A.CUDNN_ATTR_POINTWISE_MODE, T.CUDNN_TYPE_POINTWISE_MODE, [mode], what);
     this.set(pw, A.CUDNN_ATTR_POINTWISE_MATH_PREC, T.CUDNN_TYPE_DATA_TYPE, [math], what);
@@ -616,7 +616,7 @@ export class Cudnn {
           PW.CUDNN_POINTWISE_ADD,
           { x: row, b: scalar(SDPA_UID.qOffset, I), y: pos },
           key,
-          { int32: true },
+          { math: I },
         ),
       );
       const visible = virt(DT.CUDNN_DATA_BOOLEAN, scores);
@@ -630,7 +630,7 @@ export class Cudnn {
         this.#pointwise(
           owned,
           PW.CUDNN_POINTWISE_BINARY_SELECT,
-          { x: s1, b: scalar(SDPA_UID.negInf, F), t: visible, y: masked },
+          { x: s1, b: scalar(SDPA_UID.maskValue, F), t: visible, y: masked },
           key,
         ),
       );
@@ -761,7 +761,9 @@ export class Cudnn {
       if (!Number.isSafeInteger(a.qOffset) || a.qOffset < 0 || a.qOffset >= 2 ** 31)
         throw new TpError("E_ARG", `cuDNN attention ${plan.key}: qOffset ${a.qOffset} is not in [0, 2^31)`);
       m.set(SDPA_UID.qOffset, new Int32Array([a.qOffset]));
-      m.set(SDPA_UID.negInf, new Float32Array([Number.NEGATIVE_INFINITY]));
+      // the most negative f32, as cudnn-frontend's causal mask selects: exp(lowest − max) is 0 like −∞, and a
+      // row with no visible key would average instead of giving NaN (the route never sends one)
+      m.set(SDPA_UID.maskValue, new Float32Array([-3.4028234663852886e38]));
     }
     this.execute(plan, m, workspace);
   }

@@ -181,7 +181,8 @@ static st_t finalize_op(desc_t *d) {
       /* the runtime fusion engines' math precisions: FLOAT or INT32 for the arithmetic, compare, index
          and select modes; FLOAT only for the others (EXP here) */
       int either = mode == 0 || mode == 1 || mode == 6 || mode == 9 || mode == 303 || mode == 501 || mode == 601;
-      if (math != D_FLOAT && !(either && math == D_INT32)) return NS_DATATYPE;
+      /* compares also in boolean math, as cudnn-frontend's causal mask sets it */
+      if (math != D_FLOAT && !(either && math == D_INT32) && !(mode == 303 && math == D_BOOL)) return NS_DATATYPE;
       return OK;
     }
     case K_OP_PW: {
