@@ -258,7 +258,7 @@ export function cudnnAttentionRoute(
   if (p.causal && p.qOffset < 0) return null;
   if (p.headDim !== p.headDimV || p.headDim % 8 !== 0 || p.headDim > (sm >= 90 ? 256 : 128)) return null;
   // decode: one plan per key length would be built at every step
-  if (p.sq < 2) return null;
+  if (p.sq < 2 || p.skv < 1) return null;
   const [q, k, v] = dtypes;
   if (q !== k || q !== v) return null;
   if (q === "f16" || q === "bf16") return q;
@@ -283,7 +283,14 @@ function cudnnWorkspace(host: CudaOpHost, bytes: number): { ptr: bigint; bytes: 
   return { ptr: host.address(host.alloc([bytes], "u8", "cudnn.workspace")), bytes };
 }
 
-/** Attention through cuDNN; false (nothing queued) when the PTX kernel keeps it. */
+/**
+ * Attention through cuDNN: out [batch, heads, sq, headDim] = softmax(scale · q·kᵀ, causal mask) · v
+ * with q [batch, heads, sq, headDim], k / v [batch, kvHeads, skv, headDim] (any views; copied to
+ * contiguous 16-byte aligned ones, or converted to bf16 on the f32 opt-in), on the plan of the shape
+ * (./cudnn.ts sdpaPlan). Returns false, having queued nothing, when {@link cudnnAttentionRoute} or
+ * cuDNN's heuristics leave the shape to the PTX kernel.
+ * @throws TpError naming the cuDNN call that failed (a NOT_SUPPORTED graph is not an error: false)
+ */
 export function cudnnAttention(
   host: CudaOpHost,
   base: Base,
@@ -356,7 +363,13 @@ function throughF32(
   });
 }
 
-/** conv2d through cuDNN (bias added by the PTX add kernel); false when the PTX kernel keeps it. */
+/**
+ * conv2d through cuDNN: out [n, cOut, hOut, wOut] = x [n, cIn, h, w] ⋆ weight [cOut, cIn, kh, kw]
+ * (cross-correlation, zero padding, dilation 1; x and weight both f32 or both f16, any views — copied
+ * to NCHW packed), then + bias [cOut] broadcast over n, h, w by the PTX add kernel (in out's dtype).
+ * Returns false, having queued nothing, when the dtypes or cuDNN's heuristics leave it to the PTX kernel.
+ * @throws TpError naming the cuDNN call that failed
+ */
 export function cudnnConv2d(
   host: CudaOpHost,
   base: Base,
@@ -395,7 +408,11 @@ export function cudnnConv2d(
   return true;
 }
 
-/** The ptx table with matmul taking cuBLASLt first, attention and conv2d cuDNN first. */
+/**
+ * The ptx table with matmul taking cuBLASLt first, and attention (f32 / f16 / bf16) and conv2d
+ * (f32 / f16) taking cuDNN first; what cuDNN does not take runs on the ptx entries, which are f32 only,
+ * between exact conversions of the other dtypes to f32 and of the result back.
+ */
 export function cudaKernelTable(host: CudaOpHost, base: KernelTable): KernelTable {
   const table: { -readonly [K in keyof KernelTable]: KernelTable[K] } = { ...base };
   const m = base.matmul;
