@@ -26,11 +26,12 @@
  * A shape cuDNN has no engine for stays on the PTX kernel (cached, asked once). Plans are per shape,
  * built on first use; the workspace comes from the backend's allocator inside the op's scope. Without
  * libcudnn.so.9 `cudnnMissing` holds the one-line reason (naming it and how to install it) and `device`
- * says "no cuDNN"; every op keeps working on the PTX kernels.
+ * says "no cuDNN"; every op keeps working on the PTX kernels. `cudnn: false` or TP_CUDA_CUDNN=0 does
+ * the same on purpose (to compare with, or to step around a cuDNN that misbehaves).
  *
  * Environment: as ptx (TP_CUDA_DEVICE, TP_CUDA_LIB_DIR — here a ':'-separated list of folders, searched
  * for libcublasLt.so.13/.12 and libcudnn.so.9 before the loader path), TP_CUDA_FP8_ACTIVATIONS,
- * TP_CUDA_CUDNN_ATTENTION.
+ * TP_CUDA_CUDNN_ATTENTION, TP_CUDA_CUDNN.
  */
 import {
   PtxBackend,
@@ -454,6 +455,8 @@ export interface CudaBackendOptions extends PtxBackendOptions {
   fp8Activations?: boolean;
   /** f32 attention through cuDNN in bf16 (see the module comment); default TP_CUDA_CUDNN_ATTENTION=1. */
   cudnnF32Attention?: boolean;
+  /** Load cuDNN (default true; TP_CUDA_CUDNN=0 turns it off): false keeps attention and conv2d on PTX. */
+  cudnn?: boolean;
 }
 
 /** The cuda backend. Create it with {@link createBackend} or `loadBackend("cuda", options)`. */
@@ -487,14 +490,16 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
       throw e;
     }
     let cudnn: Cudnn | null = null;
-    let missing: string | null = sim === null ? null : "the PTX simulator has no cuDNN";
-    if (sim === null) {
+    let missing: string | null = null;
+    if (sim !== null) missing = "the PTX simulator has no cuDNN";
+    else if (options.cudnn === false || (options.cudnn === undefined && env.TP_CUDA_CUDNN === "0"))
+      missing = "cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)";
+    else
       try {
         cudnn = loadCudnn(this.stream, env);
       } catch (e) {
         missing = e instanceof Error ? e.message : String(e);
       }
-    }
     this.cudnn = cudnn;
     this.cudnnMissing = missing;
     const v = this.lt.version();

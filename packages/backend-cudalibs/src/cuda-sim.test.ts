@@ -61,6 +61,19 @@ describe("CudaBackend on the PTX simulator with stand-in NVIDIA libraries", () =
     }
   });
 
+  test("TP_CUDA_CUDNN=0 or cudnn: false leaves cuDNN unloaded, and says so", () => {
+    for (const options of [
+      { env: { TP_CUDA_LIB_DIR: both, TP_CUDA_CUDNN: "0" } },
+      { env: { TP_CUDA_LIB_DIR: both }, cudnn: false },
+    ]) {
+      const be = createBackend({ simulate: "sm_86", ...options });
+      expect(be.cudnn).toBeNull();
+      expect(be.cudnnMissing).toBe("cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)");
+      expect(be.device).toEndWith("no cuDNN (attention and conv2d on PTX)");
+      be.dispose();
+    }
+  });
+
   test("the f32 → bf16 attention route is opt-in: option or TP_CUDA_CUDNN_ATTENTION=1", () => {
     for (const [options, want] of [
       [{ env: { TP_CUDA_LIB_DIR: both, TP_CUDA_CUDNN_ATTENTION: "1" } }, true],

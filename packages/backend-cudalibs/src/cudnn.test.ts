@@ -19,7 +19,14 @@ import {
   loadCudnn,
   type SdpaShape,
 } from "./cudnn.ts";
-import { CUDNN_ATTR, CUDNN_BACKEND, CUDNN_NUMERICAL_NOTE, CUDNN_TYPE } from "./nvidia-h.ts";
+import {
+  CUDNN_ATTR,
+  CUDNN_BACKEND,
+  CUDNN_DATA_TYPE,
+  CUDNN_NUMERICAL_NOTE,
+  CUDNN_POINTWISE,
+  CUDNN_TYPE,
+} from "./nvidia-h.ts";
 import { bf16BitsRne, bf16Value, buildFakeCudnn, referenceAttention, referenceConv2d } from "./testing.ts";
 
 const cc = Bun.which("cc") ?? Bun.which("gcc");
@@ -49,6 +56,7 @@ describe("cuDNN through bun:ffi (a stand-in library built with cc)", () => {
     tp_fake_handles: { args: [], returns: "i32" },
     tp_fake_last_engine: { args: [], returns: "i32" },
     tp_fake_stream: { args: [], returns: "u64" },
+    tp_fake_math: { args: ["i32"], returns: "i32" },
   }).symbols;
   const open = (): Cudnn => loadCudnn(0x5, { TP_CUDA_LIB_DIR: dir });
 
@@ -114,6 +122,13 @@ describe("cuDNN through bun:ffi (a stand-in library built with cc)", () => {
           expect(Math.abs((got[0] as number) - (full[0] as number))).toBeGreaterThan(0.05);
         }
       }
+      // the causal mask's precisions (cudnn-frontend's): GEN_INDEX f32 math, the offset in int32, CMP_GE boolean
+      const P = CUDNN_POINTWISE;
+      const D = CUDNN_DATA_TYPE;
+      expect(fake.tp_fake_math(P.CUDNN_POINTWISE_GEN_INDEX)).toBe(D.CUDNN_DATA_FLOAT);
+      expect(fake.tp_fake_math(P.CUDNN_POINTWISE_ADD)).toBe(D.CUDNN_DATA_INT32);
+      expect(fake.tp_fake_math(P.CUDNN_POINTWISE_CMP_GE)).toBe(D.CUDNN_DATA_BOOLEAN);
+      expect(fake.tp_fake_math(P.CUDNN_POINTWISE_EXP)).toBe(D.CUDNN_DATA_FLOAT);
       expect(dnn.heuristicQueries).toBe(2);
       expect(dnn.planCount()).toBe(2);
       dnn.destroy();

@@ -596,19 +596,9 @@ export class Cudnn {
     if (s.causal) {
       const I = DT.CUDNN_DATA_INT32;
       const row = virt(I, scores);
-      ops.push(
-        this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: row }, key, {
-          axis: 2,
-          int32: true,
-        }),
-      );
+      ops.push(this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: row }, key, { axis: 2 }));
       const col = virt(I, scores);
-      ops.push(
-        this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: col }, key, {
-          axis: 3,
-          int32: true,
-        }),
-      );
+      ops.push(this.#pointwise(owned, PW.CUDNN_POINTWISE_GEN_INDEX, { x: s1, y: col }, key, { axis: 3 }));
       const pos = virt(I, scores);
       ops.push(
         this.#pointwise(
@@ -622,7 +612,7 @@ export class Cudnn {
       const visible = virt(DT.CUDNN_DATA_BOOLEAN, scores);
       ops.push(
         this.#pointwise(owned, PW.CUDNN_POINTWISE_CMP_GE, { x: pos, b: col, y: visible }, key, {
-          int32: true,
+          math: DT.CUDNN_DATA_BOOLEAN,
         }),
       );
       masked = virt(F, scores);

@@ -72,6 +72,7 @@ typedef struct desc {
 } desc_t;
 #define MAGIC 0x7dd7
 static int live, handles;
+static int last_math[1024]; /* the math precision last finalized for each pointwise mode */
 static void *stream_set;
 
 static desc_t *D(void *p) { desc_t *d = p; return d != NULL && d->magic == MAGIC ? d : NULL; }
@@ -183,6 +184,7 @@ static st_t finalize_op(desc_t *d) {
       int either = mode == 0 || mode == 1 || mode == 6 || mode == 9 || mode == 303 || mode == 501 || mode == 601;
       /* compares also in boolean math, as cudnn-frontend's causal mask sets it */
       if (math != D_FLOAT && !(either && math == D_INT32) && !(mode == 303 && math == D_BOOL)) return NS_DATATYPE;
+      if (mode >= 0 && mode < 1024) last_math[mode] = math;
       return OK;
     }
     case K_OP_PW: {
@@ -586,6 +588,7 @@ st_t cudnnBackendExecute(void *h, void *pp, void *kp) {
 }
 
 int tp_fake_live(void) { return live; }
+int tp_fake_math(int mode) { return mode >= 0 && mode < 1024 ? last_math[mode] : -1; }
 int tp_fake_handles(void) { return handles; }
 int tp_fake_executed(void) { return executed; }
 int tp_fake_last_engine(void) { return last_engine; }
