@@ -10,6 +10,8 @@
  *    reports the fraction of the HBM bandwidth reached; and prefill-shaped GEMMs (4096 tokens ×
  *    [4096, 4096] in bf16, INT8 ConvRot and fp8 e4m3 — on cuda as W8A8, its opt-in) on ptx and cuda side
  *    by side (TFLOP/s, and the NMSE of cuda's output against ptx's);
+ * 4. runs f16 / bf16 attention and f32 / f16 conv2d on cuda (cuDNN) and ptx side by side (ms, NMSE of
+ *    cuda's output against ptx's, and which shapes cuDNN took or refused);
  * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
  * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files, the
  * Krea 2 / LLM benchmarks against PyTorch; the summary lists them under `notRun`.
@@ -18,7 +20,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { type BackendOptions, loadBackend, Weight, weightBytes } from "@tp/tensor";
+import { type BackendOptions, loadBackend, type Tensor, Weight, weightBytes } from "@tp/tensor";
 
 const out = resolve(process.env.TP_GPU_OUT ?? "gpu-out");
 mkdirSync(out, { recursive: true });
@@ -275,10 +277,126 @@ if (device !== null) {
   summary.gemm = gemm;
 }
 
+// 5. cuDNN through cuda (attention f16 / bf16 with grouped heads and a causal mask; conv2d f32 / f16)
+//    against ptx on the same rounded inputs (ptx runs them in f32), timed; cuda's plan cache says
+//    whether cuDNN took each shape (and why not when it did not)
+{
+  const rows: unknown[] = [];
+  const values = (n: number, seed: number) => {
+    const a = new Float32Array(n);
+    for (let i = 0; i < n; i++) a[i] = ((((i + seed * 7919) * 2654435761) >>> 20) % 255) / 255 - 0.5;
+    return a;
+  };
+  type Case = { op: "attention" | "conv2d"; dtype: "f32" | "f16" | "bf16"; shapes: number[][] };
+  const cases: Case[] = [
+    {
+      op: "attention",
+      dtype: "f16",
+      shapes: [
+        [1, 16, 1024, 128],
+        [1, 4, 1024, 128],
+      ],
+    },
+    {
+      op: "attention",
+      dtype: "bf16",
+      shapes: [
+        [1, 16, 1024, 128],
+        [1, 4, 1024, 128],
+      ],
+    },
+    {
+      op: "conv2d",
+      dtype: "f32",
+      shapes: [
+        [1, 128, 128, 128],
+        [128, 128, 3, 3],
+      ],
+    },
+    {
+      op: "conv2d",
+      dtype: "f16",
+      shapes: [
+        [1, 128, 128, 128],
+        [128, 128, 3, 3],
+      ],
+    },
+  ];
+  const refs = new Map<string, Float32Array>();
+  for (const name of ["ptx", "cuda"] as const) {
+    if (devices[name] === null) continue;
+    const b = await loadBackend(name);
+    try {
+      for (const c of cases) {
+        const label = `${c.op}:${c.dtype}`;
+        try {
+          const inputs = c.shapes.map((shape, i) => {
+            const f = b.upload(
+              values(
+                shape.reduce((x, y) => x * y, 1),
+                i + 1,
+              ),
+              shape,
+              "f32",
+            );
+            // ptx takes these ops in f32: give it the values rounded to the case's dtype
+            const r = b.cast(f, c.dtype);
+            return name === "ptx" && c.dtype !== "f32" ? b.cast(r, "f32") : r;
+          });
+          const run = () => {
+            const [x, y] = inputs as [Tensor, Tensor];
+            return c.op === "attention"
+              ? b.attention(x, y, y, { causal: true })
+              : b.conv2d(x, y, null, { padding: 1 });
+          };
+          b.free(run());
+          await b.synchronize();
+          const iters = 10;
+          const t0 = performance.now();
+          for (let i = 0; i < iters; i++) b.free(run());
+          await b.synchronize();
+          const ms = (performance.now() - t0) / iters;
+          const t = run();
+          const tf = t.dtype === "f32" ? t : b.cast(t, "f32");
+          const out = (await b.read(tf)) as Float32Array;
+          const ref = refs.get(label);
+          if (ref === undefined) refs.set(label, out);
+          let num = 0;
+          let den = 0;
+          if (ref !== undefined)
+            for (let i = 0; i < out.length; i++) {
+              num += ((out[i] as number) - (ref[i] as number)) ** 2;
+              den += (ref[i] as number) ** 2;
+            }
+          const dnn = (b as { cudnn?: { planCount(): number; whyNoPlan: Map<string, string> } | null }).cudnn;
+          rows.push({
+            backend: name,
+            op: c.op,
+            dtype: c.dtype,
+            shapes: c.shapes,
+            ms,
+            nmseVsPtx: ref === undefined ? null : num / Math.max(den, 1e-30),
+            ...(dnn ? { cudnnPlans: dnn.planCount(), cudnnRefused: Object.fromEntries(dnn.whyNoPlan) } : {}),
+          });
+        } catch (e) {
+          rows.push({
+            backend: name,
+            op: c.op,
+            dtype: c.dtype,
+            error: e instanceof Error ? e.message : String(e),
+          });
+        }
+      }
+    } finally {
+      b.dispose();
+    }
+  }
+  summary.cudnn = rows;
+}
+
 summary.notRun = [
   "Krea 2 tiny goldens (../shared/testdata/krea2-tiny) in every DiT format on ptx",
   "LLM parity files on ptx",
-  "cuda: cuDNN attention (not bound yet; attention runs on the PTX kernel), fp8 e4m3 through cuBLASLt (not routed yet)",
   "bun run bench gpu: Krea 2 1024² s/step per format and LLM decode tok/s vs PyTorch",
 ];
 summary.finished = new Date().toISOString();
