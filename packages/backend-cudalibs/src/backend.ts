@@ -459,6 +459,41 @@ export interface CudaBackendOptions extends PtxBackendOptions {
   cudnn?: boolean;
 }
 
+/**
+ * The cuDNN a cuda backend uses on `stream`: none on the PTX simulator (no real library can read its
+ * buffers) or when turned off (`cudnn: false`, TP_CUDA_CUDNN=0), else libcudnn.so.9 when it loads
+ * (./cudnn.ts loadCudnn). `missing` is the one-line reason when there is none (for an absent library:
+ * its name, the places tried and how to install it).
+ */
+export function openCudnn(
+  stream: number,
+  options: { readonly cudnn?: boolean },
+  env: Record<string, string | undefined>,
+  simulated: boolean,
+): { cudnn: Cudnn | null; missing: string | null } {
+  if (simulated) return { cudnn: null, missing: "the PTX simulator has no cuDNN" };
+  if (options.cudnn === false || (options.cudnn === undefined && env.TP_CUDA_CUDNN === "0"))
+    return { cudnn: null, missing: "cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)" };
+  try {
+    return { cudnn: loadCudnn(stream, env), missing: null };
+  } catch (e) {
+    return { cudnn: null, missing: e instanceof Error ? e.message : String(e) };
+  }
+}
+
+/**
+ * What `device` adds for the libraries: `, cuBLASLt 13.0.2, cuDNN 9.10.0`, or `…, no cuDNN (attention
+ * and conv2d on PTX)`; `ltVersion` null for the cuBLASLt model of the simulator.
+ */
+export function librariesNote(ltVersion: number | null, cudnn: Cudnn | null): string {
+  const v = ltVersion;
+  const lt =
+    v === null
+      ? "cuBLASLt model (float64)"
+      : `cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}`;
+  return `, ${lt}${cudnn === null ? ", no cuDNN (attention and conv2d on PTX)" : `, cuDNN ${cudnn.versionString()}`}`;
+}
+
 /** The cuda backend. Create it with {@link createBackend} or `loadBackend("cuda", options)`. */
 export class CudaBackend extends PtxBackend implements CudaOpHost {
   readonly lt: CublasLt;
@@ -489,26 +524,12 @@ export class CudaBackend extends PtxBackend implements CudaOpHost {
       super.dispose();
       throw e;
     }
-    let cudnn: Cudnn | null = null;
-    let missing: string | null = null;
-    if (sim !== null) missing = "the PTX simulator has no cuDNN";
-    else if (options.cudnn === false || (options.cudnn === undefined && env.TP_CUDA_CUDNN === "0"))
-      missing = "cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)";
-    else
-      try {
-        cudnn = loadCudnn(this.stream, env);
-      } catch (e) {
-        missing = e instanceof Error ? e.message : String(e);
-      }
+    const { cudnn, missing } = openCudnn(this.stream, options, env, sim !== null);
     this.cudnn = cudnn;
     this.cudnnMissing = missing;
-    const v = this.lt.version();
     // The workspace is the backend's from the start (not the first GEMM's): ops leave memory as they found it.
     this.workspace();
-    const dnn =
-      cudnn === null ? ", no cuDNN (attention and conv2d on PTX)" : `, cuDNN ${cudnn.versionString()}`;
-    if (sim !== null) this.device += `, cuBLASLt model (float64)${dnn}`;
-    else this.device += `, cuBLASLt ${Math.floor(v / 10000)}.${Math.floor((v % 10000) / 100)}.${v % 100}${dnn}`;
+    this.device += librariesNote(sim === null ? this.lt.version() : null, cudnn);
   }
 
   workspace(): { ptr: bigint; bytes: number } {

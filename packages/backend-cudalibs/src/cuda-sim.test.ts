@@ -1,16 +1,16 @@
-// The real CudaBackend on @tp/backend-ptx's PTX simulator (TP_PTX_SIMULATE / `simulate`), with the
-// stand-in libcublasLt.so.13 and libcudnn.so.9 built here with cc and found through TP_CUDA_LIB_DIR:
-// `device` names the cuDNN version that loaded; without libcudnn.so.9 the backend starts, says so in
-// `device`, keeps the one-line reason in `cudnnMissing`, and runs f16 attention and conv2d on the
-// (simulated) PTX kernels between exact f16 ↔ f32 conversions, checked against the float64
-// references of ./testing.ts. (The stand-in cuDNN reads host memory, so no cuDNN op runs on the
-// simulator's device memory here; ./cudnn-backend.test.ts runs those on a host-memory backend.)
-// Skips without cc.
+// The cuda backend's cuDNN start-up and fallbacks without a GPU:
+// - openCudnn / librariesNote (what CudaBackend calls) with the stand-in libcudnn.so.9 built here with cc
+//   and found through TP_CUDA_LIB_DIR: `device` names the cuDNN version that loaded; TP_CUDA_CUDNN=0 or
+//   `cudnn: false` leaves it unloaded; an absent library is one line naming it and how to install it;
+// - the real CudaBackend on @tp/backend-ptx's PTX simulator (which has no cuDNN: no real library can read
+//   its buffers): `device` says so, and f16 attention and conv2d run on the simulated PTX kernels between
+//   exact f16 ↔ f32 conversions, checked against the float64 references of ./testing.ts.
+// Skips the stand-in parts without cc.
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createBackend } from "./backend.ts";
+import { createBackend, librariesNote, openCudnn } from "./backend.ts";
 import { buildFakeCudnn, referenceAttention, referenceConv2d } from "./testing.ts";
 
 const cc = Bun.which("cc") ?? Bun.which("gcc");
@@ -22,80 +22,70 @@ const values = (n: number, seed: number) =>
 const f16 = (xs: number[]) => new Uint16Array(new Float16Array(xs).buffer);
 const fromF16 = (b: ArrayLike<number>) => [...new Float16Array(new Uint16Array(b).buffer)];
 
-describe("CudaBackend on the PTX simulator with stand-in NVIDIA libraries", () => {
+describe("opening cuDNN (the stand-in library)", () => {
   if (cc === null) {
     test.skip("skipped: no C compiler (cc)", () => {});
     return;
   }
-  const both = join(root, "both");
-  const ltOnly = join(root, "lt-only");
-  for (const d of [both, ltOnly]) {
-    mkdirSync(d);
-    Bun.spawnSync([
-      cc,
-      "-O1",
-      "-shared",
-      "-fPIC",
-      "-o",
-      join(d, "libcublasLt.so.13"),
-      join(import.meta.dir, "../test/fake-cublaslt.c"),
-    ]);
-  }
-  const built = buildFakeCudnn(both);
-  test("the stand-ins build", () => {
+  const withDnn = join(root, "with");
+  const without = join(root, "without");
+  mkdirSync(withDnn);
+  mkdirSync(without);
+  const built = buildFakeCudnn(withDnn);
+  test("the stand-in builds", () => {
     expect(built.exitCode).toBe(0);
   });
+  test("loaded: device names cuBLASLt's and cuDNN's versions", () => {
+    const { cudnn, missing } = openCudnn(5, {}, { TP_CUDA_LIB_DIR: withDnn }, false);
+    expect(missing).toBeNull();
+    expect(cudnn?.path).toBe(join(withDnn, "libcudnn.so.9"));
+    expect(librariesNote(130002, cudnn)).toBe(", cuBLASLt 13.0.2, cuDNN 9.10.0");
+    cudnn?.destroy();
+  });
+  test("TP_CUDA_CUDNN=0 or cudnn: false: not loaded, and said so", () => {
+    for (const [options, env] of [
+      [{}, { TP_CUDA_LIB_DIR: withDnn, TP_CUDA_CUDNN: "0" }],
+      [{ cudnn: false }, { TP_CUDA_LIB_DIR: withDnn }],
+    ] as const) {
+      const { cudnn, missing } = openCudnn(5, options, env, false);
+      expect(cudnn).toBeNull();
+      expect(missing).toBe("cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)");
+      expect(librariesNote(130002, cudnn)).toBe(", cuBLASLt 13.0.2, no cuDNN (attention and conv2d on PTX)");
+    }
+    // the option wins over the environment
+    const on = openCudnn(5, { cudnn: true }, { TP_CUDA_LIB_DIR: withDnn, TP_CUDA_CUDNN: "0" }, false);
+    expect(on.cudnn).not.toBeNull();
+    on.cudnn?.destroy();
+  });
+  test("absent: one line naming libcudnn.so.9, the places tried and how to install it", () => {
+    const { cudnn, missing } = openCudnn(5, {}, { TP_CUDA_LIB_DIR: without }, false);
+    expect(cudnn).toBeNull();
+    expect(missing).toStartWith(
+      `libcudnn.so.9 (cuDNN) was not found: tried ${without}/libcudnn.so.9, libcudnn.so.9 on the loader path; cuDNN 9 comes with PyTorch's nvidia-cudnn-cu13 wheel`,
+    );
+    expect(missing).not.toContain("\n");
+  });
+});
 
-  test("with libcudnn.so.9: device names cuBLASLt's and cuDNN's versions", () => {
-    const be = createBackend({ simulate: "sm_86", env: { TP_CUDA_LIB_DIR: both } });
+describe("CudaBackend on the PTX simulator (no cuDNN there)", () => {
+  test("device and cudnnMissing say so; the f32 attention opt-in is read", () => {
+    const be = createBackend({ simulate: "sm_86", env: { TP_CUDA_CUDNN_ATTENTION: "1" } });
     try {
-      expect(be.device).toEndWith(", cuBLASLt 13.0.2, cuDNN 9.10.0");
-      expect(be.cudnn?.path).toBe(join(both, "libcudnn.so.9"));
-      expect(be.cudnnMissing).toBeNull();
-      expect(be.cudnnF32Attention).toBe(false);
-      const caps = be.capabilities();
-      expect(caps.dtypes).toContain("f16");
-      expect(be.supports("attention")).toBe(true);
+      expect(be.cudnn).toBeNull();
+      expect(be.cudnnMissing).toBe("the PTX simulator has no cuDNN");
+      expect(be.device).toEndWith(", cuBLASLt model (float64), no cuDNN (attention and conv2d on PTX)");
+      expect(be.cudnnF32Attention).toBe(true);
     } finally {
       be.dispose();
     }
+    const off = createBackend({ simulate: "sm_86", env: {} });
+    expect(off.cudnnF32Attention).toBe(false);
+    off.dispose();
   });
 
-  test("TP_CUDA_CUDNN=0 or cudnn: false leaves cuDNN unloaded, and says so", () => {
-    for (const options of [
-      { env: { TP_CUDA_LIB_DIR: both, TP_CUDA_CUDNN: "0" } },
-      { env: { TP_CUDA_LIB_DIR: both }, cudnn: false },
-    ]) {
-      const be = createBackend({ simulate: "sm_86", ...options });
-      expect(be.cudnn).toBeNull();
-      expect(be.cudnnMissing).toBe("cuDNN turned off (cudnn: false or TP_CUDA_CUDNN=0)");
-      expect(be.device).toEndWith("no cuDNN (attention and conv2d on PTX)");
-      be.dispose();
-    }
-  });
-
-  test("the f32 → bf16 attention route is opt-in: option or TP_CUDA_CUDNN_ATTENTION=1", () => {
-    for (const [options, want] of [
-      [{ env: { TP_CUDA_LIB_DIR: both, TP_CUDA_CUDNN_ATTENTION: "1" } }, true],
-      [{ env: { TP_CUDA_LIB_DIR: both }, cudnnF32Attention: true }, true],
-      [{ env: { TP_CUDA_LIB_DIR: both, TP_CUDA_CUDNN_ATTENTION: "0" } }, false],
-    ] as const) {
-      const be = createBackend({ simulate: "sm_86", ...options });
-      expect(be.cudnnF32Attention).toBe(want);
-      be.dispose();
-    }
-  });
-
-  test("without libcudnn.so.9: one line naming it and how to install it; f16 attention and conv2d on PTX", async () => {
-    const be = createBackend({ simulate: "sm_86", env: { TP_CUDA_LIB_DIR: ltOnly } });
+  test("f16 attention (grouped heads, causal) and conv2d on the simulated PTX kernels", async () => {
+    const be = createBackend({ simulate: "sm_86", env: {} });
     try {
-      expect(be.cudnn).toBeNull();
-      expect(be.device).toEndWith(", cuBLASLt 13.0.2, no cuDNN (attention and conv2d on PTX)");
-      expect(be.cudnnMissing).toStartWith(
-        `libcudnn.so.9 (cuDNN) was not found: tried ${ltOnly}/libcudnn.so.9, libcudnn.so.9 on the loader path; cuDNN 9 comes with PyTorch's nvidia-cudnn-cu13 wheel`,
-      );
-      expect(be.cudnnMissing).not.toContain("\n");
-
       const p = { batch: 1, heads: 2, kvHeads: 1, sq: 3, skv: 5, headDim: 8 };
       const q = fromF16(f16(values(p.heads * p.sq * 8, 1)));
       const k = fromF16(f16(values(p.skv * 8, 2)));
@@ -119,9 +109,7 @@ describe("CudaBackend on the PTX simulator with stand-in NVIDIA libraries", () =
         be.upload(f16(x), [1, 2, 5, 5], "f16"),
         be.upload(f16(w), [3, 2, 3, 3], "f16"),
         null,
-        {
-          padding: 1,
-        },
+        { padding: 1 },
       );
       expect(out.dtype).toBe("f16");
       const wantC = referenceConv2d(x, w, null, {

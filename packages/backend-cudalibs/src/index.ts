@@ -17,6 +17,8 @@ export {
   cudnnAttention,
   cudnnAttentionRoute,
   cudnnConv2d,
+  librariesNote,
+  openCudnn,
 } from "./backend.ts";
 export * from "./cublaslt.ts";
 export * from "./cudnn.ts";
