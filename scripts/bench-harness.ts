@@ -378,7 +378,14 @@ export function runChild(script: string, args: string[], options: { cwd?: string
 /** A running PyTorch peer (`startTorch`). */
 export interface TorchPeer {
   /** What the peer's `{"op": "info"}` answered: torch's version, its threads, whether it has sdpa, its BLAS. */
-  info: { torch: string; threads: number; sdpa: boolean; blas: string };
+  info: {
+    torch: string;
+    threads: number;
+    sdpa: boolean;
+    blas: string;
+    /** The CUDA device torch sees (`torch.cuda.get_device_name()`, when the script reports it), else null. */
+    cuda: string | null;
+  };
   /** Send one request; the `seconds` it answers (any other answer throws). */
   ask(req: Record<string, unknown>): Promise<number>;
   close(): void;
@@ -406,14 +413,34 @@ function torchPython(): string | null {
   return null;
 }
 
+/** Options of {@link startTorch}. */
+export interface StartTorchOptions {
+  /**
+   * Install PyTorch with apt-get when missing (default true). False for a peer that needs the torch
+   * already there (an offline GPU host's pip torch with CUDA): then a missing torch is the reason
+   * returned, and OpenBLAS is not asked for.
+   */
+  install?: boolean;
+}
+
 /**
  * Start a suite's PyTorch peer, `python3 SCRIPT THREADS`: PyTorch (python3-torch + OpenBLAS from Debian)
- * is installed with apt-get when missing. The script reads one JSON request a line on stdin and answers
- * each with one JSON line on stdout: `{"op": "info"}` with `torch`, `threads`, `sdpa` and `config`
- * (torch's build configuration), every other request with `seconds`.
- * @returns the peer, or why there is none
+ * is installed with apt-get when missing (unless `options.install` is false). The script reads one JSON
+ * request a line on stdin and answers each with one JSON line on stdout: `{"op": "info"}` with `torch`,
+ * `threads`, `sdpa`, `config` (torch's build configuration) and optionally `cuda` (the CUDA device
+ * name, or null), every other request with `seconds`.
+ * @returns the peer, or why there is none (a peer that exits before answering `info` included)
  */
-export async function startTorch(script: string, threads: number): Promise<TorchPeer | string> {
+export async function startTorch(
+  script: string,
+  threads: number,
+  options: StartTorchOptions = {},
+): Promise<TorchPeer | string> {
+  if (options.install === false) {
+    const py = torchPython();
+    if (py === null) return "no python3 here imports torch (this suite does not install it)";
+    return spawnTorch(py, script, threads);
+  }
   const openblas = sh(["dpkg", "-s", "libopenblas0-pthread"], true) === 0;
   let py = torchPython();
   if (py === null || !openblas) {
@@ -431,6 +458,11 @@ export async function startTorch(script: string, threads: number): Promise<Torch
     py = torchPython();
     if (py === null) return "python3-torch installed, but no python3 imports torch";
   }
+  return spawnTorch(py, script, threads);
+}
+
+/** `py SCRIPT THREADS` as a {@link TorchPeer}, after its `info` answer; why not, when it exits first. */
+async function spawnTorch(py: string, script: string, threads: number): Promise<TorchPeer | string> {
   const proc = Bun.spawn([py, script, String(threads)], {
     stdin: "pipe",
     stdout: "pipe",
@@ -457,10 +489,22 @@ export async function startTorch(script: string, threads: number): Promise<Torch
     proc.stdin.flush();
     return JSON.parse(await line()) as Record<string, unknown>;
   }
-  const raw = await send({ op: "info" });
+  let raw: Record<string, unknown>;
+  try {
+    raw = await send({ op: "info" });
+  } catch (e) {
+    proc.kill();
+    return `the torch peer ${script} did not answer info: ${(e as Error).message}`;
+  }
   const blas = /BLAS_INFO=(\w+)/.exec(String(raw.config))?.[1] ?? "?";
   return {
-    info: { torch: String(raw.torch), threads: Number(raw.threads), sdpa: Boolean(raw.sdpa), blas },
+    info: {
+      torch: String(raw.torch),
+      threads: Number(raw.threads),
+      sdpa: Boolean(raw.sdpa),
+      blas,
+      cuda: typeof raw.cuda === "string" ? raw.cuda : null,
+    },
     ask: async (req) => {
       const r = await send(req);
       if (typeof r.seconds !== "number") throw new Error(`torch peer: ${JSON.stringify(r)}`);

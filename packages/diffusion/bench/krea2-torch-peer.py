@@ -1,6 +1,7 @@
 """
-PyTorch peer of `bun run bench krea2` (packages/diffusion/bench/krea2.bench.ts): one Krea 2 single-stream
-DiT block in bf16 on the CPU, as a child process that reads one JSON request per line on stdin and
+PyTorch peer of `bun run bench krea2` (packages/diffusion/bench/krea2.bench.ts) and of `bun run bench gpu`
+(./gpu.bench.ts): one Krea 2 single-stream DiT block in bf16 on the CPU, or on a CUDA device when the
+request says `"device": "cuda"`, as a child process that reads one JSON request per line on stdin and
 answers one JSON line on stdout, so the bench interleaves torch's runs with its own in one session.
 
 The block is ../shared/spec/krea2.md §3.3 (ComfyUI comfy/ldm/krea2/model.py `SingleStreamBlock`) with
@@ -17,11 +18,13 @@ else softmax(q·kᵀ/√d)·v over all heads at once in bf16 (Debian bookworm sh
 repeat_interleave as ComfyUI does.
 
 Requests:
-  {"op": "info"} → versions, threads, sdpa, BLAS
+  {"op": "info"} → versions, threads, sdpa, BLAS, cuda (the CUDA device's name, or null without one)
   {"op": "block", "features": F, "heads": H, "kvheads": KV, "head_dim": D, "mlp_hidden": M,
-   "txt": S, "h": h, "w": w}
+   "txt": S, "h": h, "w": w, "device": "cpu" | "cuda"}
       seconds of one block forward over S text + h·w image tokens (weights made on the first request of a
-      size and reused; the first call of a shape is a warm-up the bench discards).
+      size and reused; the first call of a shape is a warm-up the bench discards). On cuda the weights,
+      inputs and RoPE tables live on the device and the forward is timed between two
+      torch.cuda.synchronize() calls.
 """
 import json
 import math
@@ -37,30 +40,31 @@ _blocks = {}
 _inputs = {}
 
 
-def _rand(*shape, std):
-    return (torch.randn(*shape) * std).to(BF)
+def _rand(*shape, std, device="cpu"):
+    return (torch.randn(*shape, device=device) * std).to(BF)
 
 
 def _block(req):
-    key = (req["features"], req["heads"], req["kvheads"], req["head_dim"], req["mlp_hidden"])
+    dev = req.get("device", "cpu")
+    key = (req["features"], req["heads"], req["kvheads"], req["head_dim"], req["mlp_hidden"], dev)
     if key not in _blocks:
         _blocks.clear()
-        f, h, kv, d, m = key
+        f, h, kv, d, m, _ = key
         w = {
-            "wq": _rand(h * d, f, std=f**-0.5),
-            "wk": _rand(kv * d, f, std=f**-0.5),
-            "wv": _rand(kv * d, f, std=f**-0.5),
-            "gate": _rand(h * d, f, std=f**-0.5),
-            "wo": _rand(f, h * d, std=(h * d) ** -0.5),
-            "mlp_gate": _rand(m, f, std=f**-0.5),
-            "mlp_up": _rand(m, f, std=f**-0.5),
-            "mlp_down": _rand(f, m, std=m**-0.5),
-            "prenorm": torch.zeros(f),
-            "postnorm": torch.zeros(f),
-            "qnorm": torch.zeros(d),
-            "knorm": torch.zeros(d),
-            "mod": _rand(6 * f, std=0.02),
-            "tvec": _rand(6 * f, std=0.02),
+            "wq": _rand(h * d, f, std=f**-0.5, device=dev),
+            "wk": _rand(kv * d, f, std=f**-0.5, device=dev),
+            "wv": _rand(kv * d, f, std=f**-0.5, device=dev),
+            "gate": _rand(h * d, f, std=f**-0.5, device=dev),
+            "wo": _rand(f, h * d, std=(h * d) ** -0.5, device=dev),
+            "mlp_gate": _rand(m, f, std=f**-0.5, device=dev),
+            "mlp_up": _rand(m, f, std=f**-0.5, device=dev),
+            "mlp_down": _rand(f, m, std=m**-0.5, device=dev),
+            "prenorm": torch.zeros(f, device=dev),
+            "postnorm": torch.zeros(f, device=dev),
+            "qnorm": torch.zeros(d, device=dev),
+            "knorm": torch.zeros(d, device=dev),
+            "mod": _rand(6 * f, std=0.02, device=dev),
+            "tvec": _rand(6 * f, std=0.02, device=dev),
         }
         _blocks[key] = w
     return _blocks[key]
@@ -128,16 +132,23 @@ def _forward(p, x, cos, sin, heads, kvheads, d):
 
 def _run_block(req):
     p = _block(req)
-    key = (req["features"], req["head_dim"], req["txt"], req["h"], req["w"])
+    dev = req.get("device", "cpu")
+    cuda = dev.startswith("cuda")
+    key = (req["features"], req["head_dim"], req["txt"], req["h"], req["w"], dev)
     if key not in _inputs:
         _inputs.clear()
         L = req["txt"] + req["h"] * req["w"]
         cos, sin = _rope_table(req["txt"], req["h"], req["w"], req["head_dim"])
-        _inputs[key] = (torch.randn(1, L, req["features"]).to(BF), cos, sin)
+        x = torch.randn(1, L, req["features"], device=dev).to(BF)
+        _inputs[key] = (x, cos.to(dev), sin.to(dev))
     x, cos, sin = _inputs[key]
     with torch.inference_mode():
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter()
         y = _forward(p, x, cos, sin, req["heads"], req["kvheads"], req["head_dim"])
+        if cuda:
+            torch.cuda.synchronize()
         s = time.perf_counter() - t
     if not torch.isfinite(y).all():
         return {"error": "non-finite block output"}
@@ -156,9 +167,13 @@ def main():
                 "threads": torch.get_num_threads(),
                 "sdpa": hasattr(F, "scaled_dot_product_attention"),
                 "config": torch.__config__.show(),
+                "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             }
         elif op == "block":
-            out = _run_block(req)
+            try:
+                out = _run_block(req)
+            except Exception as e:  # noqa: BLE001 (answered, so the bench's row says why)
+                out = {"error": f"{type(e).__name__}: {e}"}
         else:
             out = {"error": f"unknown op {op}"}
         sys.stdout.write(json.dumps(out) + "\n")

@@ -641,6 +641,34 @@ function singleStreamBlock(
   });
 }
 
+/** The parameters of one single-stream block (attention, SwiGLU MLP, norms, `mod.lin`), for {@link krea2SingleStreamBlock}. */
+export type Krea2BlockParams = BlockParams;
+
+/** The 3-axis RoPE of a joint sequence: i32 positions [3, L] ({@link krea2Positions}) and {@link krea2RopeOptions}. */
+export type Krea2Rope = Rope;
+
+/**
+ * One Krea 2 single-stream block on its own (ComfyUI `SingleStreamBlock`; krea2.md §3.3), the block
+ * {@link Krea2Dit.forward} runs 28 times — for measuring a block with weights built in memory (the
+ * GPU bench) without a 12 GiB checkpoint.
+ * @param x    f32 [B, L, F] joint sequence (text rows first)
+ * @param tvec f32 [B, 1, 6F] the AdaLN-single vector (`tproj` output)
+ * @param p    the block's weights: matmul weights in any format the backend supports, f32 vectors
+ * @param eps  RMSNorm epsilon (1e-5)
+ * @param rope positions [3, L] and options
+ * @returns f32 [B, L, F], owned by the caller
+ */
+export function krea2SingleStreamBlock(
+  b: Backend,
+  x: Tensor,
+  tvec: Tensor,
+  p: Krea2BlockParams,
+  eps: number,
+  rope: Krea2Rope,
+): Tensor {
+  return singleStreamBlock(b, x, tvec, p, eps, rope);
+}
+
 /** Module outputs {@link Krea2Dit.forward} can hand out (the names of the krea2-tiny intermediates). */
 export type Krea2Intermediate =
   | "first"

@@ -1,0 +1,128 @@
+"""
+PyTorch peer of the LLM decode cases of `bun run bench gpu` (./gpu.bench.ts): the weight-streaming work
+of one decoded token of a Qwen3-shaped model in PyTorch eager, bf16, as a child process that reads one
+JSON request per line on stdin and answers one JSON line on stdout.
+
+Per token and layer, with x [1, hidden] (M = 1):
+    q = x·Wqᵀ, k = x·Wkᵀ, v = x·Wvᵀ                         (k, v computed, the cache is not appended)
+    o = sdpa(q [1, H, 1, d], K [1, KV, ctx, d], V [1, KV, ctx, d])   GQA (enable_gqa where this torch has
+                                                             it, else K/V repeat_interleave'd per call)
+    x·Woᵀ of o; down(silu(x·Wgateᵀ) · x·Wupᵀ)
+and once per token the LM head x·Wheadᵀ [vocab, hidden]. Every layer has its own weight tensors (random
+bf16, torch.nn.functional.linear → cuBLAS) and KV cache (bf16), so the weights stream from memory as
+in a real decode; no norms, RoPE or sampling (the bench's own side does the same ops).
+
+Requests:
+  {"op": "info"} → versions, threads, sdpa, cuda (device name or null)
+  {"op": "decode", "layers": n, "hidden": D, "intermediate": I, "heads": H, "kvheads": KV,
+   "head_dim": d, "vocab": V, "ctx": C, "tokens": T, "device": "cuda" | "cpu"}
+      seconds per token: T tokens timed together between two torch.cuda.synchronize() calls
+      (the model is built on the first request of its shape and reused).
+"""
+import json
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+BF = torch.bfloat16
+_models = {}
+
+
+def _model(req):
+    dev = req.get("device", "cpu")
+    key = tuple(req[k] for k in ("layers", "hidden", "intermediate", "heads", "kvheads", "head_dim", "vocab", "ctx")) + (dev,)
+    if key not in _models:
+        _models.clear()
+        if dev.startswith("cuda"):
+            torch.cuda.empty_cache()
+        n, D, I, H, KV, d, V, C, _ = key
+
+        def w(rows, cols):
+            return (torch.randn(rows, cols, device=dev) * cols**-0.5).to(BF)
+
+        layers = []
+        for _ in range(n):
+            layers.append(
+                {
+                    "wq": w(H * d, D),
+                    "wk": w(KV * d, D),
+                    "wv": w(KV * d, D),
+                    "wo": w(D, H * d),
+                    "gate": w(I, D),
+                    "up": w(I, D),
+                    "down": w(D, I),
+                    "k": torch.randn(1, KV, C, d, device=dev).to(BF),
+                    "v": torch.randn(1, KV, C, d, device=dev).to(BF),
+                }
+            )
+        _models[key] = {"layers": layers, "head": w(V, D), "x": torch.randn(1, D, device=dev).to(BF)}
+    return _models[key]
+
+
+def _attention(q, k, v, rep):
+    try:
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    except TypeError:  # torch < 2.5: no enable_gqa
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
+
+
+def _token(m, H, KV, d):
+    x = m["x"]
+    for p in m["layers"]:
+        q = F.linear(x, p["wq"]).view(1, 1, H, d).transpose(1, 2)
+        F.linear(x, p["wk"])
+        F.linear(x, p["wv"])
+        o = _attention(q, p["k"], p["v"], H // KV).transpose(1, 2).reshape(1, H * d)
+        F.linear(o, p["wo"])
+        F.linear(F.silu(F.linear(x, p["gate"])) * F.linear(x, p["up"]), p["down"])
+    return F.linear(x, m["head"])
+
+
+def _decode(req):
+    m = _model(req)
+    cuda = req.get("device", "cpu").startswith("cuda")
+    H, KV, d, T = req["heads"], req["kvheads"], req["head_dim"], req["tokens"]
+    with torch.inference_mode():
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(T):
+            y = _token(m, H, KV, d)
+        if cuda:
+            torch.cuda.synchronize()
+        s = (time.perf_counter() - t) / T
+    if not torch.isfinite(y).all():
+        return {"error": "non-finite LM head output"}
+    return {"seconds": s}
+
+
+def main():
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else torch.get_num_threads()
+    torch.set_num_threads(threads)
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        if op == "info":
+            out = {
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "sdpa": hasattr(F, "scaled_dot_product_attention"),
+                "config": torch.__config__.show(),
+                "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            }
+        elif op == "decode":
+            try:
+                out = _decode(req)
+            except Exception as e:  # noqa: BLE001 (answered, so the bench's row says why)
+                out = {"error": f"{type(e).__name__}: {e}"}
+        else:
+            out = {"error": f"unknown op {op}"}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
