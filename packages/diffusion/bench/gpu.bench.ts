@@ -81,7 +81,7 @@ export const KREA2_1024_BLOCK: BlockShape = {
   blocks: KREA2_CONFIG.layers,
 };
 
-/** Toy sizes for the simulator (L = 4 + 64 tokens: the M ≥ 64 prefill kernels still run). */
+/** Toy sizes for the simulator (L = 4 + 16 tokens; a few seconds of JavaScript kernels per format). */
 export const TINY_BLOCK: BlockShape = {
   features: 64,
   heads: 2,
@@ -89,7 +89,7 @@ export const TINY_BLOCK: BlockShape = {
   head_dim: 32,
   mlp_hidden: 128,
   txt: 4,
-  grid: 8,
+  grid: 4,
   group: 64,
   blocks: 28,
 };
