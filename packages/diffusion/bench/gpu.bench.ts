@@ -410,7 +410,10 @@ function guarded(c: GpuBenchCase, side: "ours" | "peer", f: () => Promise<number
   return async () => {
     if (failed) return Number.NaN;
     try {
-      return await f();
+      const v = await f();
+      // each measurement as it is taken (a run cut short by a time limit still leaves them in its log)
+      process.stderr.write(`  ${side === "ours" ? "ours" : "peer"} ${v.toPrecision(4)} ${c.unit}: ${c.case}\n`);
+      return v;
     } catch (e) {
       failed = true;
       const why = message(e);
