@@ -68,8 +68,9 @@ describe("bench gpu --tiny (TP_BENCH_GPU_TINY=1)", () => {
     } finally {
       suite.teardown();
     }
-    // rows: 4 formats on ptx and cuda, the fp8 W8A8 opt-in on each; 2 decode formats × (tok/s, fraction) on each
-    expect(rows.length).toBe(10 + 8);
+    // rows: 4 formats on ptx and cuda, the fp8 W8A8 opt-in on each; on each, 2 decode formats × with and
+    // without attention × (tok/s, fraction)
+    expect(rows.length).toBe(10 + 16);
     for (const r of rows) {
       expect(Object.keys(r).sort()).toEqual(
         [
@@ -93,7 +94,7 @@ describe("bench gpu --tiny (TP_BENCH_GPU_TINY=1)", () => {
       );
     }
     const ptx = rows.filter((r) => / on ptx/.test(r.case));
-    expect(ptx.length).toBe(5 + 4);
+    expect(ptx.length).toBe(5 + 8);
     for (const r of ptx) {
       // ran: a finite positive figure, no failure, a finite block output
       expect(r.case).not.toMatch(/failed|not run|non-finite/);
@@ -112,11 +113,26 @@ describe("bench gpu --tiny (TP_BENCH_GPU_TINY=1)", () => {
       expect(r.peer_value).toBe(28 * 0.5);
       expect(r.ratio).toBeCloseTo(14 / r.ours, 12);
     }
-    for (const format of ["Q8_0", "Q4_0"] as const) {
-      const tps = ptx.find((r) => r.metric === "tok/s" && r.case.includes(format)) as BenchRow;
-      const frac = ptx.find((r) => r.metric === "HBM fraction" && r.case.includes(format)) as BenchRow;
+    const decodeRows = ptx.filter((r) => r.metric !== "s/step");
+    expect(
+      decodeRows.map(
+        (r) =>
+          `${r.metric} ${/Q[48]_0/.exec(r.case)?.[0]} ${/attention over 8|no attention/.exec(r.case)?.[0]}`,
+      ),
+    ).toEqual([
+      "tok/s Q8_0 attention over 8",
+      "HBM fraction Q8_0 attention over 8",
+      "tok/s Q8_0 no attention",
+      "HBM fraction Q8_0 no attention",
+      "tok/s Q4_0 attention over 8",
+      "HBM fraction Q4_0 attention over 8",
+      "tok/s Q4_0 no attention",
+      "HBM fraction Q4_0 no attention",
+    ]);
+    for (let i = 0; i < decodeRows.length; i += 2) {
+      const [tps, frac] = [decodeRows[i], decodeRows[i + 1]] as [BenchRow, BenchRow];
       expect(tps.peer_value).toBeCloseTo(100, 9); // 1 / 0.01 s per token
-      const bytes = decodeWeightBytes(TINY_DECODE, format === "Q8_0" ? "q8_0" : "q4_0");
+      const bytes = decodeWeightBytes(TINY_DECODE, tps.case.includes("Q8_0") ? "q8_0" : "q4_0");
       expect(frac.ours).toBeCloseTo((bytes * tps.ours) / 1e9, 12);
       expect(frac.peer_value).toBeCloseTo((90_112 * 2 * 100) / 1e9, 12);
     }
@@ -135,6 +151,7 @@ describe("bench gpu --tiny (TP_BENCH_GPU_TINY=1)", () => {
       w: 4,
       txt: 4,
     });
+    expect(asked.filter((a) => a.op === "decode").map((a) => a.attention)).toContain(false);
     const decode = asked.find((a) => a.op === "decode");
     expect(decode).toMatchObject({
       script: "decode-torch-peer.py",
@@ -157,7 +174,7 @@ describe("bench gpu --tiny (TP_BENCH_GPU_TINY=1)", () => {
       });
       expect(suite.description).toContain("torch: not run: torch fake sees no CUDA device");
       if (!suite.description.includes("ptx: not run: ")) return; // a GPU is here: the real bench is not a test
-      expect(cases.length).toBe(10 + 16);
+      expect(cases.length).toBe(10 + 32);
       for (const c of cases) {
         expect(c.timed).toBe(false);
         const [r] = caseRows(c, await measureCase(c, once, quiet), null) as [BenchRow];

@@ -8,14 +8,15 @@ Per token and layer, with x [1, hidden] (M = 1):
     o = sdpa(q [1, H, 1, d], K [1, KV, ctx, d], V [1, KV, ctx, d])   GQA (enable_gqa where this torch has
                                                              it, else K/V repeat_interleave'd per call)
     x·Woᵀ of o; down(silu(x·Wgateᵀ) · x·Wupᵀ)
-and once per token the LM head x·Wheadᵀ [vocab, hidden]. Every layer has its own weight tensors (random
+and once per token the LM head x·Wheadᵀ [vocab, hidden]; with `"attention": false` the o projection
+multiplies q instead (the matmuls alone). Every layer has its own weight tensors (random
 bf16, torch.nn.functional.linear → cuBLAS) and KV cache (bf16), so the weights stream from memory as
 in a real decode; no norms, RoPE or sampling (the bench's own side does the same ops).
 
 Requests:
   {"op": "info"} → versions, threads, sdpa, cuda (device name or null)
   {"op": "decode", "layers": n, "hidden": D, "intermediate": I, "heads": H, "kvheads": KV,
-   "head_dim": d, "vocab": V, "ctx": C, "tokens": T, "device": "cuda" | "cpu"}
+   "head_dim": d, "vocab": V, "ctx": C, "tokens": T, "attention": true | false, "device": "cuda" | "cpu"}
       seconds per token: T tokens timed together between two torch.cuda.synchronize() calls
       (the model is built on the first request of its shape and reused).
 """
@@ -69,13 +70,17 @@ def _attention(q, k, v, rep):
         return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
 
 
-def _token(m, H, KV, d):
+def _token(m, H, KV, d, attend):
     x = m["x"]
     for p in m["layers"]:
-        q = F.linear(x, p["wq"]).view(1, 1, H, d).transpose(1, 2)
+        q = F.linear(x, p["wq"])
         F.linear(x, p["wk"])
         F.linear(x, p["wv"])
-        o = _attention(q, p["k"], p["v"], H // KV).transpose(1, 2).reshape(1, H * d)
+        if attend:
+            o = _attention(q.view(1, 1, H, d).transpose(1, 2), p["k"], p["v"], H // KV)
+            o = o.transpose(1, 2).reshape(1, H * d)
+        else:
+            o = q
         F.linear(o, p["wo"])
         F.linear(F.silu(F.linear(x, p["gate"])) * F.linear(x, p["up"]), p["down"])
     return F.linear(x, m["head"])
@@ -90,7 +95,7 @@ def _decode(req):
             torch.cuda.synchronize()
         t = time.perf_counter()
         for _ in range(T):
-            y = _token(m, H, KV, d)
+            y = _token(m, H, KV, d, req.get("attention", True))
         if cuda:
             torch.cuda.synchronize()
         s = (time.perf_counter() - t) / T

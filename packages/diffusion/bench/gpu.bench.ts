@@ -16,7 +16,8 @@
  *   intermediate 12288, 32 / 8 heads of 128, vocab 151936) and a Qwen3-0.6B-shaped model (28 layers,
  *   hidden 1024, intermediate 3072, 16 / 8 heads of 128) in Q8_0 and Q4_0: every layer's q / k / v / o /
  *   gate / up / down matmul at M = 1 (its own resident weights) plus attention over a 1024-token f32
- *   KV cache, and the LM head; no norms, RoPE or sampling. tok/s, and the fraction of the device's HBM
+ *   KV cache, and the LM head; no norms, RoPE or sampling; and the same without the attention (the
+ *   matmuls alone: what the HBM fraction of the GEMV kernels is). tok/s, and the fraction of the device's HBM
  *   bandwidth that the weight bytes read per token reach (peak from the device name: H200 4.8 TB/s;
  *   the KV cache reads are not counted). Peer (the floor to beat): PyTorch eager doing the same
  *   matmuls in bf16 (cuBLAS) with sdpa over a bf16 KV cache (./decode-torch-peer.py).
@@ -412,7 +413,9 @@ function guarded(c: GpuBenchCase, side: "ours" | "peer", f: () => Promise<number
     try {
       const v = await f();
       // each measurement as it is taken (a run cut short by a time limit still leaves them in its log)
-      process.stderr.write(`  ${side === "ours" ? "ours" : "peer"} ${v.toPrecision(4)} ${c.unit}: ${c.case}\n`);
+      process.stderr.write(
+        `  ${side === "ours" ? "ours" : "peer"} ${v.toPrecision(4)} ${c.unit}: ${c.case}\n`,
+      );
       return v;
     } catch (e) {
       failed = true;
@@ -676,77 +679,82 @@ export function gpuSuite(options: GpuSuiteOptions = {}) {
       for (const v of decodeVariants) {
         for (const shape of decodeShapes) {
           for (const format of DECODE_FORMATS) {
-            const bytes = decodeWeightBytes(shape, format);
-            const name = `${shape.name}-shaped ${format.toUpperCase()} decode on ${v.label}: ${shape.layers} layers of M = 1 matmuls + attention over ${shape.ctx} tokens + LM head (${(bytes / 1e9).toPrecision(3)} GB of weights / token)`;
-            const fracName = `${shape.name}-shaped ${format.toUpperCase()} decode on ${v.label}: weight bytes per token × tok/s / HBM peak${peak ? ` (${peak.key} ${(peak.bytesPerSecond / 1e12).toPrecision(3)} TB/s)` : ""}`;
-            const why = failed.get(v);
-            if (why !== undefined) {
-              cases.push(notRun(name, "tok/s", "tok/s", why));
-              cases.push(notRun(fracName, "HBM fraction", "fraction", why));
-              continue;
-            }
-            const oursRuns: number[] = [];
-            const peerRuns: number[] = [];
-            const c: GpuBenchCase = {
-              case: name,
-              metric: "tok/s",
-              unit: "tok/s",
-              better: "higher",
-              runs,
-              ours: () => 0,
-            };
-            c.ours = guarded(c, "ours", async () => {
-              const b = await backends.get(v);
-              backends.resident(`decode ${shape.name} ${format}`, (bb) => {
-                maker.clear();
-                const built = buildDecode(bb, shape, format, maker);
-                decodeModel = { weights: built.weights, m: built.model, bytes };
-                return built;
-              });
-              const dm = decodeModel as { m: DecodeModel } | null;
-              if (dm === null) throw new Error("decode model missing");
-              await b.synchronize();
-              const t0 = performance.now();
-              for (let t = 0; t < shape.tokens; t++) decodeToken(b, dm.m, shape);
-              await b.synchronize();
-              const tps = shape.tokens / ((performance.now() - t0) / 1000);
-              oursRuns.push(tps);
-              return tps;
-            });
-            if (typeof decodeTorch !== "string" && typeof decodePeer !== "string") {
-              const p = decodePeer;
-              const dev = decodeTorch.device;
-              c.peer = {
-                name: `${decodeTorch.name}: the same matmuls in bf16, sdpa over a bf16 KV cache`,
-                run: () => 0,
+            for (const attend of [true, false]) {
+              const work = attend
+                ? `matmuls + attention over ${shape.ctx} tokens`
+                : "matmuls alone (no attention)";
+              const bytes = decodeWeightBytes(shape, format);
+              const name = `${shape.name}-shaped ${format.toUpperCase()} decode on ${v.label}: ${shape.layers} layers of M = 1 ${work} + LM head (${(bytes / 1e9).toPrecision(3)} GB of weights / token)`;
+              const fracName = `${shape.name}-shaped ${format.toUpperCase()} decode on ${v.label}, ${work}: weight bytes per token × tok/s / HBM peak${peak ? ` (${peak.key} ${(peak.bytesPerSecond / 1e12).toPrecision(3)} TB/s)` : ""}`;
+              const why = failed.get(v);
+              if (why !== undefined) {
+                cases.push(notRun(name, "tok/s", "tok/s", why));
+                cases.push(notRun(fracName, "HBM fraction", "fraction", why));
+                continue;
+              }
+              const oursRuns: number[] = [];
+              const peerRuns: number[] = [];
+              const c: GpuBenchCase = {
+                case: name,
+                metric: "tok/s",
+                unit: "tok/s",
+                better: "higher",
+                runs,
+                ours: () => 0,
               };
-              c.peer.run = guarded(c, "peer", async () => {
-                const s = await p.ask({ op: "decode", ...shape, device: dev });
-                const tps = 1 / s;
-                peerRuns.push(tps);
+              c.ours = guarded(c, "ours", async () => {
+                const b = await backends.get(v);
+                backends.resident(`decode ${shape.name} ${format}`, (bb) => {
+                  maker.clear();
+                  const built = buildDecode(bb, shape, format, maker);
+                  decodeModel = { weights: built.weights, m: built.model, bytes };
+                  return built;
+                });
+                const dm = decodeModel as { m: DecodeModel } | null;
+                if (dm === null) throw new Error("decode model missing");
+                await b.synchronize();
+                const t0 = performance.now();
+                for (let t = 0; t < shape.tokens; t++) decodeToken(b, dm.m, shape, attend);
+                await b.synchronize();
+                const tps = shape.tokens / ((performance.now() - t0) / 1000);
+                oursRuns.push(tps);
                 return tps;
               });
-            } else {
-              c.peer = { name: `torch — not run: ${decodeTorch as string}`, run: () => Number.NaN };
-            }
-            cases.push(c);
-            // the fraction row: from the tok/s case's runs (the first, the warm-up, left out)
-            const frac: GpuBenchCase = {
-              case: peak === null ? `${fracName} — not run: no HBM peak known for ${device}` : fracName,
-              metric: "HBM fraction",
-              unit: "fraction",
-              better: "higher",
-              timed: false,
-              ours: () =>
-                peak === null ? Number.NaN : (bytes * median(oursRuns.slice(1))) / peak.bytesPerSecond,
-            };
-            if (peak !== null && c.peer !== undefined) {
-              frac.peer = {
-                name: `${c.peer.name} (bf16 bytes: ${((decodeParams(shape) * 2) / 1e9).toPrecision(3)} GB / token)`,
-                run: () => (decodeParams(shape) * 2 * median(peerRuns.slice(1))) / peak.bytesPerSecond,
+              if (typeof decodeTorch !== "string" && typeof decodePeer !== "string") {
+                const p = decodePeer;
+                const dev = decodeTorch.device;
+                c.peer = {
+                  name: `${decodeTorch.name}: the same matmuls in bf16${attend ? ", sdpa over a bf16 KV cache" : ""}`,
+                  run: () => 0,
+                };
+                c.peer.run = guarded(c, "peer", async () => {
+                  const s = await p.ask({ op: "decode", ...shape, attention: attend, device: dev });
+                  const tps = 1 / s;
+                  peerRuns.push(tps);
+                  return tps;
+                });
+              } else {
+                c.peer = { name: `torch — not run: ${decodeTorch as string}`, run: () => Number.NaN };
+              }
+              cases.push(c);
+              // the fraction row: from the tok/s case's runs (the first, the warm-up, left out)
+              const frac: GpuBenchCase = {
+                case: peak === null ? `${fracName} — not run: no HBM peak known for ${device}` : fracName,
+                metric: "HBM fraction",
+                unit: "fraction",
+                better: "higher",
+                timed: false,
+                ours: () =>
+                  peak === null ? Number.NaN : (bytes * median(oursRuns.slice(1))) / peak.bytesPerSecond,
               };
+              if (peak !== null && c.peer !== undefined) {
+                frac.peer = {
+                  name: `${c.peer.name} (bf16 bytes: ${((decodeParams(shape) * 2) / 1e9).toPrecision(3)} GB / token)`,
+                  run: () => (decodeParams(shape) * 2 * median(peerRuns.slice(1))) / peak.bytesPerSecond,
+                };
+              }
+              cases.push(frac);
             }
-            cases.push(frac);
           }
         }
       }
@@ -833,15 +841,22 @@ function buildDecode(b: Backend, s: DecodeShape, format: DecodeFormat, maker: We
   return { weights, tensors, model: { layers, head, x } };
 }
 
-/** One token's weight-streaming work (see the module comment); its tensors are freed by the scope. */
-function decodeToken(b: Backend, m: DecodeModel, s: DecodeShape): void {
+/**
+ * One token's weight-streaming work (see the module comment); its tensors are freed by the scope.
+ * Without `attend` the o projection multiplies q's output (same shape) instead of attention's.
+ */
+function decodeToken(b: Backend, m: DecodeModel, s: DecodeShape, attend: boolean): void {
   b.scope(() => {
     for (const l of m.layers) {
-      const q = b.matmul(m.x, l.wq).reshape(1, 1, s.heads, s.head_dim).permute(0, 2, 1, 3);
+      const q = b.matmul(m.x, l.wq); // [1, heads·head_dim]
       b.matmul(m.x, l.wk);
       b.matmul(m.x, l.wv);
-      const o = b.attention(q, l.k, l.v); // [1, heads, 1, head_dim]
-      b.matmul(o.reshape(1, s.heads * s.head_dim), l.wo);
+      const o = attend
+        ? b // [1, heads, 1, head_dim] → [1, heads·head_dim]
+            .attention(q.reshape(1, 1, s.heads, s.head_dim).permute(0, 2, 1, 3), l.k, l.v)
+            .reshape(1, s.heads * s.head_dim)
+        : q;
+      b.matmul(o, l.wo);
       b.matmul(b.swiglu(b.matmul(m.x, l.gate), b.matmul(m.x, l.up)), l.down);
     }
     b.matmul(m.x, m.head);
