@@ -6,7 +6,8 @@ JSON request per line on stdin and answers one JSON line on stdout.
 Per token and layer, with x [1, hidden] (M = 1):
     q = x·Wqᵀ, k = x·Wkᵀ, v = x·Wvᵀ                         (k, v computed, the cache is not appended)
     o = sdpa(q [1, H, 1, d], K [1, KV, ctx, d], V [1, KV, ctx, d])   GQA (enable_gqa where this torch has
-                                                             it, else K/V repeat_interleave'd per call)
+                                                             it, else K/V repeat_interleave'd per call;
+                                                             softmax(q·kᵀ/√d)·v before torch 2.0)
     x·Woᵀ of o; down(silu(x·Wgateᵀ) · x·Wupᵀ)
 and once per token the LM head x·Wheadᵀ [vocab, hidden]; with `"attention": false` the o projection
 multiplies q instead (the matmuls alone). Every layer has its own weight tensors (random
@@ -21,6 +22,7 @@ Requests:
       (the model is built on the first request of its shape and reused).
 """
 import json
+import math
 import sys
 import time
 
@@ -36,7 +38,7 @@ def _model(req):
     dev = req.get("device", "cpu")
     key = tuple(req[k] for k in ("layers", "hidden", "intermediate", "heads", "kvheads", "head_dim", "vocab", "ctx")) + (dev,)
     if key not in _models:
-        _models.clear()
+        _models.clear()  # one model at a time: the previous one's memory goes back first
         if dev.startswith("cuda"):
             torch.cuda.empty_cache()
         n, D, I, H, KV, d, V, C, _ = key
@@ -64,10 +66,15 @@ def _model(req):
 
 
 def _attention(q, k, v, rep):
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    if sdpa is None:  # torch < 2.0: softmax(q·kᵀ/√d)·v
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
     try:
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return sdpa(q, k, v, enable_gqa=True)
     except TypeError:  # torch < 2.5: no enable_gqa
-        return F.scaled_dot_product_attention(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
+        return sdpa(q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1))
 
 
 def _token(m, H, KV, d, attend):
