@@ -26,7 +26,8 @@
  * a torch without CUDA gives the peer column's reason. Nothing is installed.
  *
  * `TP_BENCH_GPU_TINY=1` (or {@link gpuSuite}`({ tiny: true })`): the same code paths at toy shapes on
- * the PTX simulator (sm_89) and the torch peers on the CPU when torch is there — for checking the
+ * the PTX simulator (sm_89; cuda's cuBLASLt there is a float64 model) and the torch peers on the CPU when
+ * torch is there — for checking the
  * plumbing without a GPU (scripts/bench-gpu.test.ts); the figures then say nothing about speed.
  */
 import { availableParallelism } from "node:os";
