@@ -220,7 +220,10 @@ function randomWeightBytes(format: WeightFormat, n: number, k: number, seed: num
   return data;
 }
 
-/** Builds weights, sharing the host bytes of equal (format, shape) (each Weight stays its own device copy). */
+/**
+ * Builds weights, sharing the host bytes of equal (format, shape) for the whole run (each Weight is
+ * still its own device copy): the next backend's models reuse them instead of filling them again.
+ */
 class WeightMaker {
   #bytes = new Map<string, Uint8Array>();
   #seed = 1;
@@ -242,11 +245,6 @@ class WeightMaker {
     if (format === "f8_e4m3fn")
       return new Weight({ ...base, scale: { kind: "tensor", value: 1 / Math.sqrt(k) } });
     return new Weight(base);
-  }
-
-  /** Drop the host bytes (the resident copies stay on the device). */
-  clear(): void {
-    this.#bytes.clear();
   }
 }
 
@@ -706,7 +704,6 @@ export function gpuSuite(options: GpuSuiteOptions = {}) {
               c.ours = guarded(c, "ours", async () => {
                 const b = await backends.get(v);
                 backends.resident(`decode ${shape.name} ${format}`, (bb) => {
-                  maker.clear();
                   const built = buildDecode(bb, shape, format, maker);
                   decodeModel = { weights: built.weights, m: built.model, bytes };
                   return built;
