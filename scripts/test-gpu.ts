@@ -5,7 +5,12 @@
  * 1. starts the ptx and cuda backends and records each device (or why it cannot start);
  * 2. runs the shared conformance suite on ptx and on cuda (each case against the suite's independent
  *    references, the same cases the cpu backend passes) and both packages' own tests (ptxas, driver
- *    layer; cuBLASLt plans, the C probe of cublasLt.h / cudnn.h against the TS constants);
+ *    layer; cuBLASLt plans, the C probe of cublasLt.h / cudnn.h against the TS constants); then, on
+ *    ptx and on cuda, the Krea 2 tiny goldens (../shared/testdata/krea2-tiny: every DiT mode, ConvRot
+ *    linears bit for bit as the cpu backend, the Wan VAE decode, the turbo_cfg1 run) and the LLM
+ *    parity files (../shared/models: greedy tokens and probabilities vs the cpu backend) — the
+ *    definitions vulkan.test.ts and ptx-sim.test.ts run, through each package's gpu.test.ts with
+ *    TP_GPU_GOLDENS set to the backend;
  * 3. times matmul GEMV for decode-shaped weights (Qwen3-8B's [12288, 4096] in Q8_0, Q4_0, f16) and
  *    reports the fraction of the HBM bandwidth reached; and prefill-shaped GEMMs (4096 tokens ×
  *    [4096, 4096] in bf16, INT8 ConvRot and fp8 e4m3 — on cuda as W8A8, its opt-in) on ptx and cuda side
@@ -18,8 +23,8 @@
  *    copied into the summary as `benchGpu.rows` and beside it as bench-gpu.json, its log as bench-gpu.log
  *    (each measurement is logged as it is taken, so a run cut short still says what it had);
  * and writes summary.json (plus the JUnit files and logs) into $TP_GPU_OUT, else ./gpu-out.
- * Not yet here (they wait for those pipelines on ptx): Krea 2 tiny goldens, LLM parity files; the
- * summary lists them under `notRun`.
+ * Not yet here: the whole LLM decode loop through @tp/llm on the GPU (bench gpu times the matmul work
+ * of a token); the summary lists it under `notRun`.
  *
  * Usage: TP_GPU_OUT=$OUT bun run test:gpu   (TP_GPU_STEP_TIMEOUT_S bounds each test step; default 240;
  * TP_GPU_SKIP_TESTS=1 leaves out step 2, for a run of the timings alone)
@@ -68,8 +73,16 @@ function junit(
   };
 }
 
-/** Run `bun test` on files with a name pattern, a JUnit report and a time limit. */
-function bunTest(label: string, args: string[], only?: (suite: string, name: string) => boolean): unknown {
+/**
+ * Run `bun test` on files with a name pattern, a JUnit report and a time limit; `env` adds variables
+ * to this process's environment for the child.
+ */
+function bunTest(
+  label: string,
+  args: string[],
+  only?: (suite: string, name: string) => boolean,
+  env: Record<string, string> = {},
+): unknown {
   const report = join(out, `${label}.junit.xml`);
   const t0 = performance.now();
   const r = Bun.spawnSync(
@@ -84,7 +97,7 @@ function bunTest(label: string, args: string[], only?: (suite: string, name: str
       `--reporter-outfile=${report}`,
       ...args,
     ],
-    { stdout: "pipe", stderr: "pipe", env: process.env },
+    { stdout: "pipe", stderr: "pipe", env: { ...process.env, ...env } },
   );
   writeFileSync(join(out, `${label}.log`), `${r.stdout.toString()}\n${r.stderr.toString()}`);
   return { exitCode: r.exitCode, seconds: (performance.now() - t0) / 1000, ...junit(report, only) };
@@ -148,6 +161,26 @@ if (process.env.TP_GPU_SKIP_TESTS === "1") {
     (suite, name) => suite === "cuda" || name.startsWith("cuda:"),
   );
   summary.cudaPackage = bunTest("backend-cudalibs", ["packages/backend-cudalibs/src"]);
+}
+
+// 2b. whole models on each backend: the Krea 2 tiny goldens and the LLM parity files (gpu.test.ts runs
+// the shared definitions for the backends TP_GPU_GOLDENS names; without a device they are skipped
+// with its reason, which the JUnit file records)
+summary.krea2Goldens = {};
+summary.llmParity = {};
+for (const name of ["ptx", "cuda"] as const) {
+  (summary.krea2Goldens as Record<string, unknown>)[name] = bunTest(
+    `krea2-goldens-${name}`,
+    ["packages/diffusion/src/gpu.test.ts"],
+    undefined,
+    { TP_GPU_GOLDENS: name },
+  );
+  (summary.llmParity as Record<string, unknown>)[name] = bunTest(
+    `llm-parity-${name}`,
+    ["packages/llm/src/gpu.test.ts"],
+    undefined,
+    { TP_GPU_GOLDENS: name },
+  );
 }
 
 // 3. decode GEMV bandwidth (random bytes with finite f16 block scales; timing only)
@@ -440,8 +473,7 @@ if (device !== null) {
 }
 
 summary.notRun = [
-  "Krea 2 tiny goldens (../shared/testdata/krea2-tiny) in every DiT format on ptx",
-  "LLM parity files on ptx",
+  "the whole LLM decode loop through @tp/llm on ptx / cuda (bench gpu times the matmul work of a token, not norms, RoPE or sampling)",
 ];
 summary.finished = new Date().toISOString();
 writeFileSync(join(out, "summary.json"), `${JSON.stringify(summary, null, 2)}\n`);

@@ -1,0 +1,28 @@
+// The LLM parity files on the real ptx and cuda backends against the cpu backend: the shared definition
+// in testing/device-parity.ts (as vulkan.test.ts and ptx-sim.test.ts run it) for each backend that
+// TP_GPU_GOLDENS names — "ptx", "cuda", "ptx,cuda", or "1" for both. `bun run test:gpu` sets it, one
+// backend per step, on the GPU host; unset (the ordinary `bun test`), the file is one skipped test.
+// Without a GPU the block is skipped with the backend's reason (no libcuda.so.1, no device).
+// Time limits: 2 × llvmpipe's, for the first use of each kernel (the driver's PTX JIT) and the cpu
+// backend's reference run of each file.
+import { test } from "bun:test";
+import { loadBackend, TpError } from "@tp/tensor";
+import { describeDeviceParity } from "./testing/device-parity.ts";
+
+const raw = (process.env.TP_GPU_GOLDENS ?? "").trim();
+const names =
+  raw === "1"
+    ? ["ptx", "cuda"]
+    : raw
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "");
+for (const n of names)
+  if (n !== "ptx" && n !== "cuda")
+    throw new TpError(
+      "E_ARG",
+      `TP_GPU_GOLDENS: '${n}' is not a GPU backend; expected ptx, cuda, ptx,cuda or 1`,
+    );
+if (names.length === 0)
+  test.skip("skipped: TP_GPU_GOLDENS is unset (bun run test:gpu sets it to ptx / cuda on the GPU host)", () => {});
+for (const name of names) await describeDeviceParity(name, () => loadBackend(name), { timeScale: 2 });
