@@ -13,5 +13,12 @@ await describeDeviceParity(
   () => loadBackend("ptx", { simulate: "sm_86" } as BackendOptions),
   {
     timeScale: 4,
+    // qwen3-tiny-Q8_0: the last prompt row parts from the cpu backend by 7.6e-3 (the other rows by
+    // ~1e-7), the later steps by ~1e-2, the greedy tokens at step 31. Each of its 15 Q8_0 matmuls,
+    // given the cpu's own input, agrees with the cpu within 3.5e-7 relative: the GEMV's per-sub-block
+    // sums (d · Σ q·x, backend-ptx blocks.ts) round in another order; the likely cause (not traced to
+    // the code itself) is a later layer's input moved across a Q8_0 activation rounding boundary, the
+    // flipped code amplified by the random layers, as for the hybrid and MoE files.
+    activationFlipFiles: ["synthetic/qwen3-tiny-Q8_0.gguf"],
   },
 );

@@ -135,6 +135,12 @@ async function run(backend: Backend, file: string): Promise<Run> {
 export interface DeviceParityOptions {
   /** Factor on each file's time limit (default 1: 60 s, llvmpipe's); the PTX simulator needs more. */
   timeScale?: number;
+  /**
+   * Files this backend compares as the quantized hybrid ones (HYBRID_QUANT_TOL, greedy tokens up to a
+   * near tie), with the caller's measured reason: a backend whose sums differ in order may flip one
+   * Q8_0 activation code that the file's random layers amplify.
+   */
+  activationFlipFiles?: readonly string[];
 }
 
 /**
@@ -182,8 +188,9 @@ export async function describeDeviceParity(
       });
 
       for (const file of FILES) {
-        const tol = GEMMA_QUANT_TOL[file] ?? (isHybridQuant(file) ? HYBRID_QUANT_TOL : PROB_TOL);
-        const tie = isHybridQuant(file) ? " (up to a near tie)" : "";
+        const loose = isHybridQuant(file) || (options.activationFlipFiles ?? []).includes(file);
+        const tol = GEMMA_QUANT_TOL[file] ?? (loose ? HYBRID_QUANT_TOL : PROB_TOL);
+        const tie = loose ? " (up to a near tie)" : "";
         test(
           `${file}: ${N_GREEDY} greedy tokens identical${tie}, probabilities within ${tol}`,
           async () => {
@@ -204,7 +211,7 @@ export async function describeDeviceParity(
               expect({
                 step: same,
                 gap,
-                nearTie: isHybridQuant(file) && gap <= HYBRID_GAP_NATS,
+                nearTie: loose && gap <= HYBRID_GAP_NATS,
               }).toMatchObject({
                 nearTie: true,
               });
