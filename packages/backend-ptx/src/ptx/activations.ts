@@ -35,29 +35,38 @@ function roundHalfAway(kb: KernelBuilder, v: string): string {
 }
 
 /**
- * x [n] f32 (n a multiple of 32, the rows of x back to back) → out [n] f32, each 32-block replaced by
- * its Q8_0 quantization dequantized: q_j · f32(f16(d)). One warp per block; grid
- * ceil(n / 32 / {@link Q8_BLOCKS_PER_CTA}). Parameters: out, x, blocks (n / 32).
+ * The prologue of the fake-quantize kernels (one warp per block of `size` values): parameters out, x,
+ * blocks; warp blk = %ctaid.x · {@link Q8_BLOCKS_PER_CTA} + tid / 32 (whole warps past `blocks` branch to
+ * `end`, so the shuffles see all 32 lanes) and first = blk · size + lane, the lane's first value.
  */
-export function fakeQuantizeQ8_0Kernel(): KernelSource {
-  const kb = new Builder("ggml_fake_quantize_q8_0");
+function warpPerBlock(kb: Builder, size: number) {
   const out = kb.ld("out", "u64");
   const x = kb.ld("x", "u64");
   const nBlocks = kb.ld("blocks", "u32");
-  const [tid, lane, blk, i] = kb.regs("b32", 4);
+  const [tid, lane, blk, first] = kb.regs("b32", 4);
   const end = kb.label("end");
   const p = kb.reg("pred");
   kb.op(
     `mov.u32 ${tid}, %tid.x;`,
     `and.b32 ${lane}, ${tid}, 31;`,
     `shr.u32 ${blk}, ${tid}, 5;`,
-    `mov.u32 ${i}, %ctaid.x;`,
-    `mad.lo.u32 ${blk}, ${i}, ${Q8_BLOCKS_PER_CTA}, ${blk};`,
-    // whole warps leave together (the shuffles below need all 32 lanes)
+    `mov.u32 ${first}, %ctaid.x;`,
+    `mad.lo.u32 ${blk}, ${first}, ${Q8_BLOCKS_PER_CTA}, ${blk};`,
     `setp.ge.u32 ${p}, ${blk}, ${nBlocks};`,
     `@${p} bra ${end};`,
-    `mad.lo.u32 ${i}, ${blk}, 32, ${lane};`,
+    `mad.lo.u32 ${first}, ${blk}, ${size}, ${lane};`,
   );
+  return { out, x, first, end };
+}
+
+/**
+ * x [n] f32 (n a multiple of 32, the rows of x back to back) → out [n] f32, each 32-block replaced by
+ * its Q8_0 quantization dequantized: q_j · f32(f16(d)). One warp per block; grid
+ * ceil(n / 32 / {@link Q8_BLOCKS_PER_CTA}). Parameters: out, x, blocks (n / 32).
+ */
+export function fakeQuantizeQ8_0Kernel(): KernelSource {
+  const kb = new Builder("ggml_fake_quantize_q8_0");
+  const { out, x, first: i, end } = warpPerBlock(kb, 32);
   const xv = kb.reg("f32");
   const at = kb.addr(x, i, 4);
   kb.op(`ld.global.f32 ${xv}, [${at}];`);
@@ -102,23 +111,7 @@ export function fakeQuantizeQ8_0Kernel(): KernelSource {
  */
 export function fakeQuantizeQ8_KKernel(): KernelSource {
   const kb = new Builder("ggml_fake_quantize_q8_k");
-  const out = kb.ld("out", "u64");
-  const x = kb.ld("x", "u64");
-  const nBlocks = kb.ld("blocks", "u32");
-  const [tid, lane, blk, first] = kb.regs("b32", 4);
-  const end = kb.label("end");
-  const p = kb.reg("pred");
-  kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${blk}, ${tid}, 5;`,
-    `mov.u32 ${first}, %ctaid.x;`,
-    `mad.lo.u32 ${blk}, ${first}, ${Q8_BLOCKS_PER_CTA}, ${blk};`,
-    // whole warps leave together (the shuffles below need all 32 lanes)
-    `setp.ge.u32 ${p}, ${blk}, ${nBlocks};`,
-    `@${p} bra ${end};`,
-    `mad.lo.u32 ${first}, ${blk}, 256, ${lane};`,
-  );
+  const { out, x, first, end } = warpPerBlock(kb, 256);
   const idx: string[] = [];
   const v: string[] = [];
   for (let i = 0; i < 8; i++) {

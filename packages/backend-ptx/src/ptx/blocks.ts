@@ -129,6 +129,13 @@ function mul(x: Element, a: string, b: string): string {
   return f;
 }
 
+/** f32(f32(d · q) + m) of a signed code q (Q4_1 / Q5_1: scale d and min m of the block). */
+function scaledPlusMin(x: Element, q: string, d: string, m: string): string {
+  const v = mul(x, toF32(x, q), d);
+  x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
+  return v;
+}
+
 /**
  * The 4-bit code of element j of a 32-element block whose 16 code bytes start at byte `qs`: the low
  * nibble of byte j for j < 16, else the high nibble of byte j − 16.
@@ -254,9 +261,7 @@ const DECODERS: Record<BlockFormat, (x: Element) => string> = {
   q4_1: (x) => {
     const d = halfAt(x, 0);
     const m = halfAt(x, 2);
-    const v = mul(x, toF32(x, nibble32(x, 4)), d);
-    x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
-    return v;
+    return scaledPlusMin(x, nibble32(x, 4), d, m);
   },
   q5_0: (x) => {
     const d = halfAt(x, 0);
@@ -271,9 +276,7 @@ const DECODERS: Record<BlockFormat, (x: Element) => string> = {
     const h = highBit32(x, 4);
     const n = nibble32(x, 8);
     x.kb.op(`or.b32 ${n}, ${n}, ${h};`);
-    const v = mul(x, toF32(x, n), d);
-    x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
-    return v;
+    return scaledPlusMin(x, n, d, m);
   },
   q2_k: (x) => {
     const d = halfAt(x, 80);
@@ -411,6 +414,16 @@ function highBitsK(x: Element, at: number): string[] {
   return fields(x, bytes8(x, off), sh, 1);
 }
 
+/** Q4_K / Q5_K: ds = f32(d · sc) and dm = f32(dmin · mn) of the sub-block of `x.e` (d, dmin at bytes 0, 2). */
+function subBlockScaleMinK4(x: Element): { ds: string; dm: string } {
+  const d = halfAt(x, 0);
+  const dmin = halfAt(x, 2);
+  const { sc, mn } = scaleMinK4(x);
+  const ds = mul(x, d, toF32(x, sc));
+  const dm = mul(x, dmin, toF32(x, mn));
+  return { ds, dm };
+}
+
 /** 4-bit codes of elements e0 … e0 + 7 of Q4_K / Q5_K (qs bytes at `qs`). */
 function nibblesK(x: Element, qs: number): string[] {
   const { e } = x;
@@ -442,11 +455,7 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
   q4_1: (x) => {
     const d = halfAt(x, 0);
     const m = halfAt(x, 2);
-    return nibbles32(x, 4).map((n) => {
-      const v = mul(x, toF32(x, n), d);
-      x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
-      return v;
-    });
+    return nibbles32(x, 4).map((n) => scaledPlusMin(x, n, d, m));
   },
   q5_0: (x) => {
     const d = halfAt(x, 0);
@@ -462,9 +471,7 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
     const h = highBits32(x, 4);
     return nibbles32(x, 8).map((n, i) => {
       x.kb.op(`or.b32 ${n}, ${n}, ${h[i]};`);
-      const v = mul(x, toF32(x, n), d);
-      x.kb.op(`add.rn.f32 ${v}, ${v}, ${m};`);
-      return v;
+      return scaledPlusMin(x, n, d, m);
     });
   },
   q2_k: (x) => {
@@ -501,19 +508,11 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
     });
   },
   q4_k: (x) => {
-    const d = halfAt(x, 0);
-    const dmin = halfAt(x, 2);
-    const { sc, mn } = scaleMinK4(x);
-    const ds = mul(x, d, toF32(x, sc));
-    const dm = mul(x, dmin, toF32(x, mn));
+    const { ds, dm } = subBlockScaleMinK4(x);
     return minusMin(x, ds, dm, nibblesK(x, 16));
   },
   q5_k: (x) => {
-    const d = halfAt(x, 0);
-    const dmin = halfAt(x, 2);
-    const { sc, mn } = scaleMinK4(x);
-    const ds = mul(x, d, toF32(x, sc));
-    const dm = mul(x, dmin, toF32(x, mn));
+    const { ds, dm } = subBlockScaleMinK4(x);
     const h = highBitsK(x, 16);
     const n = nibblesK(x, 48).map((c, i) => {
       x.kb.op(`shl.b32 ${h[i]}, ${h[i]}, 4;`, `add.u32 ${c}, ${c}, ${h[i]};`);
@@ -541,6 +540,25 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
 };
 
 /**
+ * The registers and labels of a GEMV row's k loop (matmul.ts warpDot, {@link blockWarpDot}): the weight
+ * row's address `row`, x and the x row's first element `xrow`, the loop counter `k`, K, the lane, the
+ * f32 accumulator, the loop's labels `top` / `done` and a free predicate `q`.
+ */
+export interface WarpDotArgs<F extends string> {
+  readonly format: F;
+  readonly row: string;
+  readonly x: string;
+  readonly xrow: string;
+  readonly k: string;
+  readonly K: string;
+  readonly lane: string;
+  readonly acc: string;
+  readonly top: string;
+  readonly done: string;
+  readonly q: string;
+}
+
+/**
  * The k loop of the GEMV kernels (matmul.ts warpDot) for a row of `format` blocks: each pass of the warp
  * covers 256 consecutive k, lane l the 8 elements from k0 + 8l (one sub-block decode: scale once, codes
  * from four 16-bit loads, {@link GROUP_DECODERS}), summed with their x into `acc` (f32 fma in k order);
@@ -548,22 +566,7 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
  * sum, so every lane holds the row's dot product, as warpDot leaves it. `k` is the loop's counter
  * register, `q` a free predicate; a jump to `done` with `acc` set skips the loop (matmul_id's bad ids).
  */
-export function blockWarpDot(
-  kb: KernelBuilder,
-  a: {
-    format: BlockFormat;
-    row: string;
-    x: string;
-    xrow: string;
-    k: string;
-    K: string;
-    lane: string;
-    acc: string;
-    top: string;
-    done: string;
-    q: string;
-  },
-): void {
+export function blockWarpDot(kb: KernelBuilder, a: WarpDotArgs<BlockFormat>): void {
   const { format, row, x, xrow, k, K, lane, acc, top, done, q } = a;
   const b = BLOCKS[format];
   const kl = kb.reg("b32");

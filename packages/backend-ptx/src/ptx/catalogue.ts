@@ -55,19 +55,7 @@ export const GGUF_BLOCK_FORMATS = [
   "q5_k",
   "q6_k",
 ] as const satisfies readonly BlockFormat[];
-/** Weight formats of the matmul and embedding kernels. */
-export const MATMUL_FORMATS = [
-  "f32",
-  "f16",
-  "bf16",
-  "f8_e4m3fn",
-  "f8_e5m2",
-  ...GGUF_BLOCK_FORMATS,
-  "int8_convrot",
-  "int4_convrot",
-] as const;
-/** Weight formats of matmul_id (fp8 raw or with a tensor scale; ConvRot with its row scales). */
-export const MATMUL_ID_FORMATS = MATMUL_FORMATS;
+/** Table formats of the embedding kernel: the floats, fp8 and the GGUF blocks. */
 export const EMBEDDING_FORMATS = [
   "f32",
   "f16",
@@ -76,6 +64,10 @@ export const EMBEDDING_FORMATS = [
   "f8_e5m2",
   ...GGUF_BLOCK_FORMATS,
 ] as const;
+/** Weight formats of the matmul kernels: the embedding formats and ConvRot int8 / int4. */
+export const MATMUL_FORMATS = [...EMBEDDING_FORMATS, "int8_convrot", "int4_convrot"] as const;
+/** Weight formats of matmul_id (fp8 raw or with a tensor scale; ConvRot with its row scales). */
+export const MATMUL_ID_FORMATS = MATMUL_FORMATS;
 
 /** The catalogue: family name → its variants. */
 export function kernelCatalogue(): Record<string, KernelSource[]> {

@@ -95,6 +95,21 @@ const PREFIX: Record<RegClass, string> = {
   pred: "%p",
 };
 
+/**
+ * The lines that split %tid.x for the mma.sync kernels: lane = tid % 32, warp = tid / 32, and the
+ * fragment coordinates g = lane / 4 (groupID), t = lane % 4 (threadID_in_group) of PTX ISA §9.7.13.4.
+ */
+export function mmaLaneOps(r: { tid: string; lane: string; warp: string; g: string; t: string }): string[] {
+  const { tid, lane, warp, g, t } = r;
+  return [
+    `mov.u32 ${tid}, %tid.x;`,
+    `and.b32 ${lane}, ${tid}, 31;`,
+    `shr.u32 ${warp}, ${tid}, 5;`,
+    `shr.u32 ${g}, ${lane}, 2;`,
+    `and.b32 ${t}, ${lane}, 3;`,
+  ];
+}
+
 /** An f32 immediate in PTX's exact hexadecimal form (0fXXXXXXXX). */
 export function f32Imm(v: number): string {
   const b = new DataView(new ArrayBuffer(4));

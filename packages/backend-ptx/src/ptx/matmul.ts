@@ -20,8 +20,8 @@
  * (eight nibbles per register, columns 8t..8t+7 and +32).
  */
 import { TpError } from "@tp/tensor";
-import { blockRowBytesOps, blockWarpDot, isBlockFormat } from "./blocks.ts";
-import { KernelBuilder, type KernelSource } from "./emit.ts";
+import { blockRowBytesOps, blockWarpDot, isBlockFormat, type WarpDotArgs } from "./blocks.ts";
+import { KernelBuilder, type KernelSource, mmaLaneOps } from "./emit.ts";
 import { type ElementFormat, loadElement, rowBytes } from "./gather.ts";
 
 /** What every matmul variant folds in. */
@@ -85,22 +85,7 @@ export const GEMV_WARPS = 8;
  * k = lane, lane + 32, … < K into `acc`, jumping to `done` at the end, then the butterfly reduction
  * leaves the row's dot product in every lane's `acc`. `row`: the weight row's address; `q` a free pred.
  */
-function warpDot(
-  kb: KernelBuilder,
-  a: {
-    format: ElementFormat;
-    row: string;
-    x: string;
-    xrow: string;
-    k: string;
-    K: string;
-    lane: string;
-    acc: string;
-    top: string;
-    done: string;
-    q: string;
-  },
-): void {
+function warpDot(kb: KernelBuilder, a: WarpDotArgs<ElementFormat>): void {
   const { format, row, x, xrow, k, K, lane, acc, top, done, q } = a;
   // GGUF blocks: 8 consecutive k of one sub-block per lane (blocks.ts)
   if (isBlockFormat(format)) {
@@ -164,6 +149,54 @@ export function gemvKernel(s: MatmulSpec): KernelSource {
 
 /** Tile of the tiled kernel: BM = BN = 64 outputs, BK = 16. */
 export const TILE = { bm: 64, bn: 64, bk: 16 } as const;
+
+/** Registers and labels of {@link tileFmaStep}. */
+export interface TileFmaRegs {
+  /** The shared tiles: As [BK][BM], Bs [BK][BN], f32. */
+  readonly As: string;
+  readonly Bs: string;
+  /** Thread coordinates (tid % 16, tid / 16): this thread owns tile rows ty·4 … ty·4 + 3, columns tx·4 …. */
+  readonly tx: string;
+  readonly ty: string;
+  /** The 16 f32 accumulators, row-major 4 × 4. */
+  readonly acc: readonly string[];
+  /** The K offset register (advanced by BK), the loop head and the label placed after the step. */
+  readonly k0: string;
+  readonly top: string;
+  readonly done: string;
+}
+
+/**
+ * The compute step of the shared-memory FMA tiles ({@link tiledKernel}, moe.ts groupedKernel), after the
+ * stage's stores: barrier, BK rank-1 updates of the thread's 4 × 4 accumulators from As / Bs (two
+ * `ld.shared.v4.f32` each), barrier, k0 += BK, branch to `top`; then places `done`. Tile sizes: {@link TILE}.
+ */
+export function tileFmaStep(kb: KernelBuilder, r: TileFmaRegs): void {
+  const { bm, bn, bk } = TILE;
+  const { As, Bs, tx, ty, acc, k0, top, done } = r;
+  kb.op("bar.sync 0;");
+  const aBase = kb.reg("b32");
+  const bBase = kb.reg("b32");
+  kb.op(
+    `mov.u32 ${aBase}, ${As};`,
+    `mad.lo.u32 ${aBase}, ${ty}, 16, ${aBase};`,
+    `mov.u32 ${bBase}, ${Bs};`,
+    `mad.lo.u32 ${bBase}, ${tx}, 16, ${bBase};`,
+  );
+  const av = kb.regs("f32", 4);
+  const bv = kb.regs("f32", 4);
+  for (let kk = 0; kk < bk; kk++) {
+    kb.op(
+      `ld.shared.v4.f32 {${av.join(", ")}}, [${aBase}+${kk * bm * 4}];`,
+      `ld.shared.v4.f32 {${bv.join(", ")}}, [${bBase}+${kk * bn * 4}];`,
+    );
+    for (let i = 0; i < 4; i++)
+      for (let j = 0; j < 4; j++)
+        kb.op(`fma.rn.f32 ${acc[i * 4 + j]}, ${av[i]}, ${bv[j]}, ${acc[i * 4 + j]};`);
+  }
+  kb.op("bar.sync 0;", `add.u32 ${k0}, ${k0}, ${bk};`, `bra ${top};`);
+  kb.place(done);
+}
 
 /** Tiled FMA matmul: grid (ceil(N / 64), ceil(M / 64)), 256 threads. */
 export function tiledKernel(s: MatmulSpec): KernelSource {
@@ -235,28 +268,7 @@ export function tiledKernel(s: MatmulSpec): KernelSource {
     const bx = kb.reg("b32");
     kb.op(`mov.u32 ${bx}, ${Bs};`, `add.u32 ${bx}, ${bx}, ${sa};`, `st.shared.f32 [${bx}], ${wv};`);
   }
-  kb.op("bar.sync 0;");
-  const aBase = kb.reg("b32");
-  const bBase = kb.reg("b32");
-  kb.op(
-    `mov.u32 ${aBase}, ${As};`,
-    `mad.lo.u32 ${aBase}, ${ty}, 16, ${aBase};`,
-    `mov.u32 ${bBase}, ${Bs};`,
-    `mad.lo.u32 ${bBase}, ${tx}, 16, ${bBase};`,
-  );
-  const av = kb.regs("f32", 4);
-  const bv = kb.regs("f32", 4);
-  for (let kk = 0; kk < bk; kk++) {
-    kb.op(
-      `ld.shared.v4.f32 {${av.join(", ")}}, [${aBase}+${kk * bm * 4}];`,
-      `ld.shared.v4.f32 {${bv.join(", ")}}, [${bBase}+${kk * bn * 4}];`,
-    );
-    for (let i = 0; i < 4; i++)
-      for (let j = 0; j < 4; j++)
-        kb.op(`fma.rn.f32 ${acc[i * 4 + j]}, ${av[i]}, ${bv[j]}, ${acc[i * 4 + j]};`);
-  }
-  kb.op("bar.sync 0;", `add.u32 ${k0}, ${k0}, ${bk};`, `bra ${top};`);
-  kb.place(done);
+  tileFmaStep(kb, { As, Bs, tx, ty, acc, k0, top, done });
   for (let i = 0; i < 4; i++) {
     for (let j = 0; j < 4; j++) {
       const [m, n] = kb.regs("b32", 2);
@@ -357,11 +369,7 @@ export function mmaKernel(s: MatmulSpec): KernelSource {
 function mmaFragmentIndices(kb: KernelBuilder, p: ReturnType<typeof params>) {
   const [tid, lane, warp, g, t, m0, n0, k0] = kb.regs("b32", 8);
   kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${warp}, ${tid}, 5;`,
-    `shr.u32 ${g}, ${lane}, 2;`,
-    `and.b32 ${t}, ${lane}, 3;`,
+    ...mmaLaneOps({ tid, lane, warp, g, t }),
     `mov.u32 ${m0}, %ctaid.y;`,
     `shl.b32 ${m0}, ${m0}, 4;`,
     `mov.u32 ${n0}, %ctaid.x;`,

@@ -35,7 +35,7 @@
  * Parameters: out, x, w, [bias], [scale], m, n, k, [x_scale] (s8, s4, e4m3).
  */
 import { TpError } from "@tp/tensor";
-import { KernelBuilder, type KernelSource } from "./emit.ts";
+import { KernelBuilder, type KernelSource, mmaLaneOps } from "./emit.ts";
 
 /** The block tile: outputs bm × bn, `kBytes` bytes of each row a k step, warps (2 × 4). */
 export const MMA_TILE = { bm: 64, bn: 128, kBytes: 64, warps: 8 } as const;
@@ -127,11 +127,7 @@ export function mmaTiledKernel(s: MmaTiledSpec): KernelSource {
 
   const [tid, lane, warp, g, t, wm, wn, m0, n0, kc, kk, k0, stage] = kb.regs("b32", 13);
   kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${warp}, ${tid}, 5;`,
-    `shr.u32 ${g}, ${lane}, 2;`,
-    `and.b32 ${t}, ${lane}, 3;`,
+    ...mmaLaneOps({ tid, lane, warp, g, t }),
     `shr.u32 ${wm}, ${warp}, 2;`,
     `and.b32 ${wn}, ${warp}, 3;`,
     `mov.u32 ${m0}, %ctaid.y;`,

@@ -19,12 +19,12 @@
  * the host). Nothing here reads routing ids on the host.
  */
 import { TpError } from "@tp/tensor";
-import { KernelBuilder, type KernelSource } from "./emit.ts";
+import { KernelBuilder, type KernelSource, mmaLaneOps } from "./emit.ts";
 import { type ElementFormat, loadElement } from "./gather.ts";
-import { rowBytesReg } from "./matmul.ts";
+import { rowBytesReg, TILE, tileFmaStep } from "./matmul.ts";
 
-/** Rows (and columns) of one output tile of the grouped GEMM; K step 16. */
-export const MOE_TILE = { bm: 64, bn: 64, bk: 16 } as const;
+/** Rows (and columns) of one output tile of the grouped GEMM; K step 16: the tiled kernel's tile, whose FMA step it runs. */
+export const MOE_TILE = TILE;
 
 /** Threads per block of the routing kernels. */
 export const MOE_ROUTE_BLOCK = 256;
@@ -238,6 +238,54 @@ export interface GroupedSpec {
   readonly scaled: boolean;
 }
 
+/** The parameters of the grouped GEMMs, loaded in their order (`scale` only when `scaled`). */
+function groupedParams(kb: KernelBuilder, scaled: boolean) {
+  const out = kb.ld("out", "u64");
+  const x = kb.ld("x", "u64");
+  const w = kb.ld("w", "u64");
+  const scale = scaled ? kb.ld("scale", "u64") : null;
+  const counts = kb.ld("counts", "u64");
+  const rowStart = kb.ld("row_start", "u64");
+  const tileExpert = kb.ld("tile_expert", "u64");
+  const tileRow = kb.ld("tile_row", "u64");
+  const tiles = kb.ld("tiles", "u64");
+  const list = kb.ld("list", "u64");
+  kb.ld("m", "u32");
+  const [N, K, experts, xDiv] = kb.lds("u32", "n", "k", "experts", "x_div");
+  return { out, x, w, scale, counts, rowStart, tileExpert, tileRow, tiles, list, N, K, experts, xDiv };
+}
+
+/**
+ * The tile header of the grouped GEMMs: y = %ctaid.y (past `tiles[0]` → `end`), its expert e and first
+ * row row0 (moeScatterKernel's tile_expert / tile_row), then valid = min(counts[e] − row0, BM) and
+ * first = row_start[e] + row0 (the list index of the tile's row 0), into the given registers.
+ */
+function tileRouting(
+  kb: KernelBuilder,
+  p: ReturnType<typeof groupedParams>,
+  r: Record<"y" | "total" | "e" | "row0" | "cnt" | "valid" | "first" | "q" | "end", string>,
+): void {
+  const { y, total, e, row0, cnt, valid, first, q, end } = r;
+  kb.op(
+    `mov.u32 ${y}, %ctaid.y;`,
+    `ld.global.u32 ${total}, [${p.tiles}];`,
+    `setp.ge.u32 ${q}, ${y}, ${total};`,
+    `@${q} bra ${end};`,
+  );
+  const teAt = kb.addr(p.tileExpert, y, 4);
+  const trAt = kb.addr(p.tileRow, y, 4);
+  kb.op(`ld.global.u32 ${e}, [${teAt}];`, `ld.global.u32 ${row0}, [${trAt}];`);
+  const cAt = kb.addr(p.counts, e, 4);
+  const rsAt = kb.addr(p.rowStart, e, 4);
+  kb.op(
+    `ld.global.u32 ${cnt}, [${cAt}];`,
+    `ld.global.u32 ${first}, [${rsAt}];`,
+    `sub.u32 ${valid}, ${cnt}, ${row0};`,
+    `min.u32 ${valid}, ${valid}, ${MOE_TILE.bm};`,
+    `add.u32 ${first}, ${first}, ${row0};`,
+  );
+}
+
 /** The entry name: `matmul_id_grouped_<format>[_s]`. */
 export function groupedKernelName(s: GroupedSpec): string {
   return `matmul_id_grouped_${s.format}${s.scaled ? "_s" : ""}`;
@@ -256,18 +304,8 @@ export function groupedKernel(s: GroupedSpec): KernelSource {
   }
   const { bm, bn, bk } = MOE_TILE;
   const kb = new KernelBuilder(groupedKernelName(s));
-  const out = kb.ld("out", "u64");
-  const x = kb.ld("x", "u64");
-  const w = kb.ld("w", "u64");
-  const scale = s.scaled ? kb.ld("scale", "u64") : null;
-  const counts = kb.ld("counts", "u64");
-  const rowStart = kb.ld("row_start", "u64");
-  const tileExpert = kb.ld("tile_expert", "u64");
-  const tileRow = kb.ld("tile_row", "u64");
-  const tiles = kb.ld("tiles", "u64");
-  const list = kb.ld("list", "u64");
-  kb.ld("m", "u32");
-  const [N, K, experts, xDiv] = kb.lds("u32", "n", "k", "experts", "x_div");
+  const p = groupedParams(kb, s.scaled);
+  const { out, x, w, scale, list, N, K, experts, xDiv } = p;
   const As = kb.shared("a", bk * bm * 4);
   const Bs = kb.shared("b", bk * bn * 4);
   const [tid, tx, ty, y, total, e, row0, cnt, valid, first, n0, k0] = kb.regs("b32", 12);
@@ -279,23 +317,8 @@ export function groupedKernel(s: GroupedSpec): KernelSource {
     `shr.u32 ${ty}, ${tid}, 4;`,
     `mov.u32 ${n0}, %ctaid.x;`,
     `mul.lo.u32 ${n0}, ${n0}, ${bn};`,
-    `mov.u32 ${y}, %ctaid.y;`,
-    `ld.global.u32 ${total}, [${tiles}];`,
-    `setp.ge.u32 ${q}, ${y}, ${total};`,
-    `@${q} bra ${end};`,
   );
-  const teAt = kb.addr(tileExpert, y, 4);
-  const trAt = kb.addr(tileRow, y, 4);
-  kb.op(`ld.global.u32 ${e}, [${teAt}];`, `ld.global.u32 ${row0}, [${trAt}];`);
-  const cAt = kb.addr(counts, e, 4);
-  const rsAt = kb.addr(rowStart, e, 4);
-  kb.op(
-    `ld.global.u32 ${cnt}, [${cAt}];`,
-    `ld.global.u32 ${first}, [${rsAt}];`,
-    `sub.u32 ${valid}, ${cnt}, ${row0};`,
-    `min.u32 ${valid}, ${valid}, ${bm};`,
-    `add.u32 ${first}, ${first}, ${row0};`, // list index of the tile's row 0
-  );
+  tileRouting(kb, p, { y, total, e, row0, cnt, valid, first, q, end });
   // the routed row of the tile's local row `i` (a register), or nothing when past `valid`
   const routed = (i: string): { r: string; ok: string } => {
     const r = kb.reg("b32");
@@ -393,28 +416,7 @@ export function groupedKernel(s: GroupedSpec): KernelSource {
     const bx = kb.reg("b32");
     kb.op(`mov.u32 ${bx}, ${Bs};`, `add.u32 ${bx}, ${bx}, ${st.sa};`, `st.shared.f32 [${bx}], ${wv};`);
   }
-  kb.op("bar.sync 0;");
-  const aBase = kb.reg("b32");
-  const bBase = kb.reg("b32");
-  kb.op(
-    `mov.u32 ${aBase}, ${As};`,
-    `mad.lo.u32 ${aBase}, ${ty}, 16, ${aBase};`,
-    `mov.u32 ${bBase}, ${Bs};`,
-    `mad.lo.u32 ${bBase}, ${tx}, 16, ${bBase};`,
-  );
-  const av = kb.regs("f32", 4);
-  const bv = kb.regs("f32", 4);
-  for (let kk = 0; kk < bk; kk++) {
-    kb.op(
-      `ld.shared.v4.f32 {${av.join(", ")}}, [${aBase}+${kk * bm * 4}];`,
-      `ld.shared.v4.f32 {${bv.join(", ")}}, [${bBase}+${kk * bn * 4}];`,
-    );
-    for (let i = 0; i < 4; i++)
-      for (let j = 0; j < 4; j++)
-        kb.op(`fma.rn.f32 ${acc[i * 4 + j]}, ${av[i]}, ${bv[j]}, ${acc[i * 4 + j]};`);
-  }
-  kb.op("bar.sync 0;", `add.u32 ${k0}, ${k0}, ${bk};`, `bra ${top};`);
-  kb.place(done);
+  tileFmaStep(kb, { As, Bs, tx, ty, acc, k0, top, done });
   // epilogue: outputs (ty·4 + i, tx·4 + j) to out[routed row, n]
   for (let i = 0; i < 4; i++) {
     const li = kb.reg("b32");
@@ -463,44 +465,18 @@ export const MOE_MMA_WARPS = 4;
  */
 export function groupedMmaKernel(format: "f16" | "bf16"): KernelSource {
   const kb = new KernelBuilder(`matmul_id_grouped_mma_${format}`);
-  const out = kb.ld("out", "u64");
-  const x = kb.ld("x", "u64");
-  const w = kb.ld("w", "u64");
-  const counts = kb.ld("counts", "u64");
-  const rowStart = kb.ld("row_start", "u64");
-  const tileExpert = kb.ld("tile_expert", "u64");
-  const tileRow = kb.ld("tile_row", "u64");
-  const tiles = kb.ld("tiles", "u64");
-  const list = kb.ld("list", "u64");
-  kb.ld("m", "u32");
-  const [N, K, experts, xDiv] = kb.lds("u32", "n", "k", "experts", "x_div");
+  const p = groupedParams(kb, false);
+  const { out, x, w, list, N, K, experts, xDiv } = p;
   const [tid, lane, warp, g, t, y, total, e, row0, cnt, valid, first, n0, r16, k0] = kb.regs("b32", 15);
   const q = kb.reg("pred");
   const end = kb.label("end");
   kb.op(
-    `mov.u32 ${tid}, %tid.x;`,
-    `and.b32 ${lane}, ${tid}, 31;`,
-    `shr.u32 ${warp}, ${tid}, 5;`,
-    `shr.u32 ${g}, ${lane}, 2;`,
-    `and.b32 ${t}, ${lane}, 3;`,
+    ...mmaLaneOps({ tid, lane, warp, g, t }),
     `mov.u32 ${n0}, %ctaid.x;`,
     `mul.lo.u32 ${n0}, ${n0}, ${MOE_TILE.bn};`,
-    `mov.u32 ${y}, %ctaid.y;`,
-    `ld.global.u32 ${total}, [${tiles}];`,
-    `setp.ge.u32 ${q}, ${y}, ${total};`,
-    `@${q} bra ${end};`,
   );
-  const teAt = kb.addr(tileExpert, y, 4);
-  const trAt = kb.addr(tileRow, y, 4);
-  kb.op(`ld.global.u32 ${e}, [${teAt}];`, `ld.global.u32 ${row0}, [${trAt}];`);
-  const cAt = kb.addr(counts, e, 4);
-  const rsAt = kb.addr(rowStart, e, 4);
+  tileRouting(kb, p, { y, total, e, row0, cnt, valid, first, q, end });
   kb.op(
-    `ld.global.u32 ${cnt}, [${cAt}];`,
-    `ld.global.u32 ${first}, [${rsAt}];`,
-    `sub.u32 ${valid}, ${cnt}, ${row0};`,
-    `min.u32 ${valid}, ${valid}, ${MOE_TILE.bm};`,
-    `add.u32 ${first}, ${first}, ${row0};`,
     // a warp whose 16 rows are all past the tile's end has nothing to do (no barrier in this kernel)
     `shl.b32 ${r16}, ${warp}, 4;`,
     `setp.ge.u32 ${q}, ${r16}, ${valid};`,
