@@ -135,31 +135,28 @@ export function fromE5m2(b: number): number {
   return fromHalf((b & 0xff) << 8);
 }
 
+/** x rounded to an integral value by a PTX integer rounding modifier: .rni nearest-even, .rzi toward 0, .rmi down, .rpi up. */
+function roundByMode(x: number, mode: "rni" | "rzi" | "rmi" | "rpi"): number {
+  return mode === "rni"
+    ? roundEven(x)
+    : mode === "rzi"
+      ? Math.trunc(x)
+      : mode === "rmi"
+        ? Math.floor(x)
+        : Math.ceil(x);
+}
+
 /** PTX float → integer conversion: round by `mode`, saturate to [lo, hi], NaN → 0. */
 export function floatToInt(x: number, mode: "rni" | "rzi" | "rmi" | "rpi", lo: number, hi: number): number {
   if (Number.isNaN(x)) return 0;
-  const r =
-    mode === "rni"
-      ? roundEven(x)
-      : mode === "rzi"
-        ? Math.trunc(x)
-        : mode === "rmi"
-          ? Math.floor(x)
-          : Math.ceil(x);
+  const r = roundByMode(x, mode);
   return Math.max(lo, Math.min(hi, r));
 }
 
 /** Round a float to an integral float value by `mode` (cvt.rni.f32.f32 and friends). */
 export function roundIntegral(x: number, mode: "rni" | "rzi" | "rmi" | "rpi"): number {
   if (!Number.isFinite(x)) return x;
-  const r =
-    mode === "rni"
-      ? roundEven(x)
-      : mode === "rzi"
-        ? Math.trunc(x)
-        : mode === "rmi"
-          ? Math.floor(x)
-          : Math.ceil(x);
+  const r = roundByMode(x, mode);
   return r === 0 && (x < 0 || Object.is(x, -0)) ? -0 : r;
 }
 
