@@ -21,13 +21,11 @@ Requests:
       seconds per token: T tokens timed together between two torch.cuda.synchronize() calls
       (the model is built on the first request of its shape and reused).
 """
-import json
 import math
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
+from torch_peer import serve, timed
 
 torch.manual_seed(0)
 BF = torch.bfloat16
@@ -97,44 +95,18 @@ def _decode(req):
     m = _model(req)
     cuda = req.get("device", "cpu").startswith("cuda")
     H, KV, d, T = req["heads"], req["kvheads"], req["head_dim"], req["tokens"]
-    with torch.inference_mode():
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
+
+    def tokens():
         for _ in range(T):
             y = _token(m, H, KV, d, req.get("attention", True))
-        if cuda:
-            torch.cuda.synchronize()
-        s = (time.perf_counter() - t) / T
+        return y
+
+    y, s = timed(tokens, cuda)
+    s /= T
     if not torch.isfinite(y).all():
         return {"error": "non-finite LM head output"}
     return {"seconds": s}
 
 
-def main():
-    threads = int(sys.argv[1]) if len(sys.argv) > 1 else torch.get_num_threads()
-    torch.set_num_threads(threads)
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req["op"]
-        if op == "info":
-            out = {
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "sdpa": hasattr(F, "scaled_dot_product_attention"),
-                "config": torch.__config__.show(),
-                "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            }
-        elif op == "decode":
-            try:
-                out = _decode(req)
-            except Exception as e:  # noqa: BLE001 (answered, so the bench's row says why)
-                out = {"error": f"{type(e).__name__}: {e}"}
-        else:
-            out = {"error": f"unknown op {op}"}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    serve({"decode": _decode})

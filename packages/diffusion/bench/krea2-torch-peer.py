@@ -26,13 +26,9 @@ Requests:
       inputs and RoPE tables live on the device and the forward is timed between two
       torch.cuda.synchronize() calls.
 """
-import json
-import math
-import sys
-import time
-
 import torch
 import torch.nn.functional as F
+from torch_peer import attention, serve, timed
 
 torch.manual_seed(0)
 BF = torch.bfloat16
@@ -101,14 +97,6 @@ def _rope(x, cos, sin):
     return out.flatten(-2).to(x.dtype)
 
 
-def _attention(q, k, v):
-    f = getattr(F, "scaled_dot_product_attention", None)
-    if f is not None:
-        return f(q, k, v)
-    s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    return torch.matmul(torch.softmax(s, dim=-1), v)
-
-
 def _forward(p, x, cos, sin, heads, kvheads, d):
     L = x.shape[1]
     m = (p["tvec"] + p["mod"]).chunk(6)
@@ -123,7 +111,7 @@ def _forward(p, x, cos, sin, heads, kvheads, d):
     rep = heads // kvheads
     k = k.repeat_interleave(rep, dim=1)
     v = v.repeat_interleave(rep, dim=1)
-    o = _attention(q, k, v).transpose(1, 2).reshape(1, L, heads * d)
+    o = attention(q, k, v).transpose(1, 2).reshape(1, L, heads * d)
     x = x + pregate * F.linear(o * torch.sigmoid(g), p["wo"])
     b = (1 + postscale) * _rms(x, p["postnorm"]) + postshift
     y = F.linear(F.silu(F.linear(b, p["mlp_gate"])) * F.linear(b, p["mlp_up"]), p["mlp_down"])
@@ -142,43 +130,11 @@ def _run_block(req):
         x = torch.randn(1, L, req["features"], device=dev).to(BF)
         _inputs[key] = (x, cos.to(dev), sin.to(dev))
     x, cos, sin = _inputs[key]
-    with torch.inference_mode():
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        y = _forward(p, x, cos, sin, req["heads"], req["kvheads"], req["head_dim"])
-        if cuda:
-            torch.cuda.synchronize()
-        s = time.perf_counter() - t
+    y, s = timed(lambda: _forward(p, x, cos, sin, req["heads"], req["kvheads"], req["head_dim"]), cuda)
     if not torch.isfinite(y).all():
         return {"error": "non-finite block output"}
     return {"seconds": s}
 
 
-def main():
-    threads = int(sys.argv[1]) if len(sys.argv) > 1 else torch.get_num_threads()
-    torch.set_num_threads(threads)
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req["op"]
-        if op == "info":
-            out = {
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "sdpa": hasattr(F, "scaled_dot_product_attention"),
-                "config": torch.__config__.show(),
-                "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-            }
-        elif op == "block":
-            try:
-                out = _run_block(req)
-            except Exception as e:  # noqa: BLE001 (answered, so the bench's row says why)
-                out = {"error": f"{type(e).__name__}: {e}"}
-        else:
-            out = {"error": f"unknown op {op}"}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    serve({"block": _run_block})

@@ -18,13 +18,11 @@ Requests:
   {"op": "block", "features": D, "heads": H, "head_dim": d, "mlp_hidden": M, "txt": L, "h": h, "w": w}
       seconds of one block over the h·w image rows (the text K/V of L tokens precomputed, untimed).
 """
-import json
 import math
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
+from torch_peer import attention, serve, timed
 
 torch.manual_seed(0)
 BF = torch.bfloat16
@@ -81,14 +79,6 @@ def _rope(x, cos, sin):
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2).to(x.dtype)
 
 
-def _attention(q, k, v):
-    f = getattr(F, "scaled_dot_product_attention", None)
-    if f is not None:
-        return f(q, k, v)
-    s = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
-    return torch.matmul(torch.softmax(s, dim=-1), v)
-
-
 def _run_block(req):
     f, heads, d, m = req["features"], req["heads"], req["head_dim"], req["mlp_hidden"]
     p = _weights(f, m, d)
@@ -104,45 +94,25 @@ def _run_block(req):
     cos, sin = _state["rope"]
     n = x.shape[1]
     s1, g1, s2, g2 = p["mod"].float().chunk(4)
-    with torch.inference_mode():
-        t = time.perf_counter()
+
+    def step():
         n1 = (_ln(x) * (1 + s1)).to(BF)
         q = F.linear(n1, p["wq"]).view(1, n, heads, d).transpose(1, 2)
         k = F.linear(n1, p["wk"]).view(1, n, heads, d).transpose(1, 2)
         v = F.linear(n1, p["wv"]).view(1, n, heads, d).transpose(1, 2)
         q = _rope(_rms(q, p["qnorm"]), cos, sin)
         k = _rope(_rms(k, p["knorm"]), cos, sin)
-        o = _attention(q, torch.cat([kt, k], dim=2), torch.cat([vt, v], dim=2)).transpose(1, 2).reshape(1, n, f)
+        o = attention(q, torch.cat([kt, k], dim=2), torch.cat([vt, v], dim=2)).transpose(1, 2).reshape(1, n, f)
         x1 = x + (torch.tanh(g1) * F.linear(o, p["wo"]).float()).to(BF)
         n2 = (_ln(x1) * (1 + s2)).to(BF)
         y = F.linear(F.silu(F.linear(n2, p["gate"])) * F.linear(n2, p["proj"]), p["out"])
-        out = x1 + (torch.tanh(g2) * y.float()).to(BF)
-        s = time.perf_counter() - t
+        return x1 + (torch.tanh(g2) * y.float()).to(BF)
+
+    out, s = timed(step, False)
     if not torch.isfinite(out).all():
         return {"error": "non-finite block output"}
     return {"seconds": s}
 
 
-def main():
-    threads = int(sys.argv[1]) if len(sys.argv) > 1 else torch.get_num_threads()
-    torch.set_num_threads(threads)
-    for line in sys.stdin:
-        req = json.loads(line)
-        op = req["op"]
-        if op == "info":
-            out = {
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "sdpa": hasattr(F, "scaled_dot_product_attention"),
-                "config": torch.__config__.show(),
-            }
-        elif op == "block":
-            out = _run_block(req)
-        else:
-            out = {"error": f"unknown op {op}"}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    serve({"block": _run_block})
