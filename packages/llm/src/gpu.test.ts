@@ -6,23 +6,11 @@
 // Time limits: 2 × llvmpipe's, for the first use of each kernel (the driver's PTX JIT) and the cpu
 // backend's reference run of each file.
 import { test } from "bun:test";
-import { loadBackend, TpError } from "@tp/tensor";
+import { loadBackend } from "@tp/tensor";
+import { gpuGoldenBackends } from "@tp/tensor/testing";
 import { describeDeviceParity } from "./testing/device-parity.ts";
 
-const raw = (process.env.TP_GPU_GOLDENS ?? "").trim();
-const names =
-  raw === "1"
-    ? ["ptx", "cuda"]
-    : raw
-        .split(",")
-        .map((s) => s.trim())
-        .filter((s) => s !== "");
-for (const n of names)
-  if (n !== "ptx" && n !== "cuda")
-    throw new TpError(
-      "E_ARG",
-      `TP_GPU_GOLDENS: '${n}' is not a GPU backend; expected ptx, cuda, ptx,cuda or 1`,
-    );
+const names = gpuGoldenBackends();
 if (names.length === 0)
   test.skip("skipped: TP_GPU_GOLDENS is unset (bun run test:gpu sets it to ptx / cuda on the GPU host)", () => {});
 for (const name of names) await describeDeviceParity(name, () => loadBackend(name), { timeScale: 2 });

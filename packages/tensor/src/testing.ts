@@ -124,3 +124,30 @@ export function startBackend(create: () => Backend): { backend?: Backend; reason
     return { reason: why.split("\n")[0] ?? why };
   }
 }
+
+/** The GPU backends the device tests (`gpu.test.ts` of @tp/diffusion and @tp/llm) run on. */
+export type GpuGoldenBackend = "ptx" | "cuda";
+
+/**
+ * The backends TP_GPU_GOLDENS names (`bun run test:gpu` sets it, one backend per step, on the GPU host):
+ * "ptx", "cuda", a comma list of them, or "1" for both; unset or blank, none (the file's one skipped test).
+ * @param raw the variable's value (default: process.env.TP_GPU_GOLDENS)
+ * @throws TpError E_ARG naming TP_GPU_GOLDENS and the entry that is not ptx or cuda
+ */
+export function gpuGoldenBackends(raw = process.env.TP_GPU_GOLDENS ?? ""): GpuGoldenBackend[] {
+  const s = raw.trim();
+  const names =
+    s === "1"
+      ? ["ptx", "cuda"]
+      : s
+          .split(",")
+          .map((n) => n.trim())
+          .filter((n) => n !== "");
+  for (const n of names)
+    if (n !== "ptx" && n !== "cuda")
+      throw new TpError(
+        "E_ARG",
+        `TP_GPU_GOLDENS: '${n}' is not a GPU backend; expected ptx, cuda, ptx,cuda or 1`,
+      );
+  return names as GpuGoldenBackend[];
+}
