@@ -4,7 +4,7 @@
 // midpoint and its neighbours, overflow edges, subnormals, ±inf, NaNs with payloads, random bits),
 // narrow-to-narrow casts as the composition of two convert.ts conversions, and a strided input view.
 // Skips, saying why, where the simulator cannot start.
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import {
   bf16BitsToF32Bits,
   type DTypeName,
@@ -16,20 +16,9 @@ import {
   f32BitsToF8e5m2Bits,
   f32BitsToF16Bits,
 } from "@tp/tensor";
-import { PtxBackend } from "./backend.ts";
+import { startSimulator } from "./testing/simulator.ts";
 
-function startSim(): PtxBackend | string {
-  try {
-    return new PtxBackend({ simulate: "sm_86" } as ConstructorParameters<typeof PtxBackend>[0]);
-  } catch (e) {
-    return e instanceof Error ? (e.message.split("\n")[0] ?? e.message) : String(e);
-  }
-}
-
-const sim = startSim();
-afterAll(() => {
-  if (typeof sim !== "string") sim.dispose();
-});
+const sim = startSimulator();
 
 type Narrow = "f16" | "bf16" | "f8_e4m3fn" | "f8_e5m2";
 const WIDEN: Record<Narrow, (c: number) => number> = {

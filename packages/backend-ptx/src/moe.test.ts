@@ -3,9 +3,9 @@
 // one 64-row tile; more buckets than the scan block has threads), and the grouped GEMM against an f64
 // reference of out[r] = x[r or r / S] · W_{ids[r]}ᵀ, with NaN rows for ids outside [0, experts).
 // Skips, saying why, where the simulator cannot start.
-import { afterAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import { decodeToF32, encodeFromF32, type Tensor, Weight } from "@tp/tensor";
-import { PtxBackend } from "./backend.ts";
+import type { PtxBackend } from "./backend.ts";
 import {
   groupedMatmulId,
   MOE_ROUTE_BLOCK,
@@ -14,19 +14,9 @@ import {
   moeScatterKernel,
   moeTileBound,
 } from "./ptx/moe.ts";
+import { startSimulator } from "./testing/simulator.ts";
 
-function startSim(): PtxBackend | string {
-  try {
-    return new PtxBackend({ simulate: "sm_86" } as ConstructorParameters<typeof PtxBackend>[0]);
-  } catch (e) {
-    return e instanceof Error ? (e.message.split("\n")[0] ?? e.message) : String(e);
-  }
-}
-
-const sim = startSim();
-afterAll(() => {
-  if (typeof sim !== "string") sim.dispose();
-});
+const sim = startSimulator();
 
 test("the threshold: from 64 routed rows and 4 per expert; the tile bound covers every routing", () => {
   expect(groupedMatmulId(63, 8)).toBe(false);
