@@ -374,12 +374,14 @@ function launchTiled(
 }
 
 /** matmul: picks W8A8 / mma / gemv / tiled for the format, M and the device. */
-function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, bias: Tensor | null): void {
+function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, biasView: Tensor | null): void {
   const [N, K] = w.shape;
   const M = x.numel / Math.max(1, K);
   if (out.numel === 0) return;
   host.scope(() => {
     const format = w.format as ElementFormat;
+    // the kernels read bias[n] at n: a strided or sliced bias view is copied first
+    const bias = biasView === null ? null : contiguous(host, biasView);
     let xc = contiguous(host, x);
     // the mma kernels load x in 8-byte pairs, the tiled ones in 16-byte chunks: a view starting
     // off a 4-element boundary is copied first
