@@ -945,4 +945,30 @@ describe("defects found by the fuzz", () => {
     }
     expect(failures).toEqual([]);
   });
+
+  test("argmax / top_k with NaN (ptx skipped NaN — an all-NaN row gave index −1 — where cpu and torch take NaN as the largest)", async () => {
+    const N = Number.NaN;
+    const rows = Float32Array.from([N, N, N, N, N, 1, 2, N, N, 2, 3, 3, -1, N, 5, -Infinity]);
+    const failures: string[] = [];
+    for (const c of [
+      { name: "argmax", call: (b: Backend, x: Tensor) => b.argmax(x) },
+      { name: "top_k 3", call: (b: Backend, x: Tensor) => Object.values(b.topK(x, 3)) },
+      { name: "top_k 4", call: (b: Backend, x: Tensor) => Object.values(b.topK(x, 4)) },
+    ]) {
+      const f = await check(
+        {
+          name: `${c.name} [4, 4] rows: all NaN, NaN among numbers, ties, −∞`,
+          inputs: [plain([4, 4], "f32", rows)],
+          call: (b, [x]) => c.call(b, x as Tensor),
+          tol: EXACT,
+        },
+        [],
+      );
+      if (f !== null) failures.push(f);
+    }
+    expect(failures).toEqual([]);
+    // and by hand: the first NaN of each row, else the first maximum
+    const got = await ptx.read(ptx.argmax(ptx.upload(rows, [4, 4], "f32")));
+    expect([...(got as Int32Array)]).toEqual([0, 0, 0, 1]);
+  });
 });

@@ -244,18 +244,33 @@ export function softmaxKernel(): KernelSource {
   return kb.build([ROW_BLOCK, 1]);
 }
 
-/** Keep (v, i) in (bv, bi) when it comes first in the order: larger value, then smaller index. */
+/**
+ * p ← (av, ai) comes before (bv, bi) in the order of argmax / top_k: NaN before every number (as
+ * torch.argmax / torch.topk and the cpu backend), then the larger value, then the smaller index
+ * (indices compared unsigned, so the sentinel index −1 comes last).
+ */
+function comesBefore(kb: KernelBuilder, p: string, av: string, ai: string, bv: string, bi: string): void {
+  const q = kb.reg("pred");
+  const lower = kb.reg("pred");
+  const num = kb.reg("pred");
+  kb.op(
+    `setp.lt.u32 ${lower}, ${ai}, ${bi};`,
+    `setp.gt.f32 ${p}, ${av}, ${bv};`,
+    `setp.eq.and.f32 ${q}, ${av}, ${bv}, ${lower};`,
+    `or.pred ${p}, ${p}, ${q};`,
+    // av NaN: before a number, or before a NaN of a larger index
+    `setp.num.f32 ${num}, ${bv}, ${bv};`,
+    `or.pred ${num}, ${num}, ${lower};`,
+    `setp.nan.and.f32 ${q}, ${av}, ${av}, ${num};`,
+    `or.pred ${p}, ${p}, ${q};`,
+  );
+}
+
+/** Keep (v, i) in (bv, bi) when it comes first in that order. */
 function keepBetter(kb: KernelBuilder, bv: string, bi: string, v: string, i: string): void {
   const p = kb.reg("pred");
-  const q = kb.reg("pred");
-  kb.op(
-    `setp.gt.f32 ${p}, ${v}, ${bv};`,
-    `setp.eq.f32 ${q}, ${v}, ${bv};`,
-    `setp.lt.and.u32 ${q}, ${i}, ${bi}, ${q};`,
-    `or.pred ${p}, ${p}, ${q};`,
-    `@${p} mov.f32 ${bv}, ${v};`,
-    `@${p} mov.u32 ${bi}, ${i};`,
-  );
+  comesBefore(kb, p, v, i, bv, bi);
+  kb.op(`@${p} mov.f32 ${bv}, ${v};`, `@${p} mov.u32 ${bi}, ${i};`);
 }
 
 /**
@@ -306,7 +321,8 @@ function blockArgmax(kb: KernelBuilder, tid: string, bv: string, bi: string): vo
 }
 
 /**
- * argmax of each row → i32 (the first index on ties; NaN never chosen). Parameters: out, x, d.
+ * argmax of each row → i32 (the first index on ties; the first NaN when the row holds one, as
+ * torch.argmax). Parameters: out, x, d.
  */
 export function argmaxKernel(): KernelSource {
   const c = rowPrologue("argmax_f32");
@@ -325,9 +341,9 @@ export function argmaxKernel(): KernelSource {
 }
 
 /**
- * top_k of each row: k passes, pass p picking the best (larger value, then smaller index) among the
- * elements that come after pass p − 1's pick in that order — so values descend and ties keep index
- * order. out: values f32 [rows, k]; indices i32 [rows, k]. Parameters: out, x, d, indices, k.
+ * top_k of each row: k passes, pass p picking the best (NaN first, then the larger value, then the
+ * smaller index) among the elements that come after pass p − 1's pick in that order — so values
+ * descend and ties keep index order. out: values f32 [rows, k]; indices i32 [rows, k]. Parameters: out, x, d, indices, k.
  */
 export function topKKernel(): KernelSource {
   const c = rowPrologue("top_k_f32");
@@ -356,16 +372,10 @@ export function topKKernel(): KernelSource {
   rowLoop(c, (j, g) => {
     const v = loadAt(kb, c.x, g);
     const after = kb.reg("pred");
-    const tie = kb.reg("pred");
     const skip = kb.label("skip");
-    // after the last pick: v < lastV, or v == lastV and j > lastI (lastI = −1 before the first pass)
-    kb.op(
-      `setp.lt.f32 ${after}, ${v}, ${lastV};`,
-      `setp.eq.f32 ${tie}, ${v}, ${lastV};`,
-      `setp.gt.and.s32 ${tie}, ${j}, ${lastI}, ${tie};`,
-      `or.pred ${after}, ${after}, ${tie};`,
-      `@!${after} bra ${skip};`,
-    );
+    // after the last pick in the order (every element on the first pass)
+    comesBefore(kb, after, lastV, lastI, v, j);
+    kb.op(`setp.eq.or.u32 ${after}, ${pass}, 0, ${after};`, `@!${after} bra ${skip};`);
     keepBetter(kb, bv, bi, v, j);
     kb.place(skip);
   });
