@@ -971,4 +971,26 @@ describe("defects found by the fuzz", () => {
     const got = await ptx.read(ptx.argmax(ptx.upload(rows, [4, 4], "f32")));
     expect([...(got as Int32Array)]).toEqual([0, 0, 0, 1]);
   });
+
+  test("cast with saturate to f16 / bf16 (ptx clamped ±∞ and overflow to ±max finite; saturate is the fp8 rule)", async () => {
+    const v = Float32Array.from([Infinity, -Infinity, 70000, -1e39 * 0, 3.4e38, Number.NaN, 65519, 65520]);
+    const failures: string[] = [];
+    for (const [from, to] of [
+      ["f32", "f16"],
+      ["f32", "bf16"],
+      ["f16", "f16"],
+    ] as const) {
+      const f = await check(
+        {
+          name: `cast ${from} → ${to} saturate`,
+          inputs: [plain([v.length], from, from === "f32" ? v : encodeFromF32(v, from))],
+          call: (b, [x]) => b.cast(x as Tensor, to, { saturate: true }),
+          tol: EXACT,
+        },
+        [],
+      );
+      if (f !== null) failures.push(f);
+    }
+    expect(failures).toEqual([]);
+  });
 });
