@@ -19,6 +19,7 @@ import {
   type Backend,
   bf16ToF32,
   type DTypeName,
+  dtypeBytes,
   encodeFromF32,
   f16ToF32,
   f32ToF16,
@@ -130,10 +131,52 @@ function floatData(r: Rng, n: number, dtype: DTypeName, sigma = 1, specials = fa
   return encodeFromF32(v, dtype);
 }
 
+/** Row-major strides of `shape`. */
+function rowMajor(shape: readonly number[]): number[] {
+  const st: number[] = [];
+  let s = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    st[d] = s;
+    s *= shape[d] as number;
+  }
+  return st;
+}
+
 /**
- * An operand of `shape`, laid out at random: contiguous, a transposed base, a slice of a longer base,
- * a stepped slice, or at an element offset into a larger buffer. `contiguousOnly` for operands that
- * must stay plain.
+ * The bytes of a base tensor [base] holding `values` (row-major over `shape`) at the elements of the
+ * view (strides, offset in elements), every other byte 0x7f (3.4e38 as f32, an id far out of range as
+ * i32: a kernel reading outside its view shows it).
+ */
+function scatter(
+  values: HostArray,
+  dtype: DTypeName,
+  shape: readonly number[],
+  base: readonly number[],
+  strides: readonly number[],
+  offset: number,
+): Uint8Array {
+  const eb = dtypeBytes(dtype);
+  const src = new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  const out = new Uint8Array(base.reduce((a, b) => a * b, 1) * eb).fill(0x7f);
+  const n = shape.reduce((a, b) => a * b, 1);
+  const idx = new Array(shape.length).fill(0);
+  for (let i = 0; i < n; i++) {
+    let at = offset;
+    for (let d = 0; d < shape.length; d++) at += (idx[d] as number) * (strides[d] as number);
+    out.set(src.subarray(i * eb, (i + 1) * eb), at * eb);
+    for (let d = shape.length - 1; d >= 0; d--) {
+      idx[d]++;
+      if (idx[d] < (shape[d] as number)) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+/**
+ * An operand of `shape` holding `gen(numel)` (row-major), laid out at random: contiguous, a
+ * transposed base, a slice of a longer base, a stepped slice, or at an element offset into a larger
+ * buffer. `plain` keeps it contiguous.
  */
 function operand(
   r: Rng,
@@ -143,22 +186,32 @@ function operand(
 ): Input {
   const gen = opts.gen ?? ((n: number) => floatData(r, n, dtype, opts.sigma ?? 1, opts.specials ?? false));
   const numel = shape.reduce((a, b) => a * b, 1);
+  const values = gen(numel);
   const kind = opts.plain
     ? "contiguous"
     : r.pick(["contiguous", "transposed", "sliced", "stepped", "offset"]);
   const rank = shape.length;
+  const make = (
+    base: number[],
+    strides: number[],
+    offset: number,
+    view: (t: Tensor) => Tensor,
+    label: string,
+  ) => ({
+    dtype,
+    base,
+    data: scatter(values, dtype, shape, base, strides, offset),
+    view,
+    label,
+  });
   if (kind === "transposed" && rank >= 2) {
     const a = r.int(0, rank - 2);
     const b = r.int(a + 1, rank - 1);
     const base = [...shape];
     [base[a], base[b]] = [base[b] as number, base[a] as number];
-    return {
-      dtype,
-      base,
-      data: gen(numel),
-      view: (t) => t.transpose(a, b),
-      label: `transpose(${a},${b}) of [${base}]`,
-    };
+    const st = rowMajor(base);
+    [st[a], st[b]] = [st[b] as number, st[a] as number];
+    return make(base, st, 0, (t) => t.transpose(a, b), `transpose(${a},${b}) of [${base}]`);
   }
   if ((kind === "sliced" || kind === "stepped") && rank >= 1) {
     const d = r.int(0, rank - 1);
@@ -166,43 +219,39 @@ function operand(
     const base = [...shape];
     if (kind === "stepped") {
       base[d] = 2 * len;
-      return {
-        dtype,
+      const st = rowMajor(base);
+      st[d] = 2 * (st[d] as number);
+      return make(
         base,
-        data: gen(numel * 2),
-        view: (t) => t.slice(d, 0, 2 * len, 2),
-        label: `slice(${d}, 0, ${2 * len}, 2) of [${base}]`,
-      };
+        st,
+        0,
+        (t) => t.slice(d, 0, 2 * len, 2),
+        `slice(${d}, 0, ${2 * len}, 2) of [${base}]`,
+      );
     }
     const pre = r.int(0, 3);
-    const post = r.int(0, 3);
-    base[d] = len + pre + post;
-    const n = base.reduce((a, b) => a * b, 1);
-    return {
-      dtype,
+    base[d] = len + pre + r.int(0, 3);
+    const st = rowMajor(base);
+    return make(
       base,
-      data: gen(n),
-      view: (t) => t.slice(d, pre, pre + len),
-      label: `slice(${d}, ${pre}, ${pre + len}) of [${base}]`,
-    };
+      st,
+      pre * (st[d] as number),
+      (t) => t.slice(d, pre, pre + len),
+      `slice(${d}, ${pre}, ${pre + len}) of [${base}]`,
+    );
   }
   if (kind === "offset") {
     const off = r.int(1, 5);
-    const strides: number[] = [];
-    let s = 1;
-    for (let d = rank - 1; d >= 0; d--) {
-      strides[d] = s;
-      s *= shape[d] as number;
-    }
-    return {
-      dtype,
-      base: [numel + off],
-      data: gen(numel + off),
-      view: (t) => t.view({ shape: [...shape], strides, offset: off }),
-      label: `offset ${off} into [${numel + off}]`,
-    };
+    const strides = rowMajor(shape);
+    return make(
+      [numel + off],
+      [...strides],
+      off,
+      (t) => t.view({ shape: [...shape], strides, offset: off }),
+      `offset ${off} into [${numel + off}]`,
+    );
   }
-  return { dtype, base: [...shape], data: gen(numel), view: (t) => t, label: `[${shape}]` };
+  return { dtype, base: [...shape], data: values, view: (t) => t, label: `[${shape}]` };
 }
 
 function plain(shape: readonly number[], dtype: DTypeName, data: HostArray): Input {
@@ -278,6 +327,17 @@ interface Case {
   /** The op; returns the tensors to compare. */
   readonly call: (b: Backend, t: Tensor[], w: Weight[]) => Tensor | Tensor[];
   readonly tol: Tolerance | readonly Tolerance[];
+  /**
+   * Ids out of range: the cpu backend refuses them (E_ARG) and ptx gives rows of NaN (a queued kernel
+   * cannot throw; backend.ts allows both). The cpu side then runs `reference` (the ids replaced by
+   * valid ones) and rows `rows` of the first output (of `rowLen` values) must be NaN on ptx and are
+   * left out of the comparison.
+   */
+  readonly outOfRange?: {
+    readonly reference: Case;
+    readonly rows: readonly boolean[];
+    readonly rowLen: number;
+  };
 }
 
 const ptx = createBackend({ simulate: "sm_86" });
@@ -338,7 +398,12 @@ async function runOn(b: Backend, c: Case): Promise<Outcome> {
   let outs: Tensor[];
   try {
     outs = b.scope(() => {
-      const ts = c.inputs.map((i) => i.view(b.upload(i.data, i.base, i.dtype)));
+      let ts: Tensor[];
+      try {
+        ts = c.inputs.map((i) => i.view(b.upload(i.data, i.base, i.dtype)));
+      } catch (e) {
+        throw new Error(`test setup (upload / view) failed: ${describeError(e)}`);
+      }
       const o = c.call(b, ts, [...(c.weights ?? [])]);
       return Array.isArray(o) ? o : [o];
     });
@@ -364,7 +429,7 @@ const describeError = (e: unknown) =>
  * E_UNSUPPORTED / E_SHAPE / E_ARG naming the op), else what went wrong.
  */
 async function check(c: Case, refusals: string[]): Promise<string | null> {
-  const [p, q] = [await runOn(ptx, c), await runOn(cpu, c)];
+  const [p, q] = [await runOn(ptx, c), await runOn(cpu, c.outOfRange?.reference ?? c)];
   const where = `${c.name} [inputs ${c.inputs.map((i) => i.label).join("; ")}]`;
   if (!p.ok) {
     const e = p.error;
@@ -372,12 +437,27 @@ async function check(c: Case, refusals: string[]): Promise<string | null> {
     if (e.code === "E_INTERNAL") return `${where}: ptx E_INTERNAL (kernel bug): ${e.message}`;
     if (q.ok && e.code !== "E_UNSUPPORTED")
       return `${where}: ptx refused (${describeError(e)}) what cpu runs`;
+    const op = c.name.split(" ")[0] as string;
+    if (q.ok && !e.message.includes(op)) return `${where}: ptx's refusal does not name ${op}: ${e.message}`;
     if (q.ok) refusals.push(`${c.name}: ${e.message}`);
     return null;
   }
+  const oob = c.outOfRange;
+  if (oob && q.ok) {
+    const got = (p.values[0] as { data: Float64Array }).data;
+    const want = (q.values[0] as { data: Float64Array }).data;
+    for (let r = 0; r < oob.rows.length; r++) {
+      if (!oob.rows[r]) continue;
+      for (let j = r * oob.rowLen; j < (r + 1) * oob.rowLen; j++) {
+        if (!Number.isNaN(got[j] as number))
+          return `${where}: row ${r} (id out of range) is not NaN on ptx: [${j}] = ${got[j]}`;
+        want[j] = Number.NaN;
+      }
+    }
+  }
   if (!q.ok) {
     const e = q.error;
-    if (e instanceof TpError && e.code !== "E_INTERNAL") return null; // cpu refuses (e.g. ids out of range)
+    if (e instanceof TpError && e.code !== "E_INTERNAL") return null; // both refuse (front-end checks)
     return `${where}: cpu failed: ${describeError(e)}`;
   }
   const tols = Array.isArray(c.tol) ? c.tol : [c.tol];
@@ -502,7 +582,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
         tol: NORM,
       };
     }
-    const d = r.pick(ODD_LONG);
+    const d = r.pick([...ODD_LONG, 4095, 4097]);
     const shape = [...shapeOf(r, [1, 2, 3, 5], 16, 0, 2), d];
     const inputs = [operand(r, shape, "f32", { sigma: 2 }), operand(r, [d]), operand(r, [d])];
     return {
@@ -573,7 +653,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     const headDim = r.pick([1, 7, 16, 32, 33, 64, 80, 128, 256]);
     const headDimV = r.chance(0.2) ? r.pick([8, 33, 64]) : headDim;
     const sq = r.pick([1, 2, 5, 17, 33]);
-    const skv = r.chance(0.3) ? sq : r.pick([1, 3, 31, 33, 65, 130]);
+    const skv = r.chance(0.3) ? sq : r.pick([1, 3, 31, 33, 65, 130, 257]);
     const causal = r.chance(0.6);
     const opts: Record<string, number | boolean> = { causal };
     if (r.chance(0.5)) opts.qOffset = r.int(0, Math.max(0, skv - 1));
@@ -584,7 +664,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     return {
       name: `attention b ${batch} h ${heads}/${kvHeads} sq ${sq} skv ${skv} d ${headDim}/${headDimV} ${JSON.stringify(opts)}`,
       inputs: [
-        operand(r, [batch, heads, sq, headDim]),
+        operand(r, [batch, heads, sq, headDim], "f32", { sigma: r.pick([0.3, 1, 3]) }),
         operand(r, [batch, kvHeads, skv, headDim]),
         operand(r, [batch, kvHeads, skv, headDimV]),
       ],
@@ -618,14 +698,14 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     const info = weightFormatInfo(f);
     if (info.family === "convrot") return r.pick([64, 128, 256, 320, 512]);
     if (info.family === "ggml") return (info.blockElems as number) * r.int(1, f.endsWith("_k") ? 3 : 9);
-    return r.pick([1, 7, 16, 31, 33, 64, 100, 255, 256, 257]);
+    return r.pick([1, 7, 16, 31, 33, 64, 100, 255, 256, 257, 512, 1025]);
   };
 
   fuzz("matmul in every weight format, M across the kernel switches", 40, (r) => {
     const format = r.pick(MATMUL_FORMATS);
     const M = r.pick(MS);
     const K = kFor(r, format);
-    const N = r.pick([1, 3, 8, 17, 31, 33, 64, 65, 130]);
+    const N = r.pick([1, 3, 8, 17, 31, 33, 64, 65, 130, 257]);
     const scaled = format === "f8_e4m3fn" && r.chance(0.5);
     const w = makeWeight(r, format, N, K, scaled);
     const bias = r.chance(0.4);
@@ -653,12 +733,20 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       oob && r.chance(0.3) ? r.pick([-1, experts, experts + 7, -(2 ** 31)]) : r.int(0, experts - 1),
     );
     const perSlot = r.chance(0.5);
-    return {
+    const x = operand(r, [T, perSlot ? S : 1, K]);
+    const bad = [...ids].map((id) => id < 0 || id >= experts);
+    const c: Case = {
       name: `matmul_id ${format} experts ${experts} T ${T} S ${S} K ${K} N ${N} x ${perSlot ? "[T,S,K]" : "[T,1,K]"} ids ${oob ? "with out-of-range" : "in range"}`,
-      inputs: [operand(r, [T, perSlot ? S : 1, K]), operand(r, [T, S], "i32", { gen: () => ids })],
+      inputs: [x, operand(r, [T, S], "i32", { gen: () => ids })],
       weights: [w],
-      call: (b, [x, id], [wt]) => b.matmulId(x as Tensor, wt as Weight, id as Tensor, { experts }),
+      call: (b, [xt, id], [wt]) => b.matmulId(xt as Tensor, wt as Weight, id as Tensor, { experts }),
       tol: MATMUL,
+    };
+    if (!bad.includes(true)) return c;
+    const fixed = ids.map((id, i) => (bad[i] ? 0 : id));
+    return {
+      ...c,
+      outOfRange: { reference: { ...c, inputs: [x, plain([T, S], "i32", fixed)] }, rows: bad, rowLen: N },
     };
   });
 
@@ -672,12 +760,19 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     const ids = Int32Array.from({ length: idsShape.reduce((a, b) => a * b, 1) }, () =>
       oob && r.chance(0.3) ? r.pick([-1, vocab, vocab + 100, 2 ** 31 - 1]) : r.int(0, vocab - 1),
     );
-    return {
+    const c: Case = {
       name: `embedding ${format} table [${vocab}, ${d}] ids [${idsShape}]${oob ? " with out-of-range" : ""}`,
       inputs: [operand(r, idsShape, "i32", { gen: () => ids })],
       weights: [table],
       call: (b, [id], [t]) => b.embedding(t as Weight, id as Tensor),
       tol: EMBEDDING,
+    };
+    const bad = [...ids].map((id) => id < 0 || id >= vocab);
+    if (!bad.includes(true)) return c;
+    const fixed = ids.map((id, i) => (bad[i] ? 0 : id));
+    return {
+      ...c,
+      outOfRange: { reference: { ...c, inputs: [plain(idsShape, "i32", fixed)] }, rows: bad, rowLen: d },
     };
   });
 
