@@ -691,6 +691,8 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       dtypes: ["f32"],
       run: (out, x, weight, eps, unitOffset) =>
         host.scope(() => {
+          // no rows, or rows of 0 values: nothing to write (the grid would be empty)
+          if (out.numel === 0) return;
           const d = x.shape[x.rank - 1] as number;
           const xc = contiguous(host, x);
           const kind = weight === null ? "none" : unitOffset ? "unit_offset" : "weight";
@@ -712,6 +714,7 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       dtypes: ["f32"],
       run: (out, x, weight, bias, eps) =>
         host.scope(() => {
+          if (out.numel === 0) return;
           const d = x.shape[x.rank - 1] as number;
           const xc = contiguous(host, x);
           const w = weight === null ? null : contiguous(host, weight);
@@ -733,6 +736,7 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       dtypes: ["f32"],
       run: (out, x, groups, weight, bias, eps) =>
         host.scope(() => {
+          if (out.numel === 0) return;
           const [batch, channels] = x.shape as [number, number];
           const spatial = x.numel / Math.max(1, batch * channels);
           const xc = contiguous(host, x);
@@ -794,6 +798,7 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
       dtypes: ["f32"],
       run: (out, x, dim) =>
         host.scope(() => {
+          if (out.numel === 0) return;
           const last = x.rank - 1;
           const xt = dim === last ? x : x.transpose(dim, last);
           const xc = contiguous(host, xt);
