@@ -378,6 +378,12 @@ function matmul(host: PtxOpHost, out: Tensor, x: Tensor, w: Weight, biasView: Te
   const [N, K] = w.shape;
   const M = x.numel / Math.max(1, K);
   if (out.numel === 0) return;
+  if (K === 0) {
+    // no terms: out [..., N] is the bias, or zeros (x has no elements, so M above is 0)
+    if (biasView === null) host.fill(out, 0);
+    else move(host, out, biasView.broadcastTo(out.shape));
+    return;
+  }
   host.scope(() => {
     const format = w.format as ElementFormat;
     // the kernels read bias[n] at n: a strided or sliced bias view is copied first

@@ -1145,4 +1145,45 @@ describe("defects found by the fuzz", () => {
     }
     expect(failures).toEqual([]);
   });
+
+  test("matmul with K = 0 (ptx launched over M = 0 rows — a refused empty grid — where out is the bias or zeros)", async () => {
+    const failures: string[] = [];
+    // GGUF formats are left out at M ≥ 16: the cpu backend drops the bias there (0 instead of bias)
+    for (const [format, M] of [
+      ["f32", 1],
+      ["f16", 9],
+      ["bf16", 64],
+      ["q8_0", 1],
+      ["int8_convrot", 64],
+      ["int4_convrot", 2],
+    ] as const) {
+      for (const withBias of [false, true]) {
+        const w = new Weight({
+          name: `w_${format}`,
+          format,
+          shape: [3, 0],
+          data: new Uint8Array(0),
+          ...(format.endsWith("convrot")
+            ? { scale: { kind: "row", values: new Float32Array(3).fill(1) } }
+            : {}),
+        });
+        const f = await check(
+          {
+            name: `matmul ${format} x [${M}, 0] · w [3, 0]ᵀ${withBias ? " + bias" : ""}`,
+            inputs: [
+              plain([M, 0], "f32", new Float32Array(0)),
+              plain([3], "f32", Float32Array.from([1, -2, 3])),
+            ],
+            weights: [w],
+            call: (b, [x, bias], [wt]) =>
+              b.matmul(x as Tensor, wt as Weight, withBias ? { bias: bias as Tensor } : {}),
+            tol: EXACT,
+          },
+          null,
+        );
+        if (f !== null) failures.push(f);
+      }
+    }
+    expect(failures).toEqual([]);
+  });
 });
