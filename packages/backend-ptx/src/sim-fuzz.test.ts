@@ -187,9 +187,10 @@ function operand(
   const gen = opts.gen ?? ((n: number) => floatData(r, n, dtype, opts.sigma ?? 1, opts.specials ?? false));
   const numel = shape.reduce((a, b) => a * b, 1);
   const values = gen(numel);
-  const kind = opts.plain
-    ? "contiguous"
-    : r.pick(["contiguous", "transposed", "sliced", "stepped", "offset"]);
+  const kind =
+    opts.plain || numel === 0
+      ? "contiguous"
+      : r.pick(["contiguous", "transposed", "sliced", "stepped", "offset"]);
   const rank = shape.length;
   const make = (
     base: number[],
@@ -507,6 +508,7 @@ function shapeOf(r: Rng, sizes: readonly number[], cap = 4096, minRank = 1, maxR
   for (;;) {
     const rank = r.int(minRank, maxRank);
     const s = Array.from({ length: rank }, () => (r.chance(0.3) ? r.int(1, 5) : r.pick(sizes)));
+    if (r.chance(0.04)) s[r.int(0, rank - 1)] = 0; // an empty tensor now and then
     if (s.reduce((a, b) => a * b, 1) <= cap) return s;
   }
 }
