@@ -1189,3 +1189,65 @@ describe("defects found by the fuzz", () => {
     expect(failures).toEqual([]);
   });
 });
+
+describe("shapes the kernels cannot take are refused with one TpError naming the op", () => {
+  /** ptx either refuses `call` with E_UNSUPPORTED naming `op` (never a simulator fault), or agrees with cpu. */
+  async function refusedOrRight(op: string, c: Case): Promise<string | null> {
+    const p = await runOn(ptx, c);
+    if (!p.ok) {
+      const e = p.error;
+      if (!(e instanceof TpError)) return `${c.name}: not a TpError: ${describeError(e)}`;
+      if (e.code !== "E_UNSUPPORTED") return `${c.name}: ${e.code}, not E_UNSUPPORTED: ${e.message}`;
+      if (!e.message.includes(op)) return `${c.name}: the refusal does not name ${op}: ${e.message}`;
+      return null;
+    }
+    return check(c, null);
+  }
+  test("grid dimensions past 65535 (matmul_id rows, attention / gated_delta_net heads)", async () => {
+    const ones = (n: number) => new Float32Array(n).fill(0.5);
+    const rows = 65536;
+    const failures = [
+      await refusedOrRight("matmul_id", {
+        name: `matmul_id f32 T ${rows} S 1 K 1 N 1`,
+        inputs: [plain([rows, 1, 1], "f32", ones(rows)), plain([rows, 1], "i32", new Int32Array(rows))],
+        weights: [
+          new Weight({ name: "w", format: "f32", shape: [1, 1], data: new Uint8Array(ones(1).buffer) }),
+        ],
+        call: (b, [x, ids], [w]) => b.matmulId(x as Tensor, w as Weight, ids as Tensor, { experts: 1 }),
+        tol: MATMUL_F32,
+      }),
+      await refusedOrRight("attention", {
+        name: `attention heads ${rows}`,
+        inputs: [
+          plain([1, rows, 1, 1], "f32", ones(rows)),
+          plain([1, 1, 1, 1], "f32", ones(1)),
+          plain([1, 1, 1, 1], "f32", ones(1)),
+        ],
+        call: (b, [q, k, v]) => b.attention(q as Tensor, k as Tensor, v as Tensor),
+        tol: ATTENTION,
+      }),
+      await refusedOrRight("gated_delta_net", {
+        name: `gated_delta_net ${rows} value heads`,
+        inputs: [
+          plain([1, 1, 1], "f32", ones(1)),
+          plain([1, 1, 1], "f32", ones(1)),
+          plain([1, rows, 1], "f32", ones(rows)),
+          plain([1, rows], "f32", new Float32Array(rows)),
+          plain([1, rows], "f32", ones(rows)),
+          plain([rows, 1, 1], "f32", ones(rows)),
+        ],
+        call: (b, [q, k, v, g, beta, state]) =>
+          b.gatedDeltaNet(
+            q as Tensor,
+            k as Tensor,
+            v as Tensor,
+            g as Tensor,
+            beta as Tensor,
+            state as Tensor,
+          ),
+        tol: DELTA_NET,
+      }),
+    ].filter((f) => f !== null);
+    expect(failures).toEqual([]);
+  }, 120_000);
+});
