@@ -68,6 +68,11 @@ const CONV2D: Tolerance = { kind: "nmse", max: 4e-7 };
  * errors each ≤ 5e-4 is ≤ 2e-3).
  */
 const MATMUL: Tolerance = { kind: "nmse", max: 2e-3 };
+/**
+ * The opt-in fp8 W8A8 matmul (x rounded per row to e4m3, 3 mantissa bits): the README measures NMSE
+ * ≈ 6.5e-4 against the f32-x product on Gaussian x — over the conformance bound, hence opt-in; 3× that.
+ */
+const MATMUL_FP8_W8A8: Tolerance = { kind: "nmse", max: 2e-3 };
 /** f32 matmul: no activation rounding, sums of K ≤ 1025 products in different orders. */
 const MATMUL_F32: Tolerance = { kind: "nmse", max: 1e-9 };
 /** conformance EMBEDDING ×2 (one or two f32 roundings per dequantized value). */
@@ -76,6 +81,18 @@ const EMBEDDING: Tolerance = { kind: "close", atol: 0, rtol: 2e-6 };
 const SSM_CONV: Tolerance = { kind: "close", atol: 2e-6, rtol: 2e-5 };
 /** conformance DELTA_NET ×4 (two f32 recurrences, each within 1e-9 of f64). */
 const DELTA_NET: Tolerance = { kind: "nmse", max: 4e-9 };
+
+/**
+ * A "close" tolerance for an f16 / bf16 output: the two backends' f32 values, each within `t`, may
+ * round to neighbouring codes, so one ulp of the output dtype more (relative 2^-10 for f16, 2^-7 for
+ * bf16; f16's smallest subnormal 2^-24 absolute).
+ */
+function inDtype(t: Tolerance, dtype: DTypeName): Tolerance {
+  if (t.kind !== "close" || dtype === "f32") return t;
+  return dtype === "f16"
+    ? { kind: "close", atol: t.atol + 2 ** -24, rtol: t.rtol + 2 ** -10 }
+    : { kind: "close", atol: t.atol, rtol: t.rtol + 2 ** -7 };
+}
 
 // ------------------------------------------------------------------ seeded data
 
@@ -334,6 +351,8 @@ interface Case {
    * valid ones) and rows `rows` of the first output (of `rowLen` values) must be NaN on ptx and are
    * left out of the comparison.
    */
+  /** The ptx backend to run on (default: sm_86, default options). */
+  readonly on?: Backend;
   readonly outOfRange?: {
     readonly reference: Case;
     readonly rows: readonly boolean[];
@@ -342,9 +361,12 @@ interface Case {
 }
 
 const ptx = createBackend({ simulate: "sm_86" });
+/** The opt-in fp8 W8A8 path (sm_89+, TP_PTX_FP8_MMA). */
+const ptxFp8 = createBackend({ simulate: "sm_89", fp8Mma: true });
 const cpu = createCpu();
 afterAll(() => {
   ptx.dispose();
+  ptxFp8.dispose();
   cpu.dispose();
 });
 
@@ -431,7 +453,7 @@ const describeError = (e: unknown) =>
  * what went wrong.
  */
 async function check(c: Case, refusals: string[] | null): Promise<string | null> {
-  const [p, q] = [await runOn(ptx, c), await runOn(cpu, c.outOfRange?.reference ?? c)];
+  const [p, q] = [await runOn(c.on ?? ptx, c), await runOn(cpu, c.outOfRange?.reference ?? c)];
   const where = `${c.name} [inputs ${c.inputs.map((i) => i.label).join("; ")}]`;
   if (!p.ok) {
     const e = p.error;
@@ -521,7 +543,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
   fuzz("unary elementwise (silu, gelu, sigmoid, softplus, scale)", 24, (r) => {
     const op = r.pick(["silu", "gelu", "gelu_tanh", "sigmoid", "softplus", "scale"] as const);
     const shape = shapeOf(r, ODD_LONG);
-    const dtype = op === "scale" ? r.pick(FLOAT_DTYPES) : "f32";
+    const dtype = r.pick(FLOAT_DTYPES);
     const s = r.normal(1)[0] as number;
     return {
       name: `${op} ${dtype} [${shape}]`,
@@ -535,15 +557,17 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
         if (op === "softplus") return b.softplus(t);
         return b.scale(t, s);
       },
-      tol:
+      tol: inDtype(
         op === "scale" ? EXACT : op === "softplus" ? SOFTPLUS : op.startsWith("gelu") ? GELU : SIGMOID_FAMILY,
+        dtype,
+      ),
     };
   });
 
   fuzz("binary elementwise with broadcast (add, sub, mul, swiglu, modulate)", 30, (r) => {
     const op = r.pick(["add", "sub", "mul", "swiglu", "modulate"] as const);
     const shape = shapeOf(r, ODD, 4096, 1, 4);
-    const dtype = op === "swiglu" || op === "modulate" ? "f32" : r.pick(FLOAT_DTYPES);
+    const dtype = r.pick(FLOAT_DTYPES);
     // b broadcast: size-1 dims, or fewer leading dims
     const bcast = (): number[] => {
       if (op === "swiglu") return [...shape];
@@ -565,7 +589,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
         if (op === "swiglu") return b.swiglu(p, q);
         return b.modulate(p, q, z as Tensor);
       },
-      tol: op === "swiglu" ? SIGMOID_FAMILY : op === "modulate" ? MODULATE : EXACT,
+      tol: inDtype(op === "swiglu" ? SIGMOID_FAMILY : op === "modulate" ? MODULATE : EXACT, dtype),
     };
   });
 
@@ -721,6 +745,23 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       weights: [w],
       call: (b, [x, bb], [wt]) => b.matmul(x as Tensor, wt as Weight, bias ? { bias: bb as Tensor } : {}),
       tol: format === "f32" ? MATMUL_F32 : MATMUL,
+    };
+  });
+
+  fuzz("matmul f8_e4m3fn as fp8 W8A8 (sm_89, fp8Mma)", 8, (r) => {
+    const M = r.pick([15, 16, 17, 63, 64, 65, 130]);
+    const K = r.pick([32, 64, 96, 256, 33, 255]);
+    const N = r.pick([1, 8, 17, 64, 65, 130]);
+    const scaled = r.chance(0.5);
+    const w = makeWeight(r, "f8_e4m3fn", N, K, scaled);
+    const bias = r.chance(0.4);
+    return {
+      name: `matmul f8_e4m3fn${scaled ? " scaled" : ""} W8A8 x [${M}, ${K}] · w [${N}, ${K}]ᵀ${bias ? " + bias" : ""}`,
+      inputs: [operand(r, [M, K]), operand(r, [N])],
+      weights: [w],
+      on: ptxFp8,
+      call: (b, [x, bb], [wt]) => b.matmul(x as Tensor, wt as Weight, bias ? { bias: bb as Tensor } : {}),
+      tol: MATMUL_FP8_W8A8,
     };
   });
 
