@@ -199,10 +199,31 @@ function operand(
   r: Rng,
   shape: readonly number[],
   dtype: DTypeName = "f32",
-  opts: { sigma?: number; specials?: boolean; gen?: (n: number) => HostArray; plain?: boolean } = {},
+  opts: {
+    sigma?: number;
+    specials?: boolean;
+    /** Values for n elements (row-major); a generator that ignores n makes the operand never broadcast. */
+    gen?: (n: number) => HostArray;
+    /** `gen` honours its n: the operand may also be a broadcast view (stride 0) of a smaller base. */
+    sized?: boolean;
+    plain?: boolean;
+  } = {},
 ): Input {
   const gen = opts.gen ?? ((n: number) => floatData(r, n, dtype, opts.sigma ?? 1, opts.specials ?? false));
   const numel = shape.reduce((a, b) => a * b, 1);
+  const spread = shape.map((d, i) => (d > 1 ? i : -1)).filter((i) => i >= 0);
+  if (!opts.plain && (opts.gen === undefined || opts.sized) && spread.length > 0 && r.chance(0.12)) {
+    // a broadcast view: some dimensions of the base are 1, read with stride 0
+    const base = shape.map((d, i) => (spread.includes(i) && r.chance(0.6) ? 1 : d));
+    if (base.every((d, i) => d === shape[i])) base[spread[0] as number] = 1;
+    return {
+      dtype,
+      base,
+      data: gen(base.reduce((a, b) => a * b, 1)),
+      view: (t) => t.broadcastTo([...shape]),
+      label: `broadcast of [${base}]`,
+    };
+  }
   const values = gen(numel);
   const kind =
     opts.plain || numel === 0
@@ -903,7 +924,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     if (op === "copy")
       return {
         name: `copy ${dtype} [${shape}]`,
-        inputs: [operand(r, shape, dtype, { gen: g })],
+        inputs: [operand(r, shape, dtype, { gen: g, sized: true })],
         call: (b, [x]) => b.copy(x as Tensor),
         tol: EXACT,
       };
@@ -912,7 +933,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       const f = r.int(1, 3);
       return {
         name: `upsample_nearest2d ${dtype} [${s}] × ${f}`,
-        inputs: [operand(r, s, dtype, { gen: g })],
+        inputs: [operand(r, s, dtype, { gen: g, sized: true })],
         call: (b, [x]) => b.upsampleNearest2d(x as Tensor, f),
         tol: EXACT,
       };
@@ -924,7 +945,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       const end = r.int(start, len);
       return {
         name: `slice ${dtype} [${shape}] dim ${dim} [${start}, ${end})`,
-        inputs: [operand(r, shape, dtype, { gen: g })],
+        inputs: [operand(r, shape, dtype, { gen: g, sized: true })],
         call: (b, [x]) => b.slice(x as Tensor, dim, start, end),
         tol: EXACT,
       };
@@ -938,7 +959,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       });
       return {
         name: `concat ${dtype} dim ${dim} of ${shapes.map((s) => `[${s}]`).join(", ")}`,
-        inputs: shapes.map((s) => operand(r, s, dtype, { gen: g })),
+        inputs: shapes.map((s) => operand(r, s, dtype, { gen: g, sized: true })),
         call: (b, ts) => b.concat(ts, dim),
         tol: EXACT,
       };
@@ -952,7 +973,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       name: `set ${dtype} dst [${dstShape}] dim ${dim} [${pre}, ${pre + len})${transposeDst ? " transposed" : ""} ← [${shape}]`,
       inputs: [
         plain(dstShape, dtype, g(dstShape.reduce((a, b) => a * b, 1))),
-        operand(r, shape, dtype, { gen: g }),
+        operand(r, shape, dtype, { gen: g, sized: true }),
       ],
       call: (b, [dst, src]) => {
         const d0 = dst as Tensor;
