@@ -892,6 +892,9 @@ export function ptxKernelTable(host: PtxOpHost): KernelTable {
     concat: {
       dtypes: ALL_DTYPES,
       run: (out, inputs, dim) => {
+        // an empty result (a 0 dimension other than dim): nothing to move — and a slice of its 0-byte
+        // storage at an offset is refused by the view check
+        if (out.numel === 0) return;
         let at = 0;
         for (const t of inputs) {
           const n = t.shape[dim] as number;

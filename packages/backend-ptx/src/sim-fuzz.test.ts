@@ -1250,6 +1250,25 @@ describe("defects found by the fuzz", () => {
     }
     expect(failures).toEqual([]);
   });
+
+  test("concat of empty tensors along a non-empty dim ([0, 5] ++ [0, 4] along 1: ptx sliced the 0-byte result at an offset, an E_SHAPE)", async () => {
+    const failures: string[] = [];
+    for (const dtype of ["i32", "f32"] as const) {
+      const e = (shape: number[]) =>
+        plain(shape, dtype, dtype === "i32" ? new Int32Array(0) : new Float32Array(0));
+      const f = await check(
+        {
+          name: `concat ${dtype} dim 1 of [0, 5], [0, 4], [0, 1]`,
+          inputs: [e([0, 5]), e([0, 4]), e([0, 1])],
+          call: (b, ts) => b.concat(ts, 1),
+          tol: EXACT,
+        },
+        null,
+      );
+      if (f !== null) failures.push(f);
+    }
+    expect(failures).toEqual([]);
+  });
 });
 
 describe("shapes the kernels cannot take are refused with one TpError naming the op", () => {
