@@ -561,7 +561,7 @@ function shapeOf(r: Rng, sizes: readonly number[], cap = 4096, minRank = 1, maxR
 describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
   const FLOAT_DTYPES: DTypeName[] = ["f32", "f16", "bf16"];
 
-  fuzz("unary elementwise (silu, gelu, sigmoid, softplus, scale)", 24, (r) => {
+  fuzz("unary elementwise (silu, gelu, sigmoid, softplus, scale)", 48, (r) => {
     const op = r.pick(["silu", "gelu", "gelu_tanh", "sigmoid", "softplus", "scale"] as const);
     const shape = shapeOf(r, ODD_LONG);
     const dtype = r.pick(FLOAT_DTYPES);
@@ -585,7 +585,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("binary elementwise with broadcast (add, sub, mul, swiglu, modulate)", 30, (r) => {
+  fuzz("binary elementwise with broadcast (add, sub, mul, swiglu, modulate)", 60, (r) => {
     const op = r.pick(["add", "sub", "mul", "swiglu", "modulate"] as const);
     const shape = shapeOf(r, ODD, 4096, 1, 4);
     const dtype = r.pick(FLOAT_DTYPES);
@@ -614,7 +614,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("norms (rms_norm, layer_norm, group_norm)", 24, (r) => {
+  fuzz("norms (rms_norm, layer_norm, group_norm)", 40, (r) => {
     const op = r.pick(["rms", "rms_unit", "rms_none", "ln", "ln_none", "gn"] as const);
     if (op === "gn") {
       const groups = r.pick([1, 2, 3, 4]);
@@ -649,7 +649,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("softmax along every dim", 20, (r) => {
+  fuzz("softmax along every dim", 30, (r) => {
     const shape = shapeOf(r, ODD_LONG, 4096, 1, 4);
     const dim = r.int(-shape.length, shape.length - 1);
     return {
@@ -660,7 +660,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("rope (neox, interleaved, partial, sections, freqScale)", 20, (r) => {
+  fuzz("rope (neox, interleaved, partial, sections, freqScale)", 40, (r) => {
     const mode = r.pick(["neox", "interleaved"] as const);
     const headDim = 2 * r.pick([1, 2, 4, 8, 16, 32, 33, 64]);
     const seq = r.pick([1, 2, 7, 17, 33]);
@@ -695,7 +695,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("attention (GQA, causal with offsets, windows, prefix, softcap)", 24, (r) => {
+  fuzz("attention (GQA, causal with offsets, windows, prefix, softcap)", 40, (r) => {
     const kvHeads = r.int(1, 3);
     const heads = kvHeads * r.pick([1, 2, 3]);
     const batch = r.int(1, 2);
@@ -750,7 +750,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     return r.pick([1, 7, 16, 31, 33, 64, 100, 255, 256, 257, 512, 1025]);
   };
 
-  fuzz("matmul in every weight format, M across the kernel switches", 40, (r) => {
+  fuzz("matmul in every weight format, M across the kernel switches", 70, (r) => {
     const format = r.pick(MATMUL_FORMATS);
     const M = r.pick(MS);
     const K = kFor(r, format);
@@ -769,7 +769,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("matmul f8_e4m3fn as fp8 W8A8 (sm_89, fp8Mma)", 8, (r) => {
+  fuzz("matmul f8_e4m3fn as fp8 W8A8 (sm_89, fp8Mma)", 10, (r) => {
     const M = r.pick([15, 16, 17, 63, 64, 65, 130]);
     const K = r.pick([32, 64, 96, 256, 33, 255]);
     const N = r.pick([1, 8, 17, 64, 65, 130]);
@@ -786,7 +786,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("matmul_id with ids out of range", 20, (r) => {
+  fuzz("matmul_id with ids out of range", 40, (r) => {
     const format = r.pick(MATMUL_FORMATS.filter((f) => !f.endsWith("convrot")));
     const experts = r.int(1, 5);
     const T = r.pick([1, 2, 5, 9, 17]);
@@ -816,7 +816,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("embedding with out-of-range ids", 20, (r) => {
+  fuzz("embedding with out-of-range ids", 40, (r) => {
     const format = r.pick(MATMUL_FORMATS.filter((f) => !f.endsWith("convrot")));
     const vocab = r.pick([1, 5, 33]);
     const d = kFor(r, format);
@@ -842,7 +842,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("conv2d with stride and padding", 16, (r) => {
+  fuzz("conv2d with stride and padding", 32, (r) => {
     const batch = r.int(1, 2);
     const cin = r.int(1, 4);
     const cout = r.int(1, 5);
@@ -862,7 +862,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("argmax / top_k with ties and NaN", 24, (r) => {
+  fuzz("argmax / top_k with ties and NaN", 40, (r) => {
     const d = r.pick(ODD_LONG);
     const shape = [...shapeOf(r, [1, 2, 3], 6, 0, 2), d];
     const numel = shape.reduce((a, b) => a * b, 1);
@@ -892,7 +892,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("cast between float dtypes (saturating and not)", 16, (r) => {
+  fuzz("cast between float dtypes (saturating and not)", 32, (r) => {
     const from = r.pick(FLOAT_DTYPES);
     const to = r.pick(FLOAT_DTYPES);
     const shape = shapeOf(r, ODD_LONG);
@@ -916,7 +916,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
       return floatData(r, n, dtype, 1, true);
     };
 
-  fuzz("copy / slice / concat / set / upsample on views", 30, (r) => {
+  fuzz("copy / slice / concat / set / upsample on views", 80, (r) => {
     const op = r.pick(["copy", "slice", "concat", "set", "upsample"] as const);
     const dtype = r.pick(MOVE_DTYPES);
     const shape = shapeOf(r, ODD, 3000, 1, 4);
@@ -990,7 +990,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     };
   });
 
-  fuzz("count_nonfinite, ssm_conv, gated_delta_net", 16, (r) => {
+  fuzz("count_nonfinite, ssm_conv, gated_delta_net", 40, (r) => {
     const op = r.pick(["count", "ssm", "gdn"] as const);
     if (op === "count") {
       const shape = shapeOf(r, ODD_LONG);
