@@ -568,7 +568,7 @@ describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
     const s = r.normal(1)[0] as number;
     return {
       name: `${op} ${dtype} [${shape}]`,
-      inputs: [operand(r, shape, dtype, { sigma: 3, specials: op === "scale" })],
+      inputs: [operand(r, shape, dtype, { sigma: 3, specials: true })],
       call: (b, [x]) => {
         const t = x as Tensor;
         if (op === "silu") return b.silu(t);
