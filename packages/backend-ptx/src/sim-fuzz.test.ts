@@ -7,7 +7,8 @@
 // (E_UNSUPPORTED / E_SHAPE / E_ARG naming the op), never a simulator fault.
 //
 // Reproduce a failure: TP_FUZZ_SEED=<seed printed in the failure> bun test src/sim-fuzz.test.ts
-// (TP_FUZZ_CASES scales the case count per op family; the default fits ~60 s on two cores).
+// (TP_FUZZ_CASES scales the case count per op family; the default fits ~60 s on two cores;
+// TP_FUZZ_SM=sm_80 / sm_89 / sm_90 simulates another device).
 //
 // Tolerances: those of packages/conformance/src/tolerances.ts (conformance sits above this package,
 // so the values are restated here with their reasons), compared against the cpu backend rather than an
@@ -384,7 +385,8 @@ interface Case {
   };
 }
 
-const ptx = createBackend({ simulate: "sm_86" });
+/** The simulated device: sm_86 unless TP_FUZZ_SM names another (sm_80, sm_89, sm_90). */
+const ptx = createBackend({ simulate: process.env.TP_FUZZ_SM ?? "sm_86" });
 /** The opt-in fp8 W8A8 path (sm_89+, TP_PTX_FP8_MMA). */
 const ptxFp8 = createBackend({ simulate: "sm_89", fp8Mma: true });
 const cpu = createCpu();
@@ -561,7 +563,7 @@ function shapeOf(r: Rng, sizes: readonly number[], cap = 4096, minRank = 1, maxR
 
 // ------------------------------------------------------------------ the families
 
-describe(`ptx on the simulator vs cpu (seed ${SEED})`, () => {
+describe(`ptx on the simulator (${process.env.TP_FUZZ_SM ?? "sm_86"}) vs cpu (seed ${SEED})`, () => {
   const FLOAT_DTYPES: DTypeName[] = ["f32", "f16", "bf16"];
 
   fuzz("unary elementwise (silu, gelu, sigmoid, softplus, scale)", 48, (r) => {
