@@ -6,7 +6,7 @@
  * `host.scope`: their blocks return to the caching allocator at once, which is safe because every
  * kernel runs in stream order.
  *
- * Formats without an entry here (the GGUF iq* / q8_1 / q8_k / tq* blocks, ConvRot embeddings) are
+ * Formats without an entry here (the GGUF iq* blocks but IQ4_NL / IQ4_XS, q8_1 / q8_k / tq*, ConvRot embeddings) are
  * E_UNSUPPORTED through the front-end, naming op, backend and format; ./README.md keeps the table.
  */
 import {
@@ -248,10 +248,11 @@ function map(
 
 /**
  * Weight formats whose matmul takes x quantized as ggml's `vec_dot_type`: Q8_0 per 32 (Q8_1 for Q4_1 /
- * Q5_1, whose codes and d are Q8_0's; ./ptx/activations.ts), Q8_K per 256 for the k-quants.
+ * Q5_1, whose codes and d are Q8_0's; ./ptx/activations.ts) for those and IQ4_NL, Q8_K per 256 for the
+ * k-quants and IQ4_XS (@tp/quant ACTIVATION_TYPE).
  */
-const Q8_0_ACTIVATIONS: ReadonlySet<string> = new Set(["q8_0", "q4_0", "q4_1", "q5_0", "q5_1"]);
-const Q8_K_ACTIVATIONS: ReadonlySet<string> = new Set(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]);
+const Q8_0_ACTIVATIONS: ReadonlySet<string> = new Set(["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"]);
+const Q8_K_ACTIVATIONS: ReadonlySet<string> = new Set(["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]);
 
 /**
  * x [rows, K] contiguous f32 → a scratch copy quantized to Q8_0 per 32 (Q8_K per 256) and dequantized

@@ -249,6 +249,59 @@ const HAND: Record<BlockFormat, { block: Uint8Array; values: [number, number][] 
       [200, 10],
     ],
   },
+  // d = 0.5 (values 0.5 · K4[n], kvalues_iq4nl); byte 1 = 0x3f: element 1 → K4[15] = 113, 17 → K4[3] = −65;
+  // byte 2 = 0x6c: element 2 → K4[12] = 53, 18 → K4[6] = −22; byte 7 = 0x98: element 7 → K4[8] = 1,
+  // 23 → K4[9] = 13; element 0 → K4[0] = −127 (a code from each of the four packed words)
+  iq4_nl: {
+    block: block(
+      "iq4_nl",
+      [
+        [2 + 1, 0x3f],
+        [2 + 2, 0x6c],
+        [2 + 7, 0x98],
+      ],
+      [[0, H.half]],
+    ),
+    values: [
+      [1, 56.5],
+      [17, -32.5],
+      [2, 26.5],
+      [18, -11],
+      [7, 0.5],
+      [23, 6.5],
+      [0, -63.5],
+    ],
+  },
+  // d = 0.25; scales_h = 0xc002 (sub-block 0 high bits 2, sub-block 7 high bits 3), scales_l = 05 00 30 f0:
+  // ls − 32 of sub-block 0: 5 | 2 << 4 − 32 = 5 (dl 1.25); 1: −32 (dl −8); 5 (high nibble of scales_l[2]):
+  // 3 − 32 (dl −7.25); 7: 15 | 3 << 4 − 32 = 31 (dl 7.75). qs[0] = 0x0f: element 0 → 1.25 · 113, 16 →
+  // 1.25 · −127; element 32 → −8 · −127; qs[84] = 0x60: element 164 → −7.25 · −127, 180 → −7.25 · −22;
+  // qs[127] = 0x90: element 255 → 7.75 · 13
+  iq4_xs: {
+    block: block(
+      "iq4_xs",
+      [
+        [4, 0x05],
+        [6, 0x30],
+        [7, 0xf0],
+        [8, 0x0f],
+        [8 + 84, 0x60],
+        [8 + 127, 0x90],
+      ],
+      [
+        [0, H.quarter],
+        [2, 0xc002],
+      ],
+    ),
+    values: [
+      [0, 141.25],
+      [16, -158.75],
+      [32, 1016],
+      [164, 920.75],
+      [180, 159.5],
+      [255, 100.75],
+    ],
+  },
 };
 
 describe("GGUF block table", () => {
@@ -259,12 +312,12 @@ describe("GGUF block table", () => {
     }
     expect(GGUF_BLOCK_FORMATS.map(String).sort()).toEqual(Object.keys(BLOCKS).sort());
   });
-  test("row bytes equal weightBytes of one row; iq* and q8_k are not block formats here", () => {
+  test("row bytes equal weightBytes of one row; other iq*, q8_1 and q8_k are not block formats here", () => {
     for (const f of GGUF_BLOCK_FORMATS) {
       expect(blockRowBytes(f, 512)).toBe(weightBytes(f, [1, 512]));
       expect(rowBytes(f, 768 * 4)).toBe(weightBytes(f, [1, 768 * 4]));
     }
-    for (const f of ["iq4_nl", "iq4_xs", "q8_1", "q8_k", "f32", "tq1_0"])
+    for (const f of ["iq2_xxs", "iq3_s", "q8_1", "q8_k", "f32", "tq1_0"])
       expect(isBlockFormat(f)).toBe(false);
   });
 });
@@ -321,6 +374,8 @@ describe("GEMV sub-block decoders on the simulator (sm_86) against the element d
     q4_k: [0, 2],
     q5_k: [0, 2],
     q6_k: [208],
+    iq4_nl: [0],
+    iq4_xs: [0],
   };
   for (const f of GGUF_BLOCK_FORMATS) {
     test(`${f}: y = x · Wᵀ equals the f64 dot product of x with the embedding-decoded rows`, () => {

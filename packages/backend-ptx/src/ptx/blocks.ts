@@ -23,12 +23,17 @@
  *   f32(f32(d · sc) · n) − f32(dmin · mn), n the low nibble of qs[32·(e / 64) + e % 32] for
  *   e % 64 < 32, else the high one;
  * - Q5_K (176 B): d, dmin, scales[12], qh[32], qs[128] — as Q4_K with n + 16·(qh[e % 32] >> (e / 32) & 1);
- * - Q6_K (210 B): ql[128], qh[64], scales[16] i8, d — f32(d · sc) · ((lo4 | hi2 << 4) − 32).
+ * - Q6_K (210 B): ql[128], qh[64], scales[16] i8, d — f32(d · sc) · ((lo4 | hi2 << 4) − 32);
+ * - IQ4_NL (18 B): d, qs[16] (nibbles as Q4_0) — f32(d · K4[n]), K4 ggml's non-linear codebook
+ *   `kvalues_iq4nl` ({@link K4});
+ * - IQ4_XS (136 B): d, scales_h u16, scales_l[4], qs[128] — sub-block ib = e / 32 has the 6-bit scale
+ *   ls = (scales_l[ib / 2] >> 4·(ib % 2) & 15) | (scales_h >> 2·ib & 3) << 4 and the nibbles of
+ *   qs[16·ib + e % 16] (low for e % 32 < 16): f32(f32(d · (ls − 32)) · K4[n]).
  *
  * x is rounded first as ggml rounds activations for these weights (./activations.ts: Q8_0 for the
- * 32-element types, Q8_K for the k-quants), so the f32 k loops multiply exactly ggml's x.
+ * 32-element types and IQ4_NL, Q8_K for the k-quants and IQ4_XS), so the f32 k loops multiply exactly ggml's x.
  *
- * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K),
+ * Sources: ggml/src/ggml-common.h (block_q4_0 … block_q6_K, block_iq4_nl, block_iq4_xs, kvalues_iq4nl),
  * ggml/src/ggml-quants.c (`dequantize_row_*`), ../shared/spec/llm.md §2;
  * packages/quant/src/ggml-dequant.ts (the CPU side).
  */
@@ -45,7 +50,9 @@ export type BlockFormat =
   | "q3_k"
   | "q4_k"
   | "q5_k"
-  | "q6_k";
+  | "q6_k"
+  | "iq4_nl"
+  | "iq4_xs";
 
 /** Elements and bytes of one block of each type (ggml-common.h). */
 export const BLOCKS: Readonly<Record<BlockFormat, { readonly elems: 32 | 256; readonly bytes: number }>> = {
@@ -59,6 +66,8 @@ export const BLOCKS: Readonly<Record<BlockFormat, { readonly elems: 32 | 256; re
   q4_k: { elems: 256, bytes: 144 },
   q5_k: { elems: 256, bytes: 176 },
   q6_k: { elems: 256, bytes: 210 },
+  iq4_nl: { elems: 32, bytes: 18 },
+  iq4_xs: { elems: 256, bytes: 136 },
 };
 
 /** Whether `format` is one of the {@link BLOCKS}. */
@@ -243,6 +252,76 @@ function highBitK(x: Element, at: number): string {
   return b;
 }
 
+/** ggml `kvalues_iq4nl` (ggml-common.h): the IQ4_NL / IQ4_XS value of each 4-bit code. */
+export const K4: readonly number[] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/** {@link K4} as four u32 immediates, byte i of word w the int8 K4[4w + i]. */
+const K4_WORDS: readonly string[] = [0, 1, 2, 3].map(
+  (w) =>
+    `0x${(K4.slice(4 * w, 4 * w + 4).reduce((acc, v, i) => acc + (v & 255) * 256 ** i, 0) >>> 0)
+      .toString(16)
+      .padStart(8, "0")}`,
+);
+
+/**
+ * K4[n] (a signed 32-bit register) of a code n (0 ≤ n < 16, a u32 register): word n / 4 of
+ * {@link K4_WORDS} picked with two `selp`, then its byte n % 4 sign-extended by `bfe.s32` (no memory,
+ * no divergence).
+ */
+function k4Value(x: Element, n: string): string {
+  const { kb } = x;
+  const [p2, p3] = kb.regs("pred", 2);
+  const [lo, hi, pos] = kb.regs("b32", 3);
+  const r = kb.reg("b32");
+  kb.op(
+    `and.b32 ${pos}, ${n}, 4;`,
+    `setp.ne.u32 ${p2}, ${pos}, 0;`,
+    `setp.ge.u32 ${p3}, ${n}, 8;`,
+    `selp.b32 ${lo}, ${K4_WORDS[1]}, ${K4_WORDS[0]}, ${p2};`,
+    `selp.b32 ${hi}, ${K4_WORDS[3]}, ${K4_WORDS[2]}, ${p2};`,
+    `selp.b32 ${lo}, ${hi}, ${lo}, ${p3};`,
+    `and.b32 ${pos}, ${n}, 3;`,
+    `shl.b32 ${pos}, ${pos}, 3;`,
+    `bfe.s32 ${r}, ${lo}, ${pos}, 8;`,
+  );
+  return r;
+}
+
+/**
+ * IQ4_XS: dl = f32(d · (ls − 32)) of sub-block ib = e / 32 (d at byte 0; ls the low nibble, for odd ib
+ * the high one, of scales_l[ib / 2] at byte 4, with bits 2·ib, 2·ib + 1 of the u16 scales_h at byte 2
+ * as bits 4, 5).
+ */
+function iq4xsScale(x: Element): string {
+  const { kb, base, e } = x;
+  const d = halfAt(x, 0);
+  const ls = byteAt(x, int(x, `shr.u32 %d, ${e}, 6;`, `add.u32 %d, %d, 4;`));
+  const lsh = int(x, `shr.u32 %d, ${e}, 3;`, `and.b32 %d, %d, 4;`); // 4·(ib % 2)
+  const h = kb.reg("b32");
+  const hsh = int(x, `shr.u32 %d, ${e}, 4;`, `and.b32 %d, %d, 14;`); // 2·ib
+  kb.op(
+    `shr.u32 ${ls}, ${ls}, ${lsh};`,
+    `and.b32 ${ls}, ${ls}, 15;`,
+    `ld.global.u16 ${h}, [${base}+2];`,
+    `shr.u32 ${h}, ${h}, ${hsh};`,
+    `and.b32 ${h}, ${h}, 3;`,
+    `shl.b32 ${h}, ${h}, 4;`,
+    `or.b32 ${ls}, ${ls}, ${h};`,
+    `sub.s32 ${ls}, ${ls}, 32;`,
+  );
+  return mul(x, d, toF32(x, ls));
+}
+
+/** IQ4_XS: the byte offset 8 + 16·(e / 32) + e % 16 of element e's code and its nibble shift (4 when e % 32 ≥ 16). */
+function iq4xsCodeAt(x: Element): { at: string; sh: string } {
+  const { e } = x;
+  const at = int(x, `shr.u32 %d, ${e}, 5;`, `shl.b32 %d, %d, 4;`);
+  const l = int(x, `and.b32 %d, ${e}, 15;`);
+  x.kb.op(`add.u32 ${at}, ${at}, ${l};`, `add.u32 ${at}, ${at}, 8;`);
+  const sh = int(x, `and.b32 %d, ${e}, 16;`, `shr.u32 %d, %d, 2;`);
+  return { at, sh };
+}
+
 /** One decoder per block type: element e of the block at `base` as f32. */
 const DECODERS: Record<BlockFormat, (x: Element) => string> = {
   q8_0: (x) => {
@@ -345,6 +424,17 @@ const DECODERS: Record<BlockFormat, (x: Element) => string> = {
     kb.op(`ld.global.s8 ${s}, [${sAt}+192];`);
     const ds = mul(x, d, toF32(x, s));
     return mul(x, ds, toF32(x, lo));
+  },
+  iq4_nl: (x) => {
+    const d = halfAt(x, 0);
+    return mul(x, d, toF32(x, k4Value(x, nibble32(x, 2))));
+  },
+  iq4_xs: (x) => {
+    const dl = iq4xsScale(x);
+    const { at, sh } = iq4xsCodeAt(x);
+    const b = byteAt(x, at);
+    x.kb.op(`shr.u32 ${b}, ${b}, ${sh};`, `and.b32 ${b}, ${b}, 15;`);
+    return mul(x, dl, toF32(x, k4Value(x, b)));
   },
 };
 
@@ -536,6 +626,15 @@ const GROUP_DECODERS: Record<BlockFormat, (x: Element) => string[]> = {
       kb.op(`shl.b32 ${hi[i]}, ${hi[i]}, 4;`, `or.b32 ${c}, ${c}, ${hi[i]};`, `sub.s32 ${c}, ${c}, 32;`);
       return mul(x, ds, toF32(x, c));
     });
+  },
+  iq4_nl: (x) => {
+    const d = halfAt(x, 0);
+    return nibbles32(x, 2).map((n) => mul(x, d, toF32(x, k4Value(x, n))));
+  },
+  iq4_xs: (x) => {
+    const dl = iq4xsScale(x);
+    const { at, sh } = iq4xsCodeAt(x);
+    return fields(x, bytes8(x, at), sh, 4).map((n) => mul(x, dl, toF32(x, k4Value(x, n))));
   },
 };
 

@@ -54,6 +54,8 @@ export const GGUF_BLOCK_FORMATS = [
   "q4_k",
   "q5_k",
   "q6_k",
+  "iq4_nl",
+  "iq4_xs",
 ] as const satisfies readonly BlockFormat[];
 /** Table formats of the embedding kernel: the floats, fp8 and the GGUF blocks. */
 export const EMBEDDING_FORMATS = [
