@@ -137,11 +137,22 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       "matmul_tiled_int4_convrot_s",
     ]);
     // grids: rotation (K / 256 groups, rows); int8 mma (N / 128, M / 16)
-    expect(b.supports("matmul", ["iq4_nl"])).toBe(false);
+    expect(b.supports("matmul", ["iq2_xxs"])).toBe(false);
   });
-  test("GGUF legacy blocks and k-quants: x quantized to Q8_0 / Q8_K blocks, then gemv / tiled / matmul_id / embedding", () => {
+  test("GGUF legacy blocks, k-quants and IQ4: x quantized to Q8_0 / Q8_K blocks, then gemv / tiled / matmul_id / embedding", () => {
     const b = new Recorder(86);
-    const formats = ["q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"] as const;
+    const formats = [
+      "q4_1",
+      "q5_0",
+      "q5_1",
+      "q2_k",
+      "q3_k",
+      "q4_k",
+      "q5_k",
+      "q6_k",
+      "iq4_nl",
+      "iq4_xs",
+    ] as const;
     for (const format of formats) {
       expect(b.supports("matmul", [format])).toBe(true);
       expect(b.supports("matmul_id", [format])).toBe(true);
@@ -151,10 +162,12 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
       b.matmul(f32(b, [20, 512]), w, { bias: f32(b, [40]) });
       b.matmulId(f32(b, [3, 1, 512]), weight(format, 4 * 10, 512), b.alloc([3, 2], "i32"), { experts: 4 });
       b.embedding(weight(format, 7, 256), b.alloc([5], "i32"));
-      const q = format.endsWith("_k") ? "ggml_fake_quantize_q8_k" : "ggml_fake_quantize_q8_0";
+      // ggml's vec_dot_type: Q8_K for the k-quants and IQ4_XS, Q8_0 for the rest
+      const q8k = format.endsWith("_k") || format === "iq4_xs";
+      const q = q8k ? "ggml_fake_quantize_q8_k" : "ggml_fake_quantize_q8_0";
       // grids: quantize ⌈(M·K / block) / 8⌉; gemv (⌈N / 8⌉, M); tiled (⌈N / 64⌉, ⌈M / 64⌉); matmul_id
       // (⌈N / 8⌉, T·S); embedding ⌈rows·D / 256⌉
-      const blocksOf = (m: number) => Math.ceil((m * 512) / (format.endsWith("_k") ? 256 : 32) / 8);
+      const blocksOf = (m: number) => Math.ceil((m * 512) / (q8k ? 256 : 32) / 8);
       expect(b.launches.splice(0).map((l) => [l.kernel, ...l.grid])).toEqual([
         [q, blocksOf(1), 1, 1],
         [`matmul_gemv_${format}`, 5, 1, 1],
@@ -404,23 +417,25 @@ describe("ptx kernel table: choice of kernel and its parameters", () => {
     );
     expect(b.launches.map((l) => [l.kernel, ...l.grid])).toEqual([["gated_delta_net_f32", 2, 2, 1]]);
   });
-  test("formats without a kernel (iq*) are E_UNSUPPORTED naming op and format", () => {
+  test("formats without a kernel (iq* but IQ4_NL / IQ4_XS) are E_UNSUPPORTED naming op and format", () => {
     const b = new Recorder(90);
     const iq = new Weight({
       name: "blk.0.ffn_up.weight",
-      format: "iq4_xs",
+      format: "iq2_xxs",
       shape: [4, 256],
-      data: new Uint8Array(4 * 136),
+      data: new Uint8Array(4 * 66),
     });
-    expect(() => b.matmul(f32(b, [1, 256]), iq)).toThrow(/ptx.*matmul.*iq4_xs|matmul.*ptx.*iq4_xs/);
+    expect(() => b.matmul(f32(b, [1, 256]), iq)).toThrow(/ptx.*matmul.*iq2_xxs|matmul.*ptx.*iq2_xxs/);
     expect(() => b.embedding(iq, b.alloc([2], "i32"))).toThrow(
-      /ptx.*embedding.*iq4_xs|embedding.*ptx.*iq4_xs/,
+      /ptx.*embedding.*iq2_xxs|embedding.*ptx.*iq2_xxs/,
     );
     expect(() => b.matmulId(f32(b, [1, 1, 256]), iq, b.alloc([1, 1], "i32"), { experts: 4 })).toThrow(
-      /ptx.*matmul_id.*iq4_xs|matmul_id.*ptx.*iq4_xs/,
+      /ptx.*matmul_id.*iq2_xxs|matmul_id.*ptx.*iq2_xxs/,
     );
     for (const op of ["matmul", "matmul_id", "embedding"] as const)
-      for (const format of ["iq4_nl", "iq4_xs", "iq2_xxs", "q8_k"] as const)
+      for (const format of ["iq2_xxs", "iq3_s", "q8_k"] as const) {
         expect(b.supports(op, [format])).toBe(false);
+        for (const iq4 of ["iq4_nl", "iq4_xs"] as const) expect(b.supports(op, [iq4])).toBe(true);
+      }
   });
 });

@@ -315,6 +315,8 @@ const BLOCK_SCALES: Partial<Record<WeightFormat, { d: number; min?: number }>> =
   q4_k: { d: 0, min: 2 },
   q5_k: { d: 0, min: 2 },
   q6_k: { d: 208 },
+  iq4_nl: { d: 0 },
+  iq4_xs: { d: 0 },
 };
 
 /**
@@ -743,6 +745,8 @@ describe(`ptx on the simulator (${process.env.TP_FUZZ_SM ?? "sm_86"}) vs cpu (se
     "q4_k",
     "q5_k",
     "q6_k",
+    "iq4_nl",
+    "iq4_xs",
     "int8_convrot",
     "int4_convrot",
   ];
@@ -751,7 +755,8 @@ describe(`ptx on the simulator (${process.env.TP_FUZZ_SM ?? "sm_86"}) vs cpu (se
   const kFor = (r: Rng, f: WeightFormat): number => {
     const info = weightFormatInfo(f);
     if (info.family === "convrot") return r.pick([64, 128, 256, 320, 512]);
-    if (info.family === "ggml") return (info.blockElems as number) * r.int(1, f.endsWith("_k") ? 3 : 9);
+    if (info.family === "ggml")
+      return (info.blockElems as number) * r.int(1, info.blockElems === 256 ? 3 : 9);
     return r.pick([1, 7, 16, 31, 33, 64, 100, 255, 256, 257, 512, 1025]);
   };
 

@@ -253,7 +253,9 @@ function highBitK(x: Element, at: number): string {
 }
 
 /** ggml `kvalues_iq4nl` (ggml-common.h): the IQ4_NL / IQ4_XS value of each 4-bit code. */
-export const K4: readonly number[] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+export const K4: readonly number[] = [
+  -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /** {@link K4} as four u32 immediates, byte i of word w the int8 K4[4w + i]. */
 const K4_WORDS: readonly string[] = [0, 1, 2, 3].map(
