@@ -38,6 +38,7 @@ import {
   loadBackend,
   parseFlags,
   parseVramBudget,
+  peakRssBytes,
   TpError,
 } from "@tp/tensor";
 import { checkDistinctPaths, checkOutputFolder, type NamedPath, writeAllOrNothing } from "./paths.ts";
@@ -284,7 +285,7 @@ const stem = (p: string): string => basename(p, extname(p));
  * apart: the pages touched also show in RSS).
  */
 function memoryLine(backend: Backend, budget?: number): string {
-  const rss = process.resourceUsage().maxRSS * 1024;
+  const rss = peakRssBytes();
   const within = budget === undefined ? "" : ` (budget ${formatBytes(budget)})`;
   return (
     `memory: peak ${formatBytes(backend.memory.peak)} on ${backend.name}${within}, peak RSS ${formatBytes(rss)}, ` +

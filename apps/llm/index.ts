@@ -26,15 +26,13 @@ import {
   targetEmbedding,
   tokensPerSecond,
 } from "@tp/llm";
-import { formatErrorLine, isTpError, loadBackend, runCli, TpError } from "@tp/tensor";
+import { formatErrorLine, isTpError, loadBackend, peakRssBytes, runCli, TpError } from "@tp/tensor";
 import { ctxRange, type LlmArgs, parseLlmArgs, USAGE } from "./args.ts";
 import { parseHubModelRef, resolveModelArg } from "./hub-model.ts";
 import { placing } from "./memory-args.ts";
 
-/** Peak resident set size of this process in bytes (getrusage ru_maxrss, kilobytes on Linux). */
-export function peakRssBytes(): number {
-  return process.resourceUsage().maxRSS * 1024;
-}
+/** Peak resident set size of this process in bytes (@tp/tensor peakRssBytes: its own VmHWM). */
+export { peakRssBytes };
 
 /** A status line on stderr: written plainly, since Bun colours console.error as an error. */
 function status(line: string): void {

@@ -6,6 +6,7 @@
  * Source: ../shared/ARCHITECTURE.md, "Weights and memory" (budgets, peak reporting).
  */
 
+import { readFileSync } from "node:fs";
 import { TpError } from "./errors.ts";
 
 /** A snapshot of an account, in bytes. */
@@ -167,4 +168,20 @@ export class MemoryAccount {
       allocations: this.#allocations,
     };
   }
+}
+
+/**
+ * This process's peak resident set size in bytes: its own address space's high-water mark (VmHWM of
+ * /proc/self/status, proc(5)), else getrusage's ru_maxrss where /proc is absent. Not ru_maxrss on
+ * Linux: the kernel carries a parent's peak across fork + exec into it, so a CLI started by a large
+ * process (a test runner, a server) would report the parent's peak as its own.
+ */
+export function peakRssBytes(): number {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB$/m.exec(readFileSync("/proc/self/status", "utf8"));
+    if (m !== null) return Number(m[1]) * 1024;
+  } catch {
+    // no /proc: fall through
+  }
+  return process.resourceUsage().maxRSS * 1024;
 }
