@@ -20,7 +20,12 @@ import { parsePtx } from "./parse.ts";
 export interface SimDriverOptions {
   /** Compute capability as an sm number (80, 86, 89, 90). */
   readonly sm: number;
-  /** Device memory in bytes (default 1 GiB, at most 4 GiB). */
+  /**
+   * Device memory in bytes (default 256 MiB, at most 4 GiB). The pages of the arena that allocations
+   * have touched (fresh blocks are NaN-filled) stay in the process's RSS, and the backend's caching
+   * allocator keeps freed blocks, so this bounds what a simulated backend costs the host: a test
+   * process with a few simulators stays within a few hundred MiB each.
+   */
   readonly memoryBytes?: number;
 }
 
@@ -62,7 +67,7 @@ export class SimCudaDriver {
     this.sm = options.sm;
     this.path = `PTX simulator (sm_${options.sm})`;
     this.machine = new SimMachine({
-      memoryBytes: options.memoryBytes ?? 2 ** 30,
+      memoryBytes: options.memoryBytes ?? 2 ** 28,
       maxSharedOptin: sharedOptin(options.sm),
     });
   }
