@@ -114,7 +114,12 @@ export class SimCudaDriver {
     return 1;
   }
 
-  releasePrimaryContext(_ordinal: number): void {}
+  /** The backend's last call as it is disposed: the simulated memory and pinned buffers go back to the host. */
+  releasePrimaryContext(_ordinal: number): void {
+    this.machine.release();
+    this.#host.clear();
+    this.#functions.clear();
+  }
 
   memoryInfo(): { free: number; total: number } {
     const total = this.machine.limits.memoryBytes;

@@ -286,6 +286,16 @@ export class SimMachine {
     return this.#used;
   }
 
+  /**
+   * Give the arena back to the host now (detach it: its pages go at the next collection, even where
+   * something still references this machine). The machine is unusable after.
+   */
+  release(): void {
+    const buf = this.memory as ArrayBuffer & { detached?: boolean; transfer?: (n: number) => ArrayBuffer };
+    if (buf.detached !== true && typeof buf.transfer === "function") buf.transfer(0);
+    this.#regions.length = 0;
+  }
+
   /** Allocate `bytes` (aligned to 256), filled with 0xff. @returns the device address @throws TpError E_OOM */
   alloc(bytes: number): number {
     if (!Number.isInteger(bytes) || bytes <= 0)
