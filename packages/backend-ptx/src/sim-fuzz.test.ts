@@ -34,6 +34,7 @@ import {
   weightFormatInfo,
 } from "@tp/tensor";
 import { createBackend } from "./index.ts";
+import { MATMUL_FORMATS as CATALOGUE_MATMUL_FORMATS } from "./ptx/catalogue.ts";
 
 const SEED = Number(process.env.TP_FUZZ_SEED ?? 20261202) >>> 0;
 const SCALE = Number(process.env.TP_FUZZ_CASES ?? 1);
@@ -729,27 +730,8 @@ describe(`ptx on the simulator (${process.env.TP_FUZZ_SM ?? "sm_86"}) vs cpu (se
     };
   });
 
-  const MATMUL_FORMATS: WeightFormat[] = [
-    "f32",
-    "f16",
-    "bf16",
-    "f8_e4m3fn",
-    "f8_e5m2",
-    "q8_0",
-    "q4_0",
-    "q4_1",
-    "q5_0",
-    "q5_1",
-    "q2_k",
-    "q3_k",
-    "q4_k",
-    "q5_k",
-    "q6_k",
-    "iq4_nl",
-    "iq4_xs",
-    "int8_convrot",
-    "int4_convrot",
-  ];
+  // every format the kernels take (ptx/catalogue.ts), so a new one is fuzzed without touching this file
+  const MATMUL_FORMATS: readonly WeightFormat[] = CATALOGUE_MATMUL_FORMATS;
   const MS = [1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 130];
   /** K for a format: ragged where the format allows (floats), else multiples of its block. */
   const kFor = (r: Rng, f: WeightFormat): number => {
